@@ -1,0 +1,71 @@
+#pragma once
+// A small timing harness for kiln_bench: warm-up, calibrated repetitions, median and spread.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace kiln::bench {
+
+/// Seconds per call over the samples of one measurement.
+struct Timing {
+  double median = 0;
+  double p10 = 0;  // 10th percentile
+  double p90 = 0;  // 90th percentile
+  std::int64_t calls_per_sample = 0;
+  int samples = 0;
+
+  /// (p90 - p10) / median: how far the middle 80% of samples spread, as a fraction.
+  double spread() const { return median > 0 ? (p90 - p10) / median : 0; }
+};
+
+/// How long and how often to measure.
+struct TimingPlan {
+  double warmup_seconds = 0.2;   // calls run (and discarded) before measuring
+  double sample_seconds = 0.03;  // each sample repeats the call at least this long
+  int samples = 21;
+
+  /// One call of warm-up, one sample of one call: a smoke test, not a measurement.
+  static TimingPlan quick() { return {0.0, 0.0, 1}; }
+};
+
+/// Times fn() under `plan`: warms up, picks a repetition count so one sample lasts about
+/// plan.sample_seconds, takes plan.samples samples and returns per-call statistics.
+template <class Fn>
+Timing measure(const TimingPlan& plan, Fn&& fn) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+
+  const auto warmup_start = Clock::now();
+  std::int64_t warmup_calls = 0;
+  do {
+    fn();
+    ++warmup_calls;
+  } while (seconds_since(warmup_start) < plan.warmup_seconds);
+  const double seconds_per_call = seconds_since(warmup_start) / static_cast<double>(warmup_calls);
+
+  Timing timing;
+  timing.calls_per_sample =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(plan.sample_seconds / seconds_per_call));
+  timing.samples = std::max(1, plan.samples);
+  std::vector<double> per_call;
+  per_call.reserve(static_cast<std::size_t>(timing.samples));
+  for (int s = 0; s < timing.samples; ++s) {
+    const auto start = Clock::now();
+    for (std::int64_t i = 0; i < timing.calls_per_sample; ++i) fn();
+    per_call.push_back(seconds_since(start) / static_cast<double>(timing.calls_per_sample));
+  }
+  std::sort(per_call.begin(), per_call.end());
+  auto percentile = [&](double q) {
+    return per_call[static_cast<std::size_t>(q * static_cast<double>(per_call.size() - 1) + 0.5)];
+  };
+  timing.median = percentile(0.5);
+  timing.p10 = percentile(0.1);
+  timing.p90 = percentile(0.9);
+  return timing;
+}
+
+}  // namespace kiln::bench

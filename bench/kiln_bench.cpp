@@ -1,0 +1,234 @@
+// kiln_bench: eager dispatch cost, an eager elementwise chain against a STREAM-like copy,
+// and kiln::matmul against the libraries it calls, each reference measured in the same
+// run. Usage: kiln_bench [--quick]. See docs/performance.md.
+#include <cblas.h>
+#include <fmt/format.h>
+#include <libxsmm.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "harness.hpp"
+#include "kernels/parallel.hpp"
+
+namespace {
+
+using kiln::Shape;
+using kiln::Tensor;
+using kiln::bench::measure;
+using kiln::bench::Timing;
+using kiln::bench::TimingPlan;
+
+/// One line of the result table.
+struct Row {
+  std::string name;
+  std::string unit;
+  std::optional<Timing> kiln;  // empty when the benchmark failed
+  double kiln_value = 0;       // in `unit`
+  std::string reference_name;
+  double reference_value = 0;  // 0: no reference
+  std::string note;
+};
+
+/// A copy of n floats split over `threads` persistent threads (the caller included), so a
+/// copy costs two barrier waits rather than thread start-ups.
+class ParallelCopy {
+ public:
+  ParallelCopy(const float* src, float* dst, std::size_t n, int threads)
+      : src_(src), dst_(dst), n_(n), threads_(threads), start_(threads), done_(threads) {
+    for (int id = 1; id < threads_; ++id) workers_.emplace_back([this, id] { work(id); });
+  }
+  ~ParallelCopy() {
+    stop_ = true;
+    if (threads_ > 1) start_.arrive_and_wait();
+    for (auto& w : workers_) w.join();
+  }
+  ParallelCopy(const ParallelCopy&) = delete;
+  ParallelCopy& operator=(const ParallelCopy&) = delete;
+
+  void run() {
+    if (threads_ > 1) start_.arrive_and_wait();
+    copy_part(0);
+    if (threads_ > 1) done_.arrive_and_wait();
+  }
+
+ private:
+  void work(int id) {
+    for (;;) {
+      start_.arrive_and_wait();
+      if (stop_) return;
+      copy_part(id);
+      done_.arrive_and_wait();
+    }
+  }
+  void copy_part(int id) const {
+    const std::size_t part =
+        (n_ + static_cast<std::size_t>(threads_) - 1) / static_cast<std::size_t>(threads_);
+    const std::size_t begin = std::min(n_, part * static_cast<std::size_t>(id));
+    const std::size_t end = std::min(n_, begin + part);
+    std::memcpy(dst_ + begin, src_ + begin, (end - begin) * sizeof(float));
+  }
+
+  const float* src_;
+  float* dst_;
+  std::size_t n_;
+  int threads_;
+  std::barrier<> start_, done_;
+  std::vector<std::thread> workers_;
+  bool stop_ = false;  // written before start_ is passed, read after it
+};
+
+/// (a) A 4-element f32 add through the eager front end: nanoseconds per call.
+Row bench_dispatch(const TimingPlan& plan) {
+  Row row{"eager add, 4 f32", "ns/call", {}, 0, "", 0, "target < 200 ns"};
+  const Tensor a = kiln::full(Shape{4}, 1.5);
+  const Tensor b = kiln::full(Shape{4}, 2.0);
+  if (kiln::add(a, b).to_vector<float>() != std::vector<float>(4, 3.5f))
+    throw kiln::Error("add returned wrong values");
+  row.kiln = measure(plan, [&] { kiln::add(a, b); });
+  row.kiln_value = row.kiln->median * 1e9;
+  row.note += row.kiln_value < 200 ? ": met" : ": missed";
+  return row;
+}
+
+/// (b) tanh(a*b+c)*0.5 over 4M floats: GB/s of useful traffic (3 reads + 1 write) against
+/// a copy (1 read + 1 write) over as many threads as kiln's kernels use.
+Row bench_chain(const TimingPlan& plan) {
+  constexpr std::int64_t n = 4 << 20;
+  constexpr double bytes = 4.0 * n * sizeof(float);
+  Row row{"tanh(a*b+c)*0.5, 4M f32", "GB/s", {}, 0, "", 0, ""};
+  const Tensor a = kiln::linspace(-2.0, 2.0, n, kiln::f32);
+  const Tensor b = kiln::full(Shape{n}, 0.75);
+  const Tensor c = kiln::linspace(-1.0, 1.0, n, kiln::f32);
+  const float check = kiln::slice(kiln::tanh(a * b + c) * 0.5, 0, n - 1, n).item<float>();
+  if (std::abs(check - 0.5f * std::tanh(2.0f * 0.75f + 1.0f)) > 1e-5f)
+    throw kiln::Error(fmt::format("chain returned {} for the last element", check));
+  row.kiln = measure(plan, [&] { kiln::tanh(a * b + c) * 0.5; });
+  row.kiln_value = bytes / row.kiln->median * 1e-9;
+
+  const int threads = kiln::detail::num_threads();
+  std::vector<float> src(static_cast<std::size_t>(n), 1.0f), dst(static_cast<std::size_t>(n));
+  ParallelCopy copy(src.data(), dst.data(), src.size(), threads);
+  const Timing copy_timing = measure(plan, [&] { copy.run(); });
+  row.reference_name = fmt::format("copy x{}", threads);
+  row.reference_value = 2.0 * n * sizeof(float) / copy_timing.median * 1e-9;
+  row.note = "4 eager passes, each through memory";
+  return row;
+}
+
+/// (c) Row-major f32 matmul [m,k] x [k,n] through kiln against the library kiln uses for
+/// that size, called directly: a libxsmm kernel (small) or cblas_sgemm (large).
+Row bench_matmul(const TimingPlan& plan, int m, int k, int n, bool small) {
+  Row row{fmt::format("matmul {}x{}x{} f32", m, k, n), "GFLOP/s", {}, 0, "", 0, ""};
+  const double flops = 2.0 * m * n * k;
+  const Tensor a = kiln::linspace(-1.0, 1.0, std::int64_t{m} * k, kiln::f32).contiguous();
+  const Tensor b = kiln::linspace(1.0, -1.0, std::int64_t{k} * n, kiln::f32).contiguous();
+  const Tensor a2 = kiln::reshape(a, Shape{m, k});
+  const Tensor b2 = kiln::reshape(b, Shape{k, n});
+  const auto* a_data = static_cast<const float*>(a.data());
+  const auto* b_data = static_cast<const float*>(b.data());
+  std::vector<float> c(static_cast<std::size_t>(m) * static_cast<std::size_t>(n));
+
+  std::function<void()> direct;
+  if (small) {
+    const float alpha = 1, beta = 0;
+    const int prefetch = LIBXSMM_PREFETCH_NONE;
+    // libxsmm is column-major: row-major C = A B is C^T = B^T A^T.
+    const libxsmm_smmfunction kernel =
+        libxsmm_smmdispatch(n, m, k, &n, &k, &n, &alpha, &beta, nullptr, &prefetch);
+    if (kernel == nullptr) throw kiln::Error("libxsmm has no kernel for this shape");
+    direct = [=, &c] { kernel(b_data, a_data, c.data()); };
+    row.reference_name = "libxsmm";
+  } else {
+    direct = [=, &c] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a_data, k, b_data, n,
+                  0.0f, c.data(), n);
+    };
+    row.reference_name = "cblas_sgemm";
+  }
+
+  direct();
+  const std::vector<float> kiln_result = kiln::matmul(a2, b2).to_vector<float>();
+  for (std::size_t i = 0; i < c.size(); ++i)
+    if (std::abs(kiln_result[i] - c[i]) > 1e-4f * (1.0f + std::abs(c[i])))
+      throw kiln::Error(fmt::format("kiln and {} disagree at {}: {} vs {}", row.reference_name, i,
+                                    kiln_result[i], c[i]));
+
+  row.kiln = measure(plan, [&] { kiln::matmul(a2, b2); });
+  row.kiln_value = flops / row.kiln->median * 1e-9;
+  row.reference_value = flops / measure(plan, direct).median * 1e-9;
+  return row;
+}
+
+void print_table(const std::vector<Row>& rows) {
+  fmt::print("{:<26} {:>10} {:<8} {:>7}   {:<14} {:>10} {:>7}   {}\n", "benchmark", "kiln", "unit",
+             "spread", "reference", "ref value", "ratio", "note");
+  fmt::print("{}\n", std::string(110, '-'));
+  for (const Row& r : rows) {
+    if (!r.kiln) {
+      fmt::print("{:<26} {}\n", r.name, r.note);
+      continue;
+    }
+    const std::string spread = fmt::format("{:.1f}%", r.kiln->spread() * 100);
+    if (r.reference_value > 0)
+      fmt::print("{:<26} {:>10.2f} {:<8} {:>7}   {:<14} {:>10.2f} {:>7.2f}   {}\n", r.name,
+                 r.kiln_value, r.unit, spread, r.reference_name, r.reference_value,
+                 r.kiln_value / r.reference_value, r.note);
+    else
+      fmt::print("{:<26} {:>10.2f} {:<8} {:>7}   {:<14} {:>10} {:>7}   {}\n", r.name, r.kiln_value,
+                 r.unit, spread, "-", "-", "-", r.note);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else {
+      fmt::print(stderr,
+                 "usage: kiln_bench [--quick]\n  --quick  one short iteration of each "
+                 "benchmark (a smoke test, not a measurement)\n");
+      return arg == "--help" || arg == "-h" ? 0 : 2;
+    }
+  }
+  const TimingPlan plan = quick ? TimingPlan::quick() : TimingPlan{};
+  fmt::print(
+      "kiln_bench{}: {} hardware threads, kiln uses {}; median of {} samples, spread = "
+      "(p90 - p10) / median\n\n",
+      quick ? " --quick" : "", std::thread::hardware_concurrency(), kiln::detail::num_threads(),
+      plan.samples);
+
+  const std::vector<std::pair<std::string, std::function<Row()>>> benchmarks = {
+      {"eager add, 4 f32", [&] { return bench_dispatch(plan); }},
+      {"tanh(a*b+c)*0.5, 4M f32", [&] { return bench_chain(plan); }},
+      {"matmul 32x10x80 f32", [&] { return bench_matmul(plan, 32, 10, 80, true); }},
+      {"matmul 128x128x128 f32", [&] { return bench_matmul(plan, 128, 128, 128, true); }},
+      {"matmul 1024x1024x1024 f32", [&] { return bench_matmul(plan, 1024, 1024, 1024, false); }},
+  };
+  std::vector<Row> rows;
+  int failures = 0;
+  for (const auto& [name, run] : benchmarks) {
+    try {
+      rows.push_back(run());
+    } catch (const std::exception& e) {
+      ++failures;
+      rows.push_back(Row{name, "", {}, 0, "", 0, fmt::format("error: {}", e.what())});
+    }
+  }
+  print_table(rows);
+  return failures == 0 ? 0 : 1;
+}

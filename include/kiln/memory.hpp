@@ -1,0 +1,23 @@
+#pragma once
+/// @file memory.hpp
+/// Counters that let users prove nothing grows.
+
+#include <cstdint>
+
+namespace kiln {
+
+/// A snapshot of kiln's memory accounting.
+struct MemoryStats {
+  std::int64_t live_tensors = 0;  ///< Tensor values alive now (views included).
+  std::int64_t live_buffers = 0;  ///< Data buffers alive now.
+  std::int64_t live_bytes = 0;    ///< Bytes held by those buffers.
+  std::int64_t peak_bytes = 0;    ///< Highest live_bytes since start or reset_peak_bytes().
+};
+
+/// Current counters (thread-safe).
+MemoryStats memory_stats();
+
+/// Sets peak_bytes to the current live_bytes.
+void reset_peak_bytes();
+
+}  // namespace kiln

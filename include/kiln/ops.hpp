@@ -1,0 +1,237 @@
+#pragma once
+/// @file ops.hpp
+/// Eager ops (the same functions record graph nodes while tracing).
+///
+/// Conventions shared by every op:
+/// - Tensor-tensor ops need equal dtypes; a C++ scalar operand takes the tensor's dtype.
+/// - Elementwise ops broadcast like NumPy.
+/// - Negative axes count from the end.
+/// - Bad arguments throw kiln::Error whose message starts with the op name: "[matmul] ...".
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/creation.hpp"
+#include "kiln/dtype.hpp"
+#include "kiln/shape.hpp"
+#include "kiln/tensor.hpp"
+
+namespace kiln {
+
+// ---------------------------------------------------------------- unary elementwise
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+/// -1, 0 or 1 (NaN stays NaN).
+Tensor sign(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+/// 1 / sqrt(x).
+Tensor rsqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sin(const Tensor& x);
+Tensor cos(const Tensor& x);
+Tensor tanh(const Tensor& x);
+/// 1 / (1 + exp(-x)), computed without overflow.
+Tensor sigmoid(const Tensor& x);
+/// max(x, 0).
+Tensor relu(const Tensor& x);
+/// log(1 + exp(x)), computed without overflow.
+Tensor softplus(const Tensor& x);
+Tensor floor(const Tensor& x);
+Tensor ceil(const Tensor& x);
+/// Rounds half to even, like NumPy.
+Tensor round(const Tensor& x);
+/// Boolean result: true where x is zero/false.
+Tensor logical_not(const Tensor& x);
+/// Boolean result (false for integer dtypes).
+Tensor isnan(const Tensor& x);
+/// Boolean result (true for integer dtypes).
+Tensor isfinite(const Tensor& x);
+/// Converts to dtype. Float → integer truncates toward zero; NaN becomes 0 and values
+/// out of range saturate. Anything → bool is x != 0.
+Tensor cast(const Tensor& x, DType dtype);
+
+// ---------------------------------------------------------------- binary elementwise
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+/// True division for floats; floor division for integers (x / 0 is 0 for integers).
+Tensor div(const Tensor& a, const Tensor& b);
+/// a ** b. For integers b < 0 gives 0 unless |a| == 1.
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+/// Remainder with the sign of the divisor (NumPy/Python `%`); x mod 0 is 0 for integers.
+Tensor mod(const Tensor& a, const Tensor& b);
+Tensor equal(const Tensor& a, const Tensor& b);
+Tensor not_equal(const Tensor& a, const Tensor& b);
+Tensor less(const Tensor& a, const Tensor& b);
+Tensor less_equal(const Tensor& a, const Tensor& b);
+Tensor greater(const Tensor& a, const Tensor& b);
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+/// Boolean results; nonzero inputs count as true (any dtype, both the same).
+Tensor logical_and(const Tensor& a, const Tensor& b);
+Tensor logical_or(const Tensor& a, const Tensor& b);
+
+/// Elementwise choice: cond (boolean) ? a : b, all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/// min(max(x, lo), hi); lo <= hi.
+Tensor clip(const Tensor& x, double lo, double hi);
+
+// ---------------------------------------------------------------- reductions
+/// Reductions over `axes` (every axis when omitted; an empty list reduces none).
+/// keepdims keeps reduced axes with size 1. Repeated axes are an error.
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+Tensor prod(const Tensor& x);
+Tensor prod(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+/// max/min of an empty set is an error.
+Tensor max(const Tensor& x);
+Tensor max(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+Tensor min(const Tensor& x);
+Tensor min(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+/// log(sum(exp(x))) computed stably (max subtracted first).
+Tensor logsumexp(const Tensor& x);
+Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+/// Boolean results; nonzero counts as true.
+Tensor all(const Tensor& x);
+Tensor all(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+Tensor any(const Tensor& x);
+Tensor any(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
+/// Index (i64) of the first maximum/minimum along `axis`; without an axis, of the
+/// flattened tensor. NaN counts as the maximum and the minimum (like NumPy).
+Tensor argmax(const Tensor& x);
+Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdims = false);
+Tensor argmin(const Tensor& x);
+Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdims = false);
+
+// ---------------------------------------------------------------- shape and data movement
+/// New shape with the same number of elements; one dim may be -1 (inferred). No copy
+/// when the data's layout allows it.
+Tensor reshape(const Tensor& x, const Shape& shape);
+/// Reverses the axes.
+Tensor transpose(const Tensor& x);
+/// Permutes the axes: result axis i is x's axis perm[i].
+Tensor transpose(const Tensor& x, const std::vector<std::int64_t>& perm);
+/// Inserts a size-1 axis at `axis` (in [-(rank+1), rank]).
+Tensor expand_dims(const Tensor& x, std::int64_t axis);
+/// Removes every size-1 axis, or the listed ones (each must have size 1).
+Tensor squeeze(const Tensor& x);
+Tensor squeeze(const Tensor& x, const std::vector<std::int64_t>& axes);
+/// Broadcasts x to `shape` (NumPy rules) without copying.
+Tensor broadcast_to(const Tensor& x, const Shape& shape);
+/// Joins tensors of equal dtype and equal shape except along `axis`.
+Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis = 0);
+/// Joins tensors of equal shape along a new axis.
+Tensor stack(const std::vector<Tensor>& xs, std::int64_t axis = 0);
+/// Splits along `axis` into its slices, removing that axis.
+std::vector<Tensor> unstack(const Tensor& x, std::int64_t axis = 0);
+/// Splits along `axis` into `sections` equal parts (the size must divide evenly).
+std::vector<Tensor> split(const Tensor& x, std::int64_t sections, std::int64_t axis = 0);
+/// Splits along `axis` into parts of the given sizes (they must add up to the size).
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t axis = 0);
+
+/// One axis' range for slice(). `none` as start/stop means "from the beginning/to the
+/// end" in the direction of step. Negative start/stop count from the end. After that,
+/// start and stop must lie within the axis, else kiln::Error.
+struct Slice {
+  static constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min();
+  std::int64_t start = none;
+  std::int64_t stop = none;
+  std::int64_t step = 1;
+};
+/// Slices the leading axes with one Slice each; the remaining axes are kept whole.
+Tensor slice(const Tensor& x, const std::vector<Slice>& slices);
+/// Slices one axis.
+Tensor slice(const Tensor& x, std::int64_t axis, std::int64_t start, std::int64_t stop,
+             std::int64_t step = 1);
+/// Picks entries along `axis` by integer (i32/i64) indices; the result has shape
+/// x.shape[:axis] + indices.shape + x.shape[axis+1:]. Negative indices count from the
+/// end; out-of-range indices are an error.
+Tensor gather(const Tensor& x, const Tensor& indices, std::int64_t axis = 0);
+/// indices.shape + [depth], 1 where the last index equals the entry (out-of-range
+/// indices give an all-zero row, like TensorFlow).
+Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = f32);
+/// Constant padding: widths[i] = {before, after} for axis i (every axis listed).
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths,
+           double value = 0.0);
+/// Repeats x reps[i] times along axis i (reps has one entry per axis).
+Tensor tile(const Tensor& x, const std::vector<std::int64_t>& reps);
+
+// ---------------------------------------------------------------- linear algebra and nn
+/// Matrix product. 2-D: [m,k] x [k,n]. Higher ranks are batches of matrices whose batch
+/// dims broadcast; a 1-D operand is a vector (its dim is removed from the result).
+Tensor matmul(const Tensor& a, const Tensor& b);
+/// exp(x) / sum(exp(x)) along axis, computed stably.
+Tensor softmax(const Tensor& x, std::int64_t axis = -1);
+/// x - logsumexp(x) along axis.
+Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
+
+// ---------------------------------------------------------------- operators
+namespace detail {
+template <class S>
+concept Scalar = std::is_arithmetic_v<S>;
+/// A rank-0 tensor holding v in like's dtype.
+Tensor scalar_like(double v, const Tensor& like);
+}  // namespace detail
+
+Tensor operator-(const Tensor& x);
+Tensor operator!(const Tensor& x);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator%(const Tensor& a, const Tensor& b);
+Tensor operator==(const Tensor& a, const Tensor& b);
+Tensor operator!=(const Tensor& a, const Tensor& b);
+Tensor operator<(const Tensor& a, const Tensor& b);
+Tensor operator<=(const Tensor& a, const Tensor& b);
+Tensor operator>(const Tensor& a, const Tensor& b);
+Tensor operator>=(const Tensor& a, const Tensor& b);
+Tensor operator&&(const Tensor& a, const Tensor& b);
+Tensor operator||(const Tensor& a, const Tensor& b);
+
+#define KILN_SCALAR_OVERLOADS(fn)                                                        \
+  template <detail::Scalar S>                                                            \
+  Tensor fn(const Tensor& a, S b) {                                                      \
+    return fn(a, detail::scalar_like(static_cast<double>(b), a));                        \
+  }                                                                                      \
+  template <detail::Scalar S>                                                            \
+  Tensor fn(S a, const Tensor& b) {                                                      \
+    return fn(detail::scalar_like(static_cast<double>(a), b), b);                        \
+  }
+KILN_SCALAR_OVERLOADS(add)
+KILN_SCALAR_OVERLOADS(sub)
+KILN_SCALAR_OVERLOADS(mul)
+KILN_SCALAR_OVERLOADS(div)
+KILN_SCALAR_OVERLOADS(pow)
+KILN_SCALAR_OVERLOADS(maximum)
+KILN_SCALAR_OVERLOADS(minimum)
+KILN_SCALAR_OVERLOADS(mod)
+KILN_SCALAR_OVERLOADS(equal)
+KILN_SCALAR_OVERLOADS(not_equal)
+KILN_SCALAR_OVERLOADS(less)
+KILN_SCALAR_OVERLOADS(less_equal)
+KILN_SCALAR_OVERLOADS(greater)
+KILN_SCALAR_OVERLOADS(greater_equal)
+KILN_SCALAR_OVERLOADS(operator+)
+KILN_SCALAR_OVERLOADS(operator-)
+KILN_SCALAR_OVERLOADS(operator*)
+KILN_SCALAR_OVERLOADS(operator/)
+KILN_SCALAR_OVERLOADS(operator%)
+KILN_SCALAR_OVERLOADS(operator==)
+KILN_SCALAR_OVERLOADS(operator!=)
+KILN_SCALAR_OVERLOADS(operator<)
+KILN_SCALAR_OVERLOADS(operator<=)
+KILN_SCALAR_OVERLOADS(operator>)
+KILN_SCALAR_OVERLOADS(operator>=)
+#undef KILN_SCALAR_OVERLOADS
+
+}  // namespace kiln

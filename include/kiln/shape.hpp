@@ -1,0 +1,58 @@
+#pragma once
+/// @file shape.hpp
+/// Tensor shapes: a short, fixed-capacity list of int64 dimensions.
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+/// Dimensions of a tensor, outermost first. Rank 0 is a scalar; zero-size dims are legal.
+/// Storage is inline (no heap allocation); the rank is at most Shape::max_rank.
+class Shape {
+ public:
+  static constexpr std::size_t max_rank = 8;
+
+  Shape() = default;
+  Shape(std::initializer_list<std::int64_t> dims);
+  explicit Shape(std::span<const std::int64_t> dims);
+  explicit Shape(const std::vector<std::int64_t>& dims)
+      : Shape(std::span<const std::int64_t>(dims)) {}
+
+  std::size_t size() const { return rank_; }
+  bool empty() const { return rank_ == 0; }
+  std::int64_t operator[](std::size_t i) const { return dims_[i]; }
+  std::int64_t& operator[](std::size_t i) { return dims_[i]; }
+  /// Dimension i; negative i counts from the end. Throws kiln::Error when out of range.
+  std::int64_t at(std::int64_t i) const;
+  const std::int64_t* begin() const { return dims_.data(); }
+  const std::int64_t* end() const { return dims_.data() + rank_; }
+  std::int64_t* begin() { return dims_.data(); }
+  std::int64_t* end() { return dims_.data() + rank_; }
+  const std::int64_t* data() const { return dims_.data(); }
+  std::int64_t back() const { return dims_[rank_ - 1]; }
+
+  void push_back(std::int64_t d);
+  void insert(std::size_t pos, std::int64_t d);
+  void erase(std::size_t pos);
+  void resize(std::size_t rank, std::int64_t fill = 0);
+
+  /// Product of the dims (1 for rank 0).
+  std::int64_t numel() const;
+  std::vector<std::int64_t> to_vector() const { return {begin(), end()}; }
+  /// "[2, 3]".
+  std::string to_string() const;
+
+  friend bool operator==(const Shape& a, const Shape& b);
+  friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
+
+ private:
+  std::array<std::int64_t, max_rank> dims_{};
+  std::uint8_t rank_ = 0;
+};
+
+}  // namespace kiln

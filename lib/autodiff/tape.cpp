@@ -1,0 +1,265 @@
+#include "autodiff/tape.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
+#include "kiln/creation.hpp"
+#include "kiln/ops.hpp"
+#include "ops/dispatch.hpp"
+
+namespace kiln::detail {
+
+__attribute__((tls_model("initial-exec"))) thread_local int recording_tapes = 0;
+
+namespace {
+
+thread_local std::vector<TapeState*> tape_stack;
+
+bool tracks(const TapeState& tape, const Tensor& t) {
+  return t.defined() && tape.tracked.count(t.impl().get()) != 0;
+}
+
+void set_recording(TapeState& tape, bool on) {
+  if (tape.recording == on) return;
+  tape.recording = on;
+  recording_tapes += on ? 1 : -1;
+}
+
+/// Records a custom-gradient call on every recording tape that tracks an input.
+void record_custom(std::span<const Tensor> inputs, const Tensor& output, const GradFn& rule) {
+  for (TapeState* tape : tape_stack) {
+    if (!tape->recording) continue;
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return tracks(*tape, t); }))
+      continue;
+    TapeEntry e;
+    e.inputs.assign(inputs.begin(), inputs.end());
+    e.output = output;
+    e.custom = rule;
+    tape->tracked.insert(output.impl().get());
+    tape->entries.push_back(std::move(e));
+  }
+}
+
+/// Pauses every tape on this thread for its lifetime.
+class PauseAllTapes {
+ public:
+  PauseAllTapes() {
+    for (TapeState* t : tape_stack) {
+      was_.push_back(t->recording);
+      set_recording(*t, false);
+    }
+  }
+  ~PauseAllTapes() {
+    for (std::size_t i = 0; i < tape_stack.size() && i < was_.size(); ++i)
+      set_recording(*tape_stack[i], was_[i]);
+  }
+
+ private:
+  std::vector<bool> was_;
+};
+
+}  // namespace
+
+void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output) {
+  if (!is_floating(output.dtype()) || !is_differentiable(p)) return;
+  for (TapeState* tape : tape_stack) {
+    if (!tape->recording) continue;
+    if (std::none_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return tracks(*tape, t); }))
+      continue;
+    TapeEntry e;
+    e.prim = p;
+    e.inputs.assign(inputs.begin(), inputs.end());
+    e.attrs = attrs;
+    e.output = output;
+    tape->tracked.insert(output.impl().get());
+    tape->entries.push_back(std::move(e));
+  }
+}
+
+}  // namespace kiln::detail
+
+namespace kiln {
+
+using detail::TapeState;
+
+GradientTape::GradientTape() : GradientTape(TapeOptions{}) {}
+
+GradientTape::GradientTape(TapeOptions options) : state_(std::make_unique<TapeState>()) {
+  state_->options = options;
+  detail::tape_stack.push_back(state_.get());
+  ++detail::recording_tapes;
+}
+
+GradientTape::~GradientTape() {
+  detail::set_recording(*state_, false);
+  auto& stack = detail::tape_stack;
+  stack.erase(std::remove(stack.begin(), stack.end(), state_.get()), stack.end());
+}
+
+void GradientTape::watch(const Tensor& t) {
+  detail::check_defined(t, "GradientTape.watch");
+  if (state_->released)
+    detail::fail("GradientTape.watch", "the tape was released by its gradient() call");
+  if (!is_floating(t.dtype()))
+    detail::fail("GradientTape.watch", "cannot watch a tensor of dtype {}: gradients need f32 or f64",
+                 dtype_name(t.dtype()));
+  if (state_->tracked.insert(t.impl().get()).second) state_->watched.push_back(t);
+}
+
+void GradientTape::stop_recording() { detail::set_recording(*state_, false); }
+void GradientTape::resume_recording() {
+  if (!state_->released) detail::set_recording(*state_, true);
+}
+
+Tensor GradientTape::gradient(const Tensor& target, const Tensor& source,
+                              const Tensor& output_gradient) {
+  return gradient(target, std::vector<Tensor>{source}, output_gradient).front();
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vector<Tensor>& sources,
+                                           const Tensor& output_gradient) {
+  constexpr const char* op = "GradientTape.gradient";
+  TapeState& tape = *state_;
+  if (tape.released)
+    detail::fail(op,
+                 "this tape was released by an earlier gradient() call; create it with "
+                 "TapeOptions{{.persistent = true}} to call gradient() more than once");
+  detail::check_defined(target, op, 0);
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    detail::check_defined(sources[i], op, static_cast<int>(i) + 1);
+    if (!is_floating(sources[i].dtype()))
+      detail::fail(op, "source {} has dtype {}; gradients exist only for f32 and f64 sources", i,
+                   dtype_name(sources[i].dtype()));
+  }
+  if (!is_floating(target.dtype()))
+    detail::fail(op, "target has dtype {}; it must be f32 or f64", dtype_name(target.dtype()));
+  Tensor seed;
+  if (output_gradient.defined()) {
+    if (output_gradient.shape() != target.shape() || output_gradient.dtype() != target.dtype())
+      detail::fail(op, "output_gradient is {} {} but the target is {} {}",
+                   dtype_name(output_gradient.dtype()), output_gradient.shape(),
+                   dtype_name(target.dtype()), target.shape());
+    seed = output_gradient;
+  } else {
+    if (target.size() != 1)
+      detail::fail(op,
+                   "target of shape {} is not a scalar; pass output_gradient (the vector in the "
+                   "vector-Jacobian product) or reduce the target first",
+                   target.shape());
+    seed = ones_like(target);
+  }
+
+  // Walk back with this tape paused; outer tapes keep recording (higher-order gradients).
+  const bool was_recording = tape.recording;
+  detail::set_recording(tape, false);
+  std::unordered_map<const detail::TensorImpl*, Tensor> grads;
+  grads.emplace(target.impl().get(), seed);
+  try {
+    for (auto it = tape.entries.rbegin(); it != tape.entries.rend(); ++it) {
+      auto found = grads.find(it->output.impl().get());
+      if (found == grads.end()) continue;
+      const Tensor g = found->second;
+      std::vector<Tensor> input_grads =
+          it->custom ? it->custom(g) : detail::primitive_vjp(*it, g);
+      for (std::size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
+        const Tensor& in = it->inputs[i];
+        if (!input_grads[i].defined() || !detail::tracks(tape, in)) continue;
+        auto [slot, inserted] = grads.try_emplace(in.impl().get(), input_grads[i]);
+        if (!inserted) slot->second = add(slot->second, input_grads[i]);
+      }
+    }
+  } catch (...) {
+    detail::set_recording(tape, was_recording);
+    throw;
+  }
+  std::vector<Tensor> result;
+  result.reserve(sources.size());
+  for (const Tensor& s : sources) {
+    auto found = grads.find(s.impl().get());
+    result.push_back(found != grads.end() ? cast(found->second, s.dtype()) : zeros_like(s));
+  }
+  if (tape.options.persistent) {
+    detail::set_recording(tape, was_recording);
+  } else {
+    tape.released = true;
+    tape.entries.clear();
+    tape.tracked.clear();
+    tape.watched.clear();
+  }
+  return result;
+}
+
+Tensor stop_gradient(const Tensor& x) {
+  detail::check_defined(x, "stop_gradient");
+  const auto& impl = *x.impl();
+  return detail::make_view(x, impl.shape, impl.strides, impl.offset);
+}
+
+std::function<std::pair<Tensor, std::vector<Tensor>>(const std::vector<Tensor>&)> value_and_grad(
+    TensorFn f, std::vector<std::int64_t> argnums) {
+  return [f = std::move(f), argnums = std::move(argnums)](const std::vector<Tensor>& args) {
+    std::vector<std::size_t> which;
+    if (argnums.empty()) {
+      for (std::size_t i = 0; i < args.size(); ++i) which.push_back(i);
+    } else {
+      for (auto a : argnums) {
+        const auto n = static_cast<std::int64_t>(args.size());
+        if (a < -n || a >= n)
+          detail::fail("value_and_grad", "argnum {} out of range for {} arguments", a, n);
+        which.push_back(static_cast<std::size_t>(a < 0 ? a + n : a));
+      }
+    }
+    GradientTape tape;
+    std::vector<Tensor> sources;
+    for (auto i : which) {
+      tape.watch(args[i]);
+      sources.push_back(args[i]);
+    }
+    Tensor value = f(args);
+    std::vector<Tensor> grads = tape.gradient(value, sources);
+    return std::pair<Tensor, std::vector<Tensor>>(value, std::move(grads));
+  };
+}
+
+std::function<std::vector<Tensor>(const std::vector<Tensor>&)> grad(TensorFn f,
+                                                                   std::vector<std::int64_t> argnums) {
+  auto vg = value_and_grad(std::move(f), std::move(argnums));
+  return [vg](const std::vector<Tensor>& args) { return vg(args).second; };
+}
+
+std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& f, const std::vector<Tensor>& primals,
+                                           const Tensor& cotangent) {
+  GradientTape tape;
+  for (const Tensor& p : primals) tape.watch(p);
+  Tensor value = f(primals);
+  std::vector<Tensor> grads = tape.gradient(value, primals, cotangent);
+  return {value, std::move(grads)};
+}
+
+std::function<Tensor(const std::vector<Tensor>&)> custom_gradient(
+    std::function<std::pair<Tensor, GradFn>(const std::vector<Tensor>&)> f) {
+  return [f = std::move(f)](const std::vector<Tensor>& args) {
+    std::pair<Tensor, GradFn> result;
+    {
+      detail::PauseAllTapes pause;
+      result = f(args);
+    }
+    detail::check_defined(result.first, "custom_gradient");
+    // A fresh handle for the output, so that tapes do not confuse it with an input f returned.
+    Tensor out = stop_gradient(result.first);
+    GradFn rule = std::move(result.second);
+    const std::size_t n = args.size();
+    detail::record_custom(args, out, [rule, n](const Tensor& g) {
+      std::vector<Tensor> grads = rule(g);
+      if (grads.size() != n)
+        detail::fail("custom_gradient", "the gradient function returned {} gradients for {} inputs",
+                     grads.size(), n);
+      return grads;
+    });
+    return out;
+  };
+}
+
+}  // namespace kiln

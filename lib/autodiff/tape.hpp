@@ -1,0 +1,48 @@
+#pragma once
+// Tape internals: what apply() records and what gradient() walks back.
+
+#include <span>
+#include <unordered_set>
+#include <vector>
+
+#include "kernels/kernel.hpp"
+#include "kiln/autodiff.hpp"
+
+namespace kiln::detail {
+
+struct TensorImpl;
+
+/// One recorded application: a primitive (prim + attrs) or a custom-gradient call.
+struct TapeEntry {
+  Prim prim = Prim::add;
+  std::vector<Tensor> inputs;
+  Attrs attrs;
+  Tensor output;
+  GradFn custom;  // set for custom_gradient entries
+};
+
+struct TapeState {
+  TapeOptions options;
+  bool recording = true;
+  bool released = false;
+  std::unordered_set<const TensorImpl*> tracked;
+  std::vector<Tensor> watched;  // keeps watched tensors (and so their identity) alive
+  std::vector<TapeEntry> entries;
+};
+
+/// Number of tapes recording on this thread; apply() checks it before anything else.
+extern __attribute__((tls_model("initial-exec"))) thread_local int recording_tapes;
+
+inline bool any_tape_recording() { return recording_tapes > 0; }
+
+/// Records one primitive application on every recording tape that tracks one of its inputs.
+void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output);
+
+/// The vector-Jacobian rule of a primitive entry: one gradient per input (undefined where the
+/// input gets none). Written with kiln ops.
+std::vector<Tensor> primitive_vjp(const TapeEntry& entry, const Tensor& output_gradient);
+
+/// True for primitives that carry gradients (at least to one input).
+bool is_differentiable(Prim p);
+
+}  // namespace kiln::detail

@@ -1,0 +1,230 @@
+// Vector-Jacobian rules of the primitives, written with kiln ops so that they work eagerly, under
+// an outer tape (higher derivatives) and while tracing.
+#include <numeric>
+
+#include "autodiff/tape.hpp"
+#include "core/tensor_impl.hpp"
+#include "kiln/creation.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+/// Sums g over the dims that broadcasting added to reach g's shape from `shape`.
+Tensor unbroadcast(const Tensor& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const std::size_t lead = g.shape().size() - shape.size();
+  std::vector<std::int64_t> axes;
+  for (std::size_t i = 0; i < g.shape().size(); ++i)
+    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1))
+      axes.push_back(static_cast<std::int64_t>(i));
+  return reshape(sum(g, axes, /*keepdims*/ true), shape);
+}
+
+/// g of a reduction over attrs.axes reshaped so it broadcasts against the input.
+Tensor with_kept_dims(const Tensor& g, const Shape& in_shape, const Attrs& attrs) {
+  if (attrs.keepdims) return g;
+  Shape kept = in_shape;
+  for (auto a : attrs.axes) kept[static_cast<std::size_t>(a)] = 1;
+  return reshape(g, kept);
+}
+
+std::vector<std::int64_t> axes_vector(const Shape& axes) { return {axes.begin(), axes.end()}; }
+
+Tensor swap_last_two(const Tensor& t) {
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(t.ndim()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(t, perm);
+}
+
+/// Gradient of one strided slice axis: places g (count n along `axis`) at positions
+/// start, start+step, ... of an axis of size `dim`, zeros elsewhere.
+Tensor unslice_axis(const Tensor& g, std::int64_t axis, std::int64_t dim, std::int64_t start,
+                    std::int64_t step) {
+  const std::int64_t n = g.shape()[static_cast<std::size_t>(axis)];
+  const auto rank = static_cast<std::size_t>(g.ndim());
+  std::vector<std::pair<std::int64_t, std::int64_t>> widths(rank, {0, 0});
+  if (n == 0) {
+    widths[static_cast<std::size_t>(axis)] = {0, dim};
+    return pad(g, widths);
+  }
+  Tensor h = g;
+  if (step < 0) {  // positions start, start-|step|, ...: the reversed g walks forward from first
+    h = slice(g, axis, Slice::none, Slice::none, -1);
+    start = start + (n - 1) * step;
+    step = -step;
+  }
+  if (step > 1) {  // interleave step-1 zeros after every element, then drop the trailing ones
+    Tensor e = expand_dims(h, axis + 1);
+    std::vector<std::pair<std::int64_t, std::int64_t>> w(rank + 1, {0, 0});
+    w[static_cast<std::size_t>(axis) + 1] = {0, step - 1};
+    Shape merged = h.shape();
+    merged[static_cast<std::size_t>(axis)] = n * step;
+    h = slice(reshape(pad(e, w), merged), axis, 0, (n - 1) * step + 1);
+  }
+  const std::int64_t span = (n - 1) * step + 1;
+  widths[static_cast<std::size_t>(axis)] = {start, dim - start - span};
+  return pad(h, widths);
+}
+
+}  // namespace
+
+bool is_differentiable(Prim p) {
+  switch (p) {
+    case Prim::sign: case Prim::floor: case Prim::ceil: case Prim::round:
+    case Prim::logical_not: case Prim::isnan: case Prim::isfinite:
+    case Prim::equal: case Prim::not_equal: case Prim::less: case Prim::less_equal:
+    case Prim::greater: case Prim::greater_equal: case Prim::logical_and: case Prim::logical_or:
+    case Prim::reduce_all: case Prim::reduce_any: case Prim::argmax: case Prim::argmin:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
+  const auto& in = e.inputs;
+  const Tensor& y = e.output;
+  auto x = [&](std::size_t i) -> const Tensor& { return in[i]; };
+  switch (e.prim) {
+    case Prim::neg: return {neg(g)};
+    case Prim::abs: return {g * sign(x(0))};
+    case Prim::exp: return {g * y};
+    case Prim::log: return {g / x(0)};
+    case Prim::log1p: return {g / (x(0) + 1.0)};
+    case Prim::sqrt: return {g / (y * 2.0)};
+    case Prim::rsqrt: return {g * y * y * y * -0.5};
+    case Prim::square: return {g * x(0) * 2.0};
+    case Prim::sin: return {g * cos(x(0))};
+    case Prim::cos: return {neg(g * sin(x(0)))};
+    case Prim::tanh: return {g * (1.0 - y * y)};
+    case Prim::sigmoid: return {g * y * (1.0 - y)};
+    case Prim::relu: return {where(x(0) > 0.0, g, zeros_like(g))};
+    case Prim::softplus: return {g * sigmoid(x(0))};
+    case Prim::cast:
+      return {is_floating(x(0).dtype()) ? cast(g, x(0).dtype()) : Tensor()};
+
+    case Prim::add: return {unbroadcast(g, x(0).shape()), unbroadcast(g, x(1).shape())};
+    case Prim::sub: return {unbroadcast(g, x(0).shape()), unbroadcast(neg(g), x(1).shape())};
+    case Prim::mul:
+      return {unbroadcast(g * x(1), x(0).shape()), unbroadcast(g * x(0), x(1).shape())};
+    case Prim::div:
+      return {unbroadcast(g / x(1), x(0).shape()), unbroadcast(neg(g * y / x(1)), x(1).shape())};
+    case Prim::pow: {
+      const Tensor& a = x(0);
+      const Tensor& b = x(1);
+      Tensor ga = g * b * pow(a, b - 1.0);
+      Tensor positive = a > 0.0;
+      Tensor safe_a = where(positive, a, ones_like(a));
+      Tensor gb = where(positive, g * y * log(safe_a), zeros_like(g));
+      return {unbroadcast(ga, a.shape()), unbroadcast(gb, b.shape())};
+    }
+    case Prim::maximum: {
+      Tensor pick_a = x(0) >= x(1);
+      return {unbroadcast(where(pick_a, g, zeros_like(g)), x(0).shape()),
+              unbroadcast(where(pick_a, zeros_like(g), g), x(1).shape())};
+    }
+    case Prim::minimum: {
+      Tensor pick_a = x(0) <= x(1);
+      return {unbroadcast(where(pick_a, g, zeros_like(g)), x(0).shape()),
+              unbroadcast(where(pick_a, zeros_like(g), g), x(1).shape())};
+    }
+    case Prim::mod:
+      return {unbroadcast(g, x(0).shape()),
+              unbroadcast(neg(g * floor(x(0) / x(1))), x(1).shape())};
+    case Prim::where: {
+      Tensor zero = zeros_like(g);
+      return {Tensor(), unbroadcast(where(x(0), g, zero), x(1).shape()),
+              unbroadcast(where(x(0), zero, g), x(2).shape())};
+    }
+
+    case Prim::reduce_sum:
+      return {broadcast_to(with_kept_dims(g, x(0).shape(), e.attrs), x(0).shape())};
+    case Prim::reduce_max:
+    case Prim::reduce_min: {
+      const auto axes = axes_vector(e.attrs.axes);
+      Tensor yk = with_kept_dims(y, x(0).shape(), e.attrs);
+      Tensor mask = cast(equal(x(0), yk), x(0).dtype());
+      Tensor count = sum(mask, axes, /*keepdims*/ true);
+      return {mask * with_kept_dims(g, x(0).shape(), e.attrs) / count};
+    }
+    case Prim::reduce_prod: {
+      // Exact with zeros: d prod / d x_i is the product of the other entries.
+      const auto axes = axes_vector(e.attrs.axes);
+      const Tensor& a = x(0);
+      Tensor is_zero = equal(a, 0.0);
+      Tensor nonzero = where(is_zero, ones_like(a), a);
+      Tensor prod_nonzero = prod(nonzero, axes, /*keepdims*/ true);
+      Tensor zero_count = sum(cast(is_zero, a.dtype()), axes, /*keepdims*/ true);
+      Tensor zero = zeros_like(a);
+      Tensor others = where(is_zero, where(equal(zero_count, 1.0), broadcast_to(prod_nonzero, a.shape()), zero),
+                            where(equal(zero_count, 0.0), prod_nonzero / nonzero, zero));
+      return {others * with_kept_dims(g, a.shape(), e.attrs)};
+    }
+
+    case Prim::reshape: return {reshape(g, x(0).shape())};
+    case Prim::transpose: {
+      std::vector<std::int64_t> inverse(e.attrs.axes.size());
+      for (std::size_t i = 0; i < inverse.size(); ++i)
+        inverse[static_cast<std::size_t>(e.attrs.axes[i])] = static_cast<std::int64_t>(i);
+      return {transpose(g, inverse)};
+    }
+    case Prim::broadcast_to: return {unbroadcast(g, x(0).shape())};
+    case Prim::slice: {
+      Tensor h = g;
+      const Shape& s = x(0).shape();
+      for (std::size_t d = 0; d < s.size(); ++d) {
+        const std::int64_t start = e.attrs.ints[2 * d], step = e.attrs.ints[2 * d + 1];
+        if (step == 1 && start == 0 && g.shape()[d] == s[d]) continue;
+        h = unslice_axis(h, static_cast<std::int64_t>(d), s[d], start, step);
+      }
+      return {h};
+    }
+    case Prim::concat: {
+      std::vector<Tensor> parts;
+      std::int64_t offset = 0;
+      for (const Tensor& t : in) {
+        const std::int64_t n = t.shape()[static_cast<std::size_t>(e.attrs.axis)];
+        parts.push_back(slice(g, e.attrs.axis, offset, offset + n));
+        offset += n;
+      }
+      return parts;
+    }
+    case Prim::pad: {
+      std::vector<Slice> ranges;
+      const Shape& s = x(0).shape();
+      for (std::size_t d = 0; d < s.size(); ++d)
+        ranges.push_back(Slice{e.attrs.ints[2 * d], e.attrs.ints[2 * d] + s[d], 1});
+      return {slice(g, ranges)};
+    }
+    case Prim::gather: {
+      // grad_x[.., j, ..] = sum over index positions m with indices[m] == j of g[.., m, ..],
+      // computed as one_hot(indices)^T @ g.
+      const Tensor& data = x(0);
+      const Tensor& indices = x(1);
+      const auto axis = static_cast<std::size_t>(e.attrs.axis);
+      const std::int64_t dim = data.shape()[axis];
+      std::int64_t pre = 1, post = 1;
+      for (std::size_t i = 0; i < axis; ++i) pre *= data.shape()[i];
+      for (std::size_t i = axis + 1; i < data.shape().size(); ++i) post *= data.shape()[i];
+      const std::int64_t m = indices.size();
+      Tensor wrapped = where(indices < 0, indices + dim, indices);
+      Tensor hot = one_hot(reshape(wrapped, {m}), dim, data.dtype());  // [m, dim]
+      Tensor gm = reshape(g, {pre, m, post});
+      return {reshape(matmul(transpose(hot), gm), data.shape()), Tensor()};
+    }
+
+    case Prim::matmul: {
+      const Tensor& a = x(0);
+      const Tensor& b = x(1);
+      return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()),
+              unbroadcast(matmul(swap_last_two(a), g), b.shape())};
+    }
+    default:
+      return std::vector<Tensor>(in.size());
+  }
+}
+
+}  // namespace kiln::detail

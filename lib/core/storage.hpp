@@ -1,0 +1,57 @@
+#pragma once
+// Buffers: 64-byte aligned, reference counted, counted in memory_stats().
+
+#include <cstddef>
+#include <memory>
+#include <new>
+
+namespace kiln::detail {
+
+/// One data buffer. Tensors that alias (views) share a Storage.
+class Storage {
+ public:
+  /// Uninitialized buffer of `bytes` bytes (64-byte aligned; a zero-size buffer still has
+  /// a valid, non-null pointer).
+  explicit Storage(std::size_t bytes);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_;
+  std::size_t bytes_;
+};
+
+std::shared_ptr<Storage> allocate_storage(std::size_t bytes);
+
+/// 64-byte aligned memory from a per-thread cache of small blocks (falls back to
+/// aligned_alloc for large sizes). free_block must get the same size.
+void* allocate_block(std::size_t bytes);
+void free_block(void* p, std::size_t bytes);
+
+/// Allocator for std::allocate_shared that takes its memory from the block cache, so
+/// creating a tensor does not go through malloc for its bookkeeping objects.
+template <class T>
+struct CachedAllocator {
+  using value_type = T;
+  CachedAllocator() = default;
+  template <class U>
+  CachedAllocator(const CachedAllocator<U>&) {}
+  T* allocate(std::size_t n) {
+    void* p = allocate_block(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t n) { free_block(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const CachedAllocator<U>&) const { return true; }
+};
+
+/// Counters behind memory_stats().
+void count_tensor_created();
+void count_tensor_destroyed();
+
+}  // namespace kiln::detail

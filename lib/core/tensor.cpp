@@ -1,0 +1,114 @@
+#include "kiln/tensor.hpp"
+
+#include <cstring>
+
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
+#include "kernels/kernel.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides;
+  strides.resize(shape.size());
+  std::int64_t s = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+bool TensorImpl::is_contiguous() const {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return shape.numel() == 0;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+Tensor empty(const Shape& shape, DType dtype) {
+  std::int64_t n = 1;
+  bool overflow = false;
+  for (auto d : shape) {
+    if (d < 0) fail("empty", "negative dimension in shape {}", shape);
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  }
+  if (overflow || n > (std::int64_t{1} << 50)) fail("empty", "shape {} has too many elements", shape);
+  auto storage = allocate_storage(static_cast<std::size_t>(n) * dtype_size(dtype));
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape, contiguous_strides(shape), 0,
+                                             std::move(storage)));
+}
+
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset) {
+  const auto& b = *base.impl();
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, b.dtype, shape, strides, offset, b.storage));
+}
+
+ArrayRef array_ref(const Tensor& t) {
+  const auto& impl = *t.impl();
+  return ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
+}
+
+Tensor tensor_from_bytes(const void* data, std::int64_t count, DType dtype, const Shape& shape,
+                         bool shape_given) {
+  const Shape s = shape_given ? shape : Shape{count};
+  for (auto d : s)
+    if (d < 0) fail("tensor", "negative dimension in shape {}", s);
+  if (s.numel() != count)
+    fail("tensor", "{} values do not fill shape {} ({} elements)", count, s, s.numel());
+  Tensor t = empty(s, dtype);
+  if (count > 0) std::memcpy(t.impl()->data(), data, static_cast<std::size_t>(count) * dtype_size(dtype));
+  return t;
+}
+
+}  // namespace detail
+
+namespace {
+const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& impl, const char* what) {
+  if (!impl) detail::fail("tensor", "{} of an undefined tensor", what);
+  return *impl;
+}
+}  // namespace
+
+DType Tensor::dtype() const { return checked(impl_, "dtype").dtype; }
+const Shape& Tensor::shape() const { return checked(impl_, "shape").shape; }
+std::int64_t Tensor::ndim() const { return static_cast<std::int64_t>(checked(impl_, "ndim").shape.size()); }
+std::int64_t Tensor::size() const { return checked(impl_, "size").shape.numel(); }
+std::int64_t Tensor::dim(std::int64_t i) const { return checked(impl_, "dim").shape.at(i); }
+const Shape& Tensor::strides() const { return checked(impl_, "strides").strides; }
+bool Tensor::is_contiguous() const { return checked(impl_, "is_contiguous").is_contiguous(); }
+const void* Tensor::data() const { return checked(impl_, "data").data(); }
+
+Tensor Tensor::contiguous() const {
+  const auto& impl = checked(impl_, "contiguous");
+  if (impl.is_contiguous()) return *this;
+  Tensor out = detail::empty(impl.shape, impl.dtype);
+  detail::copy_strided(detail::array_ref(*this), detail::array_ref(out));
+  return out;
+}
+
+void Tensor::check_element_type(DType requested, const char* op) const {
+  const auto& impl = checked(impl_, op);
+  if (impl.dtype != requested)
+    detail::fail(op, "tensor has dtype {}, but {} was requested", dtype_name(impl.dtype),
+                 dtype_name(requested));
+}
+
+void Tensor::check_single_element() const {
+  const auto& impl = checked(impl_, "item");
+  if (impl.shape.numel() != 1)
+    detail::fail("item", "tensor of shape {} has {} elements, item() needs exactly one", impl.shape,
+                 impl.shape.numel());
+}
+
+void Tensor::copy_to(void* dst) const {
+  const auto& impl = checked(impl_, "copy");
+  detail::ArrayRef out{dst, impl.dtype, impl.shape, detail::contiguous_strides(impl.shape)};
+  detail::copy_strided(detail::array_ref(*this), out);
+}
+
+}  // namespace kiln

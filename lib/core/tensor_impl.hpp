@@ -1,0 +1,52 @@
+#pragma once
+// The value behind a kiln::Tensor handle, and helpers kiln's own code uses on it.
+
+#include <cstdint>
+#include <memory>
+
+#include "core/storage.hpp"
+#include "kiln/tensor.hpp"
+
+namespace kiln::detail {
+
+/// Contiguous row-major strides (in elements) of `shape`.
+Shape contiguous_strides(const Shape& shape);
+
+struct TensorImpl {
+  DType dtype;
+  Shape shape;
+  Shape strides;            // in elements
+  std::int64_t offset = 0;  // in elements, from storage->data()
+  std::shared_ptr<Storage> storage;
+
+  TensorImpl(DType dt, const Shape& sh, const Shape& st, std::int64_t off,
+             std::shared_ptr<Storage> s)
+      : dtype(dt), shape(sh), strides(st), offset(off), storage(std::move(s)) {
+    count_tensor_created();
+  }
+  ~TensorImpl() { count_tensor_destroyed(); }
+  TensorImpl(const TensorImpl&) = delete;
+  TensorImpl& operator=(const TensorImpl&) = delete;
+
+  char* data() const {
+    return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(dtype_size(dtype));
+  }
+  bool is_contiguous() const;
+};
+
+/// A new, uninitialized contiguous tensor.
+Tensor empty(const Shape& shape, DType dtype);
+/// A view of `base`'s buffer with the given shape, strides and offset (in elements).
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
+
+struct ArrayRef;
+/// The strided array behind an eager tensor.
+ArrayRef array_ref(const Tensor& t);
+
+/// Typed pointer to the first element of an (eager) tensor.
+template <class T>
+T* data_ptr(const Tensor& t) {
+  return reinterpret_cast<T*>(t.impl()->data());
+}
+
+}  // namespace kiln::detail

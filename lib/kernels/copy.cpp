@@ -1,0 +1,37 @@
+#include <cstring>
+
+#include "kernels/kernel.hpp"
+#include "kernels/strided_loop.hpp"
+
+namespace kiln::detail {
+
+namespace {
+template <class T>
+void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
+  const auto c = coalesce<2>(src.shape, {&src.strides, &dst.strides});
+  const std::int64_t ss = c.strides[0][c.rank - 1];
+  const std::int64_t ds = c.strides[1][c.rank - 1];
+  const T* s = src.ptr<const T>();
+  T* d = dst.ptr<T>();
+  for_each_row(c, [&](const std::array<std::int64_t, 2>& off, std::int64_t n) {
+    const T* sp = s + off[0];
+    T* dp = d + off[1];
+    if (ss == 1 && ds == 1) {
+      std::memcpy(dp, sp, static_cast<std::size_t>(n) * sizeof(T));
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) dp[i * ds] = sp[i * ss];
+    }
+  });
+}
+}  // namespace
+
+void copy_strided(const ArrayRef& src, const ArrayRef& dst) {
+  switch (dtype_size(src.dtype)) {
+    case 1: copy_rows<std::uint8_t>(src, dst); break;
+    case 4: copy_rows<std::uint32_t>(src, dst); break;
+    case 8: copy_rows<std::uint64_t>(src, dst); break;
+    default: break;
+  }
+}
+
+}  // namespace kiln::detail

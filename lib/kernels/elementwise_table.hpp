@@ -1,0 +1,68 @@
+#pragma once
+// The table of elementwise row kernels that each instruction-set build exports, and how
+// the dispatcher (elementwise.cpp) indexes it. Kept free of xsimd so that only the
+// per-arch translation units see SIMD code.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kiln/dtype.hpp"
+#include "primitives/primitive.hpp"
+
+namespace kiln::detail {
+
+inline constexpr std::size_t num_dtypes = 5;
+/// Unary primitives neg .. isfinite (cast has its own [from][to] table).
+inline constexpr std::size_t num_unary_rows =
+    static_cast<std::size_t>(Prim::cast) - static_cast<std::size_t>(Prim::neg);
+inline constexpr std::size_t num_binary_rows =
+    static_cast<std::size_t>(Prim::logical_or) - static_cast<std::size_t>(Prim::add) + 1;
+static_assert(info(Prim::isfinite).family == Family::unary &&
+                  info(Prim::cast).family == Family::unary &&
+                  static_cast<std::size_t>(Prim::cast) + 1 == static_cast<std::size_t>(Prim::add) &&
+                  static_cast<std::size_t>(Prim::logical_or) + 1 ==
+                      static_cast<std::size_t>(Prim::where),
+              "primitives.def: elementwise primitives moved; update elementwise_table.hpp");
+
+constexpr std::size_t dtype_index(DType t) { return static_cast<std::size_t>(t); }
+constexpr std::size_t unary_row_index(Prim p) {
+  return static_cast<std::size_t>(p) - static_cast<std::size_t>(Prim::neg);
+}
+constexpr std::size_t binary_row_index(Prim p) {
+  return static_cast<std::size_t>(p) - static_cast<std::size_t>(Prim::add);
+}
+
+/// out[i] = f(in[i * in_stride]) for i < n. in_stride is 0 or 1; out is contiguous.
+using UnaryRowFn = void (*)(const void* in, std::int64_t in_stride, void* out, std::int64_t n);
+/// out[i] = f(a[i * a_stride], b[i * b_stride]); strides are 0 or 1.
+using BinaryRowFn = void (*)(const void* a, std::int64_t a_stride, const void* b,
+                             std::int64_t b_stride, void* out, std::int64_t n);
+/// out[i] = cond[i * cond_stride] ? a[i * a_stride] : b[i * b_stride]; strides are 0 or 1.
+using WhereRowFn = void (*)(const void* cond, std::int64_t cond_stride, const void* a,
+                            std::int64_t a_stride, const void* b, std::int64_t b_stride, void* out,
+                            std::int64_t n);
+
+/// Row kernels of one instruction set. A null entry means the primitive does not accept
+/// that input dtype (front ends reject it first). Plain arrays, not std::array: the
+/// per-arch translation units must not instantiate shared std templates (see
+/// elementwise_arch.hpp).
+struct ElementwiseRowTable {
+  const char* isa_name = "";
+  UnaryRowFn unary[num_unary_rows][num_dtypes] = {};  // [prim][input dtype]
+  UnaryRowFn cast[num_dtypes][num_dtypes] = {};       // [from][to]
+  BinaryRowFn binary[num_binary_rows][num_dtypes] = {};
+  WhereRowFn where[num_dtypes] = {};  // [dtype of a and b]
+};
+
+/// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and
+/// elementwise_avx512.cpp (AVX-512F). Only call one the CPU supports.
+const ElementwiseRowTable& elementwise_rows_sse2();
+const ElementwiseRowTable& elementwise_rows_avx2();
+const ElementwiseRowTable& elementwise_rows_avx512();
+
+/// The table for this CPU, chosen once from xsimd::available_architectures(). The
+/// environment variable KILN_SIMD=sse2|avx2|avx512 asks for a lower instruction set
+/// (for testing); a request the CPU cannot run is ignored.
+const ElementwiseRowTable& elementwise_rows();
+
+}  // namespace kiln::detail

@@ -1,0 +1,64 @@
+#pragma once
+// The interface between dispatch (or a compiled plan) and kernels. Kernels see raw
+// strided arrays, never Tensor handles, so a plan can call them on arena buffers.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kiln/dtype.hpp"
+#include "kiln/shape.hpp"
+#include "primitives/primitive.hpp"
+
+namespace kiln::detail {
+
+/// A strided n-d array in memory: data points at element [0, 0, ...]; strides in elements.
+struct ArrayRef {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Shape shape;
+  Shape strides;
+
+  std::int64_t numel() const { return shape.numel(); }
+  template <class T>
+  T* ptr() const { return static_cast<T*>(data); }
+};
+
+/// Attributes of a primitive application. Which fields a primitive reads is documented
+/// next to its front end and kernel; unused fields stay default.
+struct Attrs {
+  Shape axes;                  // reduce: axes (normalized, sorted); transpose: permutation
+  std::int64_t axis = 0;       // concat, gather
+  bool keepdims = false;       // reduce
+  DType dtype = DType::f32;    // cast: target dtype
+  double value = 0.0;          // pad: fill value
+  std::vector<std::int64_t> ints;  // slice: start,step per axis; pad: before,after per axis
+};
+
+/// One kernel invocation. `out` is contiguous and allocated with the output shape/dtype.
+/// Elementwise families get inputs broadcast to out.shape (stride 0 on broadcast dims);
+/// the other families get contiguous inputs with their own shapes.
+struct KernelCall {
+  Prim prim;
+  std::span<const ArrayRef> inputs;
+  const ArrayRef& out;
+  const Attrs& attrs;
+};
+
+using KernelFn = void (*)(const KernelCall&);
+
+/// The kernel of each family (defined by the kernel translation units).
+void run_unary(const KernelCall& call);
+void run_binary(const KernelCall& call);
+void run_ternary(const KernelCall& call);
+void run_reduce(const KernelCall& call);
+void run_movement(const KernelCall& call);
+void run_linalg(const KernelCall& call);
+
+/// Kernel of primitive p.
+KernelFn kernel_for(Prim p);
+
+/// Copies src (any strides) into dst (any strides) of the same shape and dtype.
+void copy_strided(const ArrayRef& src, const ArrayRef& dst);
+
+}  // namespace kiln::detail

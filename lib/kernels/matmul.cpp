@@ -1,0 +1,290 @@
+// Matrix product kernels: libxsmm JIT kernels for small f32/f64 problems, OpenBLAS for
+// large ones, a wrapping i-k-j loop for integers. The contract is documented in
+// lib/ops/matmul.cpp.
+#include <cblas.h>
+#include <libxsmm.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "core/fail.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/parallel.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+/// Problems with m*n*k up to this many multiply-adds go to libxsmm. Measured on the 2-core
+/// AVX2 machine (docs/performance.md): libxsmm beats OpenBLAS on every shape up to 128^3
+/// (also skewed ones such as 8x512x512) and they meet near 192^3.
+constexpr std::int64_t small_gemm_limit = 128 * 128 * 128;
+
+/// Multiply-adds a parallel_for chunk should hold at least (smaller work stays inline).
+constexpr std::int64_t parallel_chunk_work = 1 << 17;
+
+std::int64_t grain_for(std::int64_t work_per_item) {
+  return std::max<std::int64_t>(1, parallel_chunk_work / std::max<std::int64_t>(1, work_per_item));
+}
+
+/// Offsets (in elements) of the matrices of a and b that output matrix i multiplies,
+/// walking the output batch dims in row-major order.
+struct BatchWalk {
+  std::size_t rank = 0;
+  Shape dims;      // output batch dims
+  Shape a_stride;  // 0 where a is broadcast
+  Shape b_stride;
+  std::int64_t count = 1;
+
+  BatchWalk(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out) {
+    rank = out.shape.size() - 2;
+    dims.resize(rank);
+    a_stride.resize(rank);
+    b_stride.resize(rank);
+    const std::size_t a_lead = rank - (a.shape.size() - 2);
+    const std::size_t b_lead = rank - (b.shape.size() - 2);
+    for (std::size_t d = 0; d < rank; ++d) {
+      dims[d] = out.shape[d];
+      count *= dims[d];
+      if (d >= a_lead && a.shape[d - a_lead] != 1) a_stride[d] = a.strides[d - a_lead];
+      if (d >= b_lead && b.shape[d - b_lead] != 1) b_stride[d] = b.strides[d - b_lead];
+    }
+  }
+
+  /// True when every output matrix uses the same b.
+  bool b_shared() const {
+    for (std::size_t d = 0; d < rank; ++d)
+      if (dims[d] != 1 && b_stride[d] != 0) return false;
+    return true;
+  }
+
+  /// True when a's matrices lie back to back in output order (a reads as [count*m, k]).
+  bool a_dense(std::int64_t matrix_elems) const {
+    std::int64_t expected = matrix_elems;
+    for (std::size_t d = rank; d-- > 0;) {
+      if (dims[d] == 1) continue;
+      if (a_stride[d] != expected) return false;
+      expected *= dims[d];
+    }
+    return true;
+  }
+
+  /// Element offsets of the a and b matrices that output matrix `index` multiplies.
+  std::pair<std::int64_t, std::int64_t> offsets(std::int64_t index) const {
+    std::int64_t a_off = 0, b_off = 0;
+    for (std::size_t d = rank; d-- > 0;) {
+      const std::int64_t i = index % dims[d];
+      index /= dims[d];
+      a_off += i * a_stride[d];
+      b_off += i * b_stride[d];
+    }
+    return {a_off, b_off};
+  }
+};
+
+void ensure_xsmm_initialized() {
+  static const bool initialized = [] {
+    libxsmm_init();
+    return true;
+  }();
+  (void)initialized;
+}
+
+template <class T>
+struct XsmmTraits;
+template <>
+struct XsmmTraits<float> {
+  using Kernel = libxsmm_smmfunction;
+  static Kernel dispatch(int m, int n, int k) {
+    const float alpha = 1, beta = 0;
+    const int prefetch = LIBXSMM_PREFETCH_NONE;
+    return libxsmm_smmdispatch(m, n, k, &m, &k, &m, &alpha, &beta, nullptr, &prefetch);
+  }
+};
+template <>
+struct XsmmTraits<double> {
+  using Kernel = libxsmm_dmmfunction;
+  static Kernel dispatch(int m, int n, int k) {
+    const double alpha = 1, beta = 0;
+    const int prefetch = LIBXSMM_PREFETCH_NONE;
+    return libxsmm_dmmdispatch(m, n, k, &m, &k, &m, &alpha, &beta, nullptr, &prefetch);
+  }
+};
+
+/// Thread-safe cache of libxsmm kernels for row-major C[m,n] = A[m,k] B[k,n] (tight
+/// leading dims, beta = 0). A null entry records that libxsmm offers no kernel.
+template <class T>
+class XsmmKernelCache {
+ public:
+  using Kernel = typename XsmmTraits<T>::Kernel;
+
+  static XsmmKernelCache& instance() {
+    static XsmmKernelCache cache;
+    return cache;
+  }
+
+  Kernel get(int m, int n, int k) {
+    const Key key{m, n, k};
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    }
+    ensure_xsmm_initialized();
+    std::unique_lock lock(mutex_);
+    if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m].
+    Kernel kernel = XsmmTraits<T>::dispatch(n, m, k);
+    kernels_.emplace(key, kernel);
+    return kernel;
+  }
+
+ private:
+  struct Key {
+    int m, n, k;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    std::size_t operator()(const Key& key) const {
+      std::size_t h = static_cast<std::size_t>(static_cast<unsigned>(key.m));
+      h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.n);
+      h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.k);
+      return h ^ (h >> 29);
+    }
+  };
+
+  std::shared_mutex mutex_;
+  std::unordered_map<Key, Kernel, KeyHash> kernels_;
+};
+
+/// Row-major C[m,n] = A[m,k] B[k,n] through OpenBLAS (both cores).
+void blas_gemm(const float* a, const float* b, float* c, int m, int n, int k) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+}
+void blas_gemm(const double* a, const double* b, double* c, int m, int n, int k) {
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c, n);
+}
+
+/// m*n*k <= small_gemm_limit, without overflowing (every dim is at least 1).
+bool is_small(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return n <= small_gemm_limit && k <= small_gemm_limit && m <= small_gemm_limit / (n * k);
+}
+
+/// One GEMM kernel for a fixed (m, n, k): libxsmm when small and available, else BLAS.
+template <class T>
+class FloatGemm {
+ public:
+  FloatGemm(std::int64_t m, std::int64_t n, std::int64_t k)
+      : m_(static_cast<int>(m)), n_(static_cast<int>(n)), k_(static_cast<int>(k)) {
+    if (is_small(m, n, k)) xsmm_ = XsmmKernelCache<T>::instance().get(m_, n_, k_);
+  }
+
+  bool uses_blas() const { return xsmm_ == nullptr; }
+
+  void operator()(const T* a, const T* b, T* c) const {
+    if (xsmm_ != nullptr)
+      xsmm_(b, a, c);
+    else
+      blas_gemm(a, b, c, m_, n_, k_);
+  }
+
+ private:
+  int m_, n_, k_;
+  typename XsmmTraits<T>::Kernel xsmm_ = nullptr;
+};
+
+template <class T>
+void matmul_float(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, const BatchWalk& walk,
+                  std::int64_t m, std::int64_t n, std::int64_t k) {
+  const T* a_data = a.ptr<const T>();
+  const T* b_data = b.ptr<const T>();
+  T* out_data = out.ptr<T>();
+  constexpr std::int64_t blas_max = INT_MAX;
+  if (m > blas_max || n > blas_max || k > blas_max)
+    fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m, k, k, n, blas_max);
+
+  // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
+  if (walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) && walk.count * m <= blas_max) {
+    FloatGemm<T>(walk.count * m, n, k)(a_data, b_data, out_data);
+    return;
+  }
+  const FloatGemm<T> gemm(m, n, k);
+  auto multiply = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto [a_off, b_off] = walk.offsets(i);
+      gemm(a_data + a_off, b_data + b_off, out_data + i * m * n);
+    }
+  };
+  // OpenBLAS spreads each GEMM over the cores itself; libxsmm kernels are single-threaded.
+  if (gemm.uses_blas())
+    multiply(0, walk.count);
+  else
+    parallel_for(walk.count, grain_for(m * n * k), multiply);
+}
+
+/// Integer product in i-k-j order; arithmetic in the unsigned type so overflow wraps.
+template <class T>
+void matmul_integer(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out,
+                    const BatchWalk& walk, std::int64_t m, std::int64_t n, std::int64_t k) {
+  using U = std::make_unsigned_t<T>;
+  const T* a_data = a.ptr<const T>();
+  const T* b_data = b.ptr<const T>();
+  T* out_data = out.ptr<T>();
+  parallel_for(walk.count * m, grain_for(n * k), [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t row = begin; row < end; ++row) {
+      const std::int64_t index = row / m, i = row % m;
+      const auto [a_off, b_off] = walk.offsets(index);
+      const T* a_row = a_data + a_off + i * k;
+      const T* b_mat = b_data + b_off;
+      U* c_row = reinterpret_cast<U*>(out_data + row * n);
+      std::fill(c_row, c_row + n, U{0});
+      for (std::int64_t p = 0; p < k; ++p) {
+        const U a_ip = static_cast<U>(a_row[p]);
+        const U* b_row = reinterpret_cast<const U*>(b_mat + p * n);
+        for (std::int64_t j = 0; j < n; ++j) c_row[j] = static_cast<U>(c_row[j] + a_ip * b_row[j]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void run_linalg(const KernelCall& call) {
+  if (call.prim != Prim::matmul) fail(name(call.prim), "no linear-algebra kernel");
+  const ArrayRef& a = call.inputs[0];
+  const ArrayRef& b = call.inputs[1];
+  const ArrayRef& out = call.out;
+  const std::int64_t m = a.shape[a.shape.size() - 2];
+  const std::int64_t k = a.shape.back();
+  const std::int64_t n = b.shape.back();
+  if (out.numel() == 0) return;
+  if (k == 0) {
+    std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
+    return;
+  }
+  const BatchWalk walk(a, b, out);
+  switch (out.dtype) {
+    case DType::f32:
+      matmul_float<float>(a, b, out, walk, m, n, k);
+      break;
+    case DType::f64:
+      matmul_float<double>(a, b, out, walk, m, n, k);
+      break;
+    case DType::i32:
+      matmul_integer<std::int32_t>(a, b, out, walk, m, n, k);
+      break;
+    case DType::i64:
+      matmul_integer<std::int64_t>(a, b, out, walk, m, n, k);
+      break;
+    case DType::boolean:
+      fail("matmul", "bool operands are not supported");
+      break;
+  }
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,428 @@
+// Reduction kernels: reduce_sum/prod/max/min/all/any over attrs.axes, argmax/argmin over one
+// axis. The contract (contiguous input, normalized sorted axes, contiguous output) is stated
+// with the front ends in lib/ops/reduce.cpp.
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "core/fail.hpp"
+#include "kernels/kernel.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+// Outer-axis reductions combine whole rows elementwise (a loop the compiler vectorizes);
+// blocks of more than kPairwiseRows rows are split in halves, so float sums err like
+// pairwise sums.
+constexpr std::int64_t kPairwiseRows = 32;
+// A contiguous row is reduced as a [n / kRowWidth, kRowWidth] matrix: its rows are
+// combined as above into kRowWidth lanes, then the lanes and the leftover tail.
+constexpr std::int64_t kRowWidth = 64;
+
+template <class T>
+bool is_nan(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+/// Integers accumulate in the unsigned type of the same width, so overflow wraps without UB.
+template <class T>
+struct Wrapping {
+  using type = T;
+};
+template <class T>
+requires std::is_integral_v<T>
+struct Wrapping<T> {
+  using type = std::make_unsigned_t<T>;
+};
+template <class T>
+using WrappingType = typename Wrapping<T>::type;
+
+// Each reducer turns an input element (In, the storage type: bool is std::uint8_t) into an
+// accumulator (load), merges two accumulators (combine, associative), and turns the final
+// accumulator into the output element (store).
+
+template <class T>
+struct SumReducer {
+  using In = T;
+  using Acc = WrappingType<T>;
+  using Out = T;
+  static Acc identity() { return Acc{0}; }
+  static Acc load(T v) { return static_cast<Acc>(v); }
+  static Acc combine(Acc a, Acc b) { return static_cast<Acc>(a + b); }
+  static Out store(Acc a) { return static_cast<Out>(a); }
+};
+
+template <class T>
+struct ProdReducer {
+  using In = T;
+  using Acc = WrappingType<T>;
+  using Out = T;
+  static Acc identity() { return Acc{1}; }
+  static Acc load(T v) { return static_cast<Acc>(v); }
+  static Acc combine(Acc a, Acc b) { return static_cast<Acc>(a * b); }
+  static Out store(Acc a) { return static_cast<Out>(a); }
+};
+
+/// max/min; NaN wins over everything (NumPy).
+template <class T, bool kMax>
+struct ExtremumReducer {
+  using In = T;
+  using Acc = T;
+  using Out = T;
+  static Acc identity() {
+    if constexpr (std::is_floating_point_v<T>) {
+      return kMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity();
+    } else {
+      return kMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max();
+    }
+  }
+  static Acc load(T v) { return v; }
+  static Acc combine(Acc a, Acc b) {
+    const bool b_wins = kMax ? b > a : b < a;
+    return b_wins || is_nan(b) ? b : a;
+  }
+  static Out store(Acc a) { return a; }
+};
+
+/// all/any: nonzero (NaN included) counts as true; the output is a bool byte.
+template <class T, bool kAll>
+struct LogicalReducer {
+  using In = T;
+  using Acc = std::uint8_t;
+  using Out = std::uint8_t;
+  static Acc identity() { return kAll ? 1 : 0; }
+  static Acc load(T v) { return v != T{0} ? 1 : 0; }
+  static Acc combine(Acc a, Acc b) { return static_cast<Acc>(kAll ? (a & b) : (a | b)); }
+  static Out store(Acc a) { return a; }
+};
+
+/// Number of cols-sized scratch rows accumulate_rows needs for `rows` rows.
+std::int64_t accumulate_depth(std::int64_t rows) {
+  std::int64_t depth = 0;
+  while (rows > kPairwiseRows) {
+    rows -= rows / 2;
+    ++depth;
+  }
+  return depth;
+}
+
+/// acc[k] = reduction over r of x[r * cols + k], for rows >= 1; pairwise over row blocks.
+/// scratch holds accumulate_depth(rows) * cols accumulators.
+template <class R>
+void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t cols,
+                     typename R::Acc* acc, typename R::Acc* scratch) {
+  if (rows > kPairwiseRows) {
+    const std::int64_t half = rows / 2;
+    accumulate_rows<R>(x, half, cols, acc, scratch);
+    accumulate_rows<R>(x + half * cols, rows - half, cols, scratch, scratch + cols);
+    for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], scratch[k]);
+    return;
+  }
+  for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::load(x[k]);
+  for (std::int64_t r = 1; r < rows; ++r) {
+    const typename R::In* row = x + r * cols;
+    for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], R::load(row[k]));
+  }
+}
+
+/// Scratch accumulators reduce_contiguous needs for rows of up to n elements.
+std::int64_t contiguous_scratch_size(std::int64_t n) {
+  return kRowWidth * (1 + accumulate_depth(n / kRowWidth));
+}
+
+/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size(n) accumulators.
+template <class R>
+typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
+                                  typename R::Acc* scratch) {
+  typename R::Acc total = R::identity();
+  const std::int64_t rows = n / kRowWidth;
+  if (rows > 0) {
+    typename R::Acc* lanes = scratch;
+    accumulate_rows<R>(x, rows, kRowWidth, lanes, scratch + kRowWidth);
+    for (std::int64_t width = kRowWidth / 2; width > 0; width /= 2)
+      for (std::int64_t j = 0; j < width; ++j) lanes[j] = R::combine(lanes[j], lanes[j + width]);
+    total = lanes[0];
+  }
+  for (std::int64_t i = rows * kRowWidth; i < n; ++i) total = R::combine(total, R::load(x[i]));
+  return total;
+}
+
+/// The input dims with size-1 dims dropped and neighbours of the same kind (reduced or
+/// kept) merged; valid because the input is contiguous.
+struct DimGroups {
+  std::size_t count = 0;
+  std::array<std::int64_t, Shape::max_rank> extent{};
+  std::array<bool, Shape::max_rank> reduced{};
+};
+
+DimGroups group_dims(const Shape& shape, const std::array<bool, Shape::max_rank>& is_reduced) {
+  DimGroups g;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (g.count > 0 && g.reduced[g.count - 1] == is_reduced[d]) {
+      g.extent[g.count - 1] *= shape[d];
+    } else {
+      g.extent[g.count] = shape[d];
+      g.reduced[g.count] = is_reduced[d];
+      ++g.count;
+    }
+  }
+  return g;
+}
+
+/// Reducer R applied as one stage of a reduction over several separate groups of axes:
+/// it reads input elements (kFirst) or partial accumulators, and writes output elements
+/// (kLast) or partial accumulators.
+template <class R, bool kFirst, bool kLast>
+struct Stage {
+  using In = std::conditional_t<kFirst, typename R::In, typename R::Acc>;
+  using Acc = typename R::Acc;
+  using Out = std::conditional_t<kLast, typename R::Out, Acc>;
+  static Acc identity() { return R::identity(); }
+  static Acc load(In v) {
+    if constexpr (kFirst) {
+      return R::load(v);
+    } else {
+      return v;
+    }
+  }
+  static Acc combine(Acc a, Acc b) { return R::combine(a, b); }
+  static Out store(Acc a) {
+    if constexpr (kLast) {
+      return R::store(a);
+    } else {
+      return a;
+    }
+  }
+};
+
+/// Reduces the middle axis of a contiguous [outer, rows, inner] array (rows >= 1) into
+/// out[outer, inner]: contiguous rows when inner == 1, else whole rows accumulated.
+template <class R>
+void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_t rows,
+                        std::int64_t inner, typename R::Out* out) {
+  using Acc = typename R::Acc;
+  if (inner == 1) {
+    std::vector<Acc> scratch(static_cast<std::size_t>(contiguous_scratch_size(rows)));
+    for (std::int64_t o = 0; o < outer; ++o)
+      out[o] = R::store(reduce_contiguous<R>(x + o * rows, rows, scratch.data()));
+    return;
+  }
+  std::vector<Acc> acc(static_cast<std::size_t>(inner));
+  std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * inner));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    accumulate_rows<R>(x + o * rows * inner, rows, inner, acc.data(), scratch.data());
+    typename R::Out* dst = out + o * inner;
+    for (std::int64_t k = 0; k < inner; ++k) dst[k] = R::store(acc[k]);
+  }
+}
+
+/// The innermost reduced group of g seen as the middle axis of [outer, rows, inner] (with
+/// no reduced group, everything is inner), and how many reduced groups g has.
+struct MiddleAxis {
+  std::int64_t outer = 1, rows = 1, inner = 1;
+  std::size_t group = 0;
+  std::size_t reduced_groups = 0;
+};
+
+MiddleAxis innermost_reduced(const DimGroups& g) {
+  MiddleAxis m;
+  for (std::size_t i = 0; i < g.count; ++i)
+    if (g.reduced[i]) {
+      ++m.reduced_groups;
+      m.group = i;
+    }
+  for (std::size_t i = 0; i < g.count; ++i) {
+    if (m.reduced_groups == 0 || i > m.group)
+      m.inner *= g.extent[i];
+    else if (i < m.group)
+      m.outer *= g.extent[i];
+    else
+      m.rows = g.extent[i];
+  }
+  return m;
+}
+
+/// Removes reduced group `at`; the kept groups on either side become one.
+void remove_group(DimGroups& g, std::size_t at) {
+  std::size_t removed = 1;
+  if (at > 0 && at + 1 < g.count) {
+    g.extent[at - 1] *= g.extent[at + 1];
+    removed = 2;
+  }
+  for (std::size_t i = at; i + removed < g.count; ++i) {
+    g.extent[i] = g.extent[i + removed];
+    g.reduced[i] = g.reduced[i + removed];
+  }
+  g.count -= removed;
+}
+
+template <class R>
+void reduce_typed(const KernelCall& call) {
+  using Acc = typename R::Acc;
+  const ArrayRef& in = call.inputs[0];
+  const auto* x = in.ptr<const typename R::In>();
+  auto* out = call.out.ptr<typename R::Out>();
+  const std::int64_t out_count = call.out.numel();
+  if (out_count == 0) return;
+  if (in.numel() == 0) {
+    for (std::int64_t i = 0; i < out_count; ++i) out[i] = R::store(R::identity());
+    return;
+  }
+
+  std::array<bool, Shape::max_rank> is_reduced{};
+  for (auto axis : call.attrs.axes) is_reduced[static_cast<std::size_t>(axis)] = true;
+  DimGroups g = group_dims(in.shape, is_reduced);
+  MiddleAxis m = innermost_reduced(g);
+  if (m.reduced_groups <= 1) {
+    reduce_middle_axis<Stage<R, true, true>>(x, m.outer, m.rows, m.inner, out);
+    return;
+  }
+  // Separate groups of reduced axes: reduce the innermost group into partial accumulators,
+  // then the next one, and so on, so every stage reads contiguous rows.
+  std::vector<Acc> partial(static_cast<std::size_t>(m.outer * m.inner)), next;
+  reduce_middle_axis<Stage<R, true, false>>(x, m.outer, m.rows, m.inner, partial.data());
+  while (true) {
+    remove_group(g, m.group);
+    m = innermost_reduced(g);
+    if (m.reduced_groups == 1) break;
+    next.resize(static_cast<std::size_t>(m.outer * m.inner));
+    reduce_middle_axis<Stage<R, false, false>>(partial.data(), m.outer, m.rows, m.inner,
+                                               next.data());
+    partial.swap(next);
+  }
+  reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
+}
+
+/// True when v should replace best as the running arg-extremum: NaN wins and stays.
+template <class T, bool kMax>
+bool replaces(T v, T best) {
+  if (is_nan(best)) return false;
+  if (is_nan(v)) return true;
+  return kMax ? v > best : v < best;
+}
+
+template <class T, bool kMax>
+void arg_extremum_typed(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  const auto axis = static_cast<std::size_t>(call.attrs.axes[0]);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= in.shape[d];
+  for (std::size_t d = axis + 1; d < in.shape.size(); ++d) inner *= in.shape[d];
+  const std::int64_t n = in.shape[axis];
+  if (call.out.numel() == 0) return;
+  if (n == 0) fail(name(call.prim), "reduction over zero-size axis {} of shape {}", axis, in.shape);
+
+  const T* x = in.ptr<const T>();
+  auto* out = call.out.ptr<std::int64_t>();
+  if (inner == 1) {
+    for (std::int64_t o = 0; o < outer; ++o) {
+      const T* row = x + o * n;
+      std::int64_t best_at = 0;
+      for (std::int64_t i = 1; i < n; ++i)
+        if (replaces<T, kMax>(row[i], row[best_at])) best_at = i;
+      out[o] = best_at;
+    }
+    return;
+  }
+  std::vector<T> best(static_cast<std::size_t>(inner));
+  for (std::int64_t o = 0; o < outer; ++o) {
+    const T* block = x + o * n * inner;
+    std::int64_t* best_at = out + o * inner;
+    for (std::int64_t k = 0; k < inner; ++k) {
+      best[static_cast<std::size_t>(k)] = block[k];
+      best_at[k] = 0;
+    }
+    for (std::int64_t r = 1; r < n; ++r) {
+      const T* row = block + r * inner;
+      for (std::int64_t k = 0; k < inner; ++k) {
+        if (replaces<T, kMax>(row[k], best[static_cast<std::size_t>(k)])) {
+          best[static_cast<std::size_t>(k)] = row[k];
+          best_at[k] = r;
+        }
+      }
+    }
+  }
+}
+
+/// Calls fn(T{}) with the storage type of dtype (bool is std::uint8_t).
+template <class Fn>
+void visit_storage_type(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      fn(float{});
+      break;
+    case DType::f64:
+      fn(double{});
+      break;
+    case DType::i32:
+      fn(std::int32_t{});
+      break;
+    case DType::i64:
+      fn(std::int64_t{});
+      break;
+    case DType::boolean:
+      fn(std::uint8_t{});
+      break;
+  }
+}
+
+}  // namespace
+
+void run_reduce(const KernelCall& call) {
+  const DType dtype = call.inputs[0].dtype;
+  const bool empty_extent = call.inputs[0].numel() == 0 && call.out.numel() > 0;
+  switch (call.prim) {
+    case Prim::reduce_sum:
+    case Prim::reduce_prod:
+      if (dtype == DType::boolean) fail(name(call.prim), "bool input is not supported");
+      break;
+    case Prim::reduce_max:
+    case Prim::reduce_min:
+      if (empty_extent) fail(name(call.prim), "reduction over a zero-size extent has no identity");
+      break;
+    default:
+      break;
+  }
+  visit_storage_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    switch (call.prim) {
+      case Prim::reduce_sum:
+        if constexpr (!std::is_same_v<T, std::uint8_t>) reduce_typed<SumReducer<T>>(call);
+        break;
+      case Prim::reduce_prod:
+        if constexpr (!std::is_same_v<T, std::uint8_t>) reduce_typed<ProdReducer<T>>(call);
+        break;
+      case Prim::reduce_max:
+        reduce_typed<ExtremumReducer<T, true>>(call);
+        break;
+      case Prim::reduce_min:
+        reduce_typed<ExtremumReducer<T, false>>(call);
+        break;
+      case Prim::reduce_all:
+        reduce_typed<LogicalReducer<T, true>>(call);
+        break;
+      case Prim::reduce_any:
+        reduce_typed<LogicalReducer<T, false>>(call);
+        break;
+      case Prim::argmax:
+        arg_extremum_typed<T, true>(call);
+        break;
+      case Prim::argmin:
+        arg_extremum_typed<T, false>(call);
+        break;
+      default:
+        fail(name(call.prim), "is not a reduction primitive");
+    }
+  });
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,149 @@
+#include "kiln/creation.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
+
+namespace kiln {
+
+namespace {
+
+/// value converted to T the way cast() converts (saturating, NaN → 0 for integers).
+template <class T>
+T convert(double v) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v != 0.0;
+  } else if constexpr (std::is_integral_v<T>) {
+    if (std::isnan(v)) return 0;
+    if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    return static_cast<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+template <class Fn>
+void visit_dtype(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32: fn(float{}); break;
+    case DType::f64: fn(double{}); break;
+    case DType::i32: fn(std::int32_t{}); break;
+    case DType::i64: fn(std::int64_t{}); break;
+    case DType::boolean: fn(bool{}); break;
+  }
+}
+
+/// A new tensor whose element i is f(i) converted to dtype.
+template <class F>
+Tensor generate(const Shape& shape, DType dtype, F&& f) {
+  Tensor t = detail::empty(shape, dtype);
+  const std::int64_t n = shape.numel();
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      auto* p = detail::data_ptr<std::uint8_t>(t);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = convert<bool>(f(i)) ? 1 : 0;
+    } else {
+      auto* p = detail::data_ptr<T>(t);
+      for (std::int64_t i = 0; i < n; ++i) p[i] = convert<T>(f(i));
+    }
+  });
+  return t;
+}
+
+void check_shape(const Shape& shape, const char* op) {
+  std::int64_t count = 1;
+  for (auto d : shape) {
+    if (d < 0) detail::fail(op, "negative dimension in shape {}", shape);
+    if (__builtin_mul_overflow(count, d, &count))
+      detail::fail(op, "shape {} has too many elements", shape);
+  }
+}
+
+}  // namespace
+
+Tensor scalar(double value, DType dtype) {
+  return generate(Shape{}, dtype, [&](std::int64_t) { return value; });
+}
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  check_shape(shape, "full");
+  Tensor t = detail::empty(shape, dtype);
+  const std::int64_t n = shape.numel();
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      auto* p = detail::data_ptr<std::uint8_t>(t);
+      std::fill(p, p + n, convert<bool>(value) ? 1 : 0);
+    } else {
+      auto* p = detail::data_ptr<T>(t);
+      std::fill(p, p + n, convert<T>(value));
+    }
+  });
+  return t;
+}
+
+Tensor zeros(const Shape& shape, DType dtype) {
+  check_shape(shape, "zeros");
+  return full(shape, 0.0, dtype);
+}
+Tensor ones(const Shape& shape, DType dtype) {
+  check_shape(shape, "ones");
+  return full(shape, 1.0, dtype);
+}
+
+namespace {
+const Tensor& defined(const Tensor& t, const char* op) {
+  if (!t.defined()) detail::fail(op, "argument 0 is an undefined tensor");
+  return t;
+}
+}  // namespace
+
+// The defined() check runs in its own statement: argument evaluation order is unspecified.
+Tensor zeros_like(const Tensor& t) {
+  defined(t, "zeros_like");
+  return full(t.shape(), 0.0, t.dtype());
+}
+Tensor ones_like(const Tensor& t) {
+  defined(t, "ones_like");
+  return full(t.shape(), 1.0, t.dtype());
+}
+Tensor full_like(const Tensor& t, double value) {
+  defined(t, "full_like");
+  return full(t.shape(), value, t.dtype());
+}
+
+Tensor arange(double start, double stop, double step, DType dtype) {
+  if (step == 0.0 || !std::isfinite(step) || !std::isfinite(start) || !std::isfinite(stop))
+    detail::fail("arange", "start, stop and step must be finite and step nonzero (got {}, {}, {})",
+                 start, stop, step);
+  const double count = std::ceil((stop - start) / step);
+  if (count > 1e12) detail::fail("arange", "{} elements is too many", count);
+  const auto n = static_cast<std::int64_t>(std::max(0.0, count));
+  return generate(Shape{n}, dtype, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
+}
+
+Tensor arange(std::int64_t stop, DType dtype) {
+  if (stop < 0) detail::fail("arange", "stop {} is negative", stop);
+  return generate(Shape{stop}, dtype, [](std::int64_t i) { return static_cast<double>(i); });
+}
+
+Tensor linspace(double start, double stop, std::int64_t num, DType dtype) {
+  if (num < 0) detail::fail("linspace", "num {} is negative", num);
+  const double step = num > 1 ? (stop - start) / static_cast<double>(num - 1) : 0.0;
+  return generate(Shape{num}, dtype, [&](std::int64_t i) {
+    return i == num - 1 && num > 1 ? stop : start + static_cast<double>(i) * step;
+  });
+}
+
+Tensor eye(std::int64_t n, std::int64_t m, DType dtype) {
+  if (m < 0) m = n;
+  if (n < 0) detail::fail("eye", "n {} is negative", n);
+  check_shape(Shape{n, m}, "eye");
+  return generate(Shape{n, m}, dtype, [&](std::int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
+}
+
+}  // namespace kiln

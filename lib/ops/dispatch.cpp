@@ -1,0 +1,172 @@
+#include "ops/dispatch.hpp"
+
+#include "autodiff/tape.hpp"
+
+#include <array>
+#include <optional>
+
+namespace kiln::detail {
+
+namespace {
+
+/// Strides that let `in` (a view) be read as if it had `out_shape` (NumPy broadcasting).
+Shape broadcast_strides(const Shape& in_shape, const Shape& in_strides, const Shape& out_shape) {
+  Shape st;
+  st.resize(out_shape.size());
+  const std::size_t lead = out_shape.size() - in_shape.size();
+  for (std::size_t i = 0; i < in_shape.size(); ++i)
+    st[lead + i] = in_shape[i] == 1 && out_shape[lead + i] != 1 ? 0 : in_strides[i];
+  return st;
+}
+
+/// Strides for viewing a tensor of (shape, strides) as new_shape without copying, if
+/// possible (NumPy's no-copy reshape: each group of old dims merged or split must be
+/// contiguous within itself).
+std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides, const Shape& new_shape) {
+  Shape out;
+  out.resize(new_shape.size());
+  if (shape.numel() == 0) return contiguous_strides(new_shape);
+  Shape old_shape, old_strides;
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) {
+      old_shape.push_back(shape[i]);
+      old_strides.push_back(strides[i]);
+    }
+  std::size_t oi = 0, oj = 1, ni = 0, nj = 1;
+  const std::size_t on = old_shape.size(), nn = new_shape.size();
+  while (ni < nn && oi < on) {
+    std::int64_t np = new_shape[ni], op = old_shape[oi];
+    while (np != op) {
+      if (np < op) np *= new_shape[nj++];
+      else op *= old_shape[oj++];
+    }
+    for (std::size_t k = oi; k + 1 < oj; ++k)
+      if (old_strides[k] != old_shape[k + 1] * old_strides[k + 1]) return std::nullopt;
+    out[nj - 1] = old_strides[oj - 1];
+    for (std::size_t k = nj - 1; k > ni; --k) out[k - 1] = out[k] * new_shape[k];
+    ni = nj++;
+    oi = oj++;
+  }
+  const std::int64_t last = ni > 0 ? out[ni - 1] : 1;
+  for (std::size_t k = ni; k < nn; ++k) out[k] = last;  // trailing size-1 dims
+  return out;
+}
+
+std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs, const Shape& out_shape) {
+  const TensorImpl& impl = *in.impl();
+  switch (p) {
+    case Prim::reshape:
+      if (auto st = reshape_strides(impl.shape, impl.strides, out_shape))
+        return make_view(in, out_shape, *st, impl.offset);
+      return std::nullopt;
+    case Prim::transpose: {
+      Shape st;
+      for (auto a : attrs.axes) st.push_back(impl.strides[static_cast<std::size_t>(a)]);
+      return make_view(in, out_shape, st, impl.offset);
+    }
+    case Prim::broadcast_to:
+      return make_view(in, out_shape, broadcast_strides(impl.shape, impl.strides, out_shape), impl.offset);
+    case Prim::slice: {
+      Shape st;
+      std::int64_t offset = impl.offset;
+      for (std::size_t d = 0; d < impl.shape.size(); ++d) {
+        const std::int64_t start = attrs.ints[2 * d], step = attrs.ints[2 * d + 1];
+        if (out_shape[d] > 0) offset += start * impl.strides[d];
+        st.push_back(impl.strides[d] * step);
+      }
+      return make_view(in, out_shape, st, offset);
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+/// Allocates the output and runs p's kernel on inputs (see KernelCall for what kernels get).
+Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
+                  DType out_dtype, const Shape& out_shape) {
+  Tensor out = empty(out_shape, out_dtype);
+  const TensorImpl& out_impl = *out.impl();
+  const ArrayRef out_ref{out_impl.data(), out_dtype, out_shape, out_impl.strides};
+  constexpr std::size_t small = 4;
+  static_assert(std::is_trivially_destructible_v<ArrayRef>);
+  alignas(ArrayRef) unsigned char stack_refs[small * sizeof(ArrayRef)];  // left uninitialized
+  std::vector<ArrayRef> heap_refs;
+  ArrayRef* refs = reinterpret_cast<ArrayRef*>(stack_refs);
+  if (inputs.size() > small) {
+    heap_refs.resize(inputs.size());
+    refs = heap_refs.data();
+  }
+  std::vector<Tensor> copies;  // contiguous copies made for non-elementwise kernels
+  const bool elementwise = is_elementwise(p);
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const TensorImpl& impl = *inputs[i]->impl();
+    if (elementwise) {
+      new (&refs[i]) ArrayRef{impl.data(), impl.dtype, out_shape,
+                              impl.shape == out_shape
+                                  ? impl.strides
+                                  : broadcast_strides(impl.shape, impl.strides, out_shape)};
+    } else if (impl.is_contiguous()) {
+      new (&refs[i]) ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
+    } else {
+      copies.push_back(inputs[i]->contiguous());
+      new (&refs[i]) ArrayRef(array_ref(copies.back()));
+    }
+  }
+  kernel_for(p)(KernelCall{p, std::span<const ArrayRef>(refs, inputs.size()), out_ref, attrs});
+  return out;
+}
+
+}  // namespace
+
+Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
+             const Shape& out_shape) {
+  const PrimitiveInfo& pi = info(p);
+  std::optional<Tensor> view;
+  if (pi.family == Family::movement && inputs.size() == 1)
+    view = try_view(p, *inputs[0], attrs, out_shape);
+  Tensor out = view ? std::move(*view) : run_kernel(p, inputs, attrs, out_dtype, out_shape);
+  if (any_tape_recording()) {
+    std::vector<Tensor> held;
+    held.reserve(inputs.size());
+    for (const Tensor* t : inputs) held.push_back(*t);
+    record(p, held, attrs, out);
+  }
+  return out;
+}
+
+Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,
+             const Shape& out_shape) {
+  std::vector<const Tensor*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (const Tensor& t : inputs) ptrs.push_back(&t);
+  return apply(p, std::span<const Tensor* const>(ptrs), attrs, out_dtype, out_shape);
+}
+
+void check_defined(const Tensor& t, std::string_view op, int index) {
+  if (!t.defined()) fail(op, "argument {} is an undefined tensor", index);
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op) {
+  if (a.dtype() != b.dtype())
+    fail(op, "dtypes differ: {} vs {} (use kiln::cast)", dtype_name(a.dtype()), dtype_name(b.dtype()));
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
+  const std::size_t rank = std::max(a.size(), b.size());
+  Shape out;
+  out.resize(rank);
+  for (std::size_t i = 0; i < rank; ++i) {
+    const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1) fail(op, "shapes {} and {} cannot be broadcast", a, b);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, std::string_view op) {
+  if (axis < -rank || axis >= rank) fail(op, "axis {} out of range for rank {}", axis, rank);
+  return axis < 0 ? axis + rank : axis;
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,43 @@
+#pragma once
+// The one path every op takes after its front end has validated the arguments and
+// inferred the output: apply(prim, inputs, attrs, dtype, shape).
+
+#include <array>
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <string_view>
+
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
+#include "kernels/kernel.hpp"
+
+namespace kiln::detail {
+
+/// Runs primitive p on `inputs` and returns its output of the given dtype and shape.
+/// The front end has already checked every argument; apply() does not re-validate.
+/// While a GradientTape records, the application is recorded on it.
+Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
+             const Shape& out_shape);
+/// For a list of tensors (concat).
+Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,
+             const Shape& out_shape);
+/// For a fixed list, without copying the handles: apply(Prim::add, {a, b}, ...).
+inline Tensor apply(Prim p, std::initializer_list<std::reference_wrapper<const Tensor>> inputs,
+                    const Attrs& attrs, DType out_dtype, const Shape& out_shape) {
+  std::array<const Tensor*, 4> ptrs{};
+  std::size_t n = 0;
+  for (const Tensor& t : inputs) ptrs[n++] = &t;
+  return apply(p, std::span<const Tensor* const>(ptrs.data(), n), attrs, out_dtype, out_shape);
+}
+
+/// Throws "[op] argument <index> is an undefined tensor".
+void check_defined(const Tensor& t, std::string_view op, int index = 0);
+/// Throws "[op] dtypes differ: f32 vs f64" unless a and b share a dtype.
+void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op);
+/// NumPy broadcast of two shapes, or "[op] shapes [..] and [..] cannot be broadcast".
+Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+/// Axis in [-rank, rank) → [0, rank), or "[op] axis 3 out of range for rank 2".
+std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, std::string_view op);
+
+}  // namespace kiln::detail

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs kiln's build dependencies from Debian's packages (idempotent; needs root or sudo).
+set -euo pipefail
+packages=(g++ meson ninja-build pkg-config cmake
+          libfmt-dev xtensor-dev libxsimd-dev catch2 libopenblas-dev libxsmm-dev
+          nlohmann-json3-dev libzip-dev zlib1g-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Command 2 of the README: build and run the whole test suite twice, an optimized build and an
+# address+undefined sanitizer build, then print "N passed, N failed" as the last line.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh || exit 1
+
+passed=0
+failed=0
+logdir=$(mktemp -d)
+
+# Adds the counts of one Catch2 run (its console output in $1) to the totals.
+count_catch() {
+  local summary
+  summary=$(grep -E '^(All tests passed|test cases:)' "$1" | tail -n 1)
+  if [[ $summary =~ All\ tests\ passed.*\ ([0-9]+)\ test\ case ]]; then
+    passed=$((passed + BASH_REMATCH[1]))
+  elif [[ $summary =~ test\ cases:\ *([0-9]+)\ \|\ *([0-9]+)\ passed\ \|\ *([0-9]+)\ failed ]]; then
+    passed=$((passed + BASH_REMATCH[2]))
+    failed=$((failed + BASH_REMATCH[3]))
+  elif [[ $summary =~ test\ cases:\ *([0-9]+)\ \|\ *([0-9]+)\ failed ]]; then
+    failed=$((failed + BASH_REMATCH[2]))
+  else
+    echo "could not read a Catch2 summary from $1"
+    failed=$((failed + 1))
+  fi
+}
+
+# Runs one named check (a command); counts it as one test.
+check() {
+  local name=$1
+  shift
+  if "$@" >"$logdir/$name.log" 2>&1; then
+    echo "ok: $name"
+    passed=$((passed + 1))
+  else
+    echo "FAILED: $name (log follows)"
+    tail -n 60 "$logdir/$name.log"
+    failed=$((failed + 1))
+  fi
+}
+
+run_build() {
+  local dir=$1
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$@" >"$logdir/setup-$dir.log" 2>&1 || { cat "$logdir/setup-$dir.log"; return 1; }
+  fi
+  ninja -C "$dir" >"$logdir/build-$dir.log" 2>&1 || { tail -n 80 "$logdir/build-$dir.log"; return 1; }
+}
+
+for variant in release asan; do
+  if [ "$variant" = release ]; then
+    dir=build
+    run_build "$dir" || { echo "0 passed, 1 failed"; exit 1; }
+  else
+    dir=build-asan
+    run_build "$dir" -Db_sanitize=address,undefined -Dbuildtype=debug -Db_lundef=false \
+      || { echo "0 passed, 1 failed"; exit 1; }
+  fi
+  echo "== $variant: unit tests"
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  export ASAN_OPTIONS=detect_leaks=1
+  "$dir/test/kiln_tests" >"$logdir/unit-$variant.log" 2>&1
+  status=$?
+  tail -n 3 "$logdir/unit-$variant.log"
+  count_catch "$logdir/unit-$variant.log"
+  if [ $status -ne 0 ]; then
+    grep -B2 -A12 -E 'FAILED|ERROR|runtime error|Sanitizer' "$logdir/unit-$variant.log" | head -n 120
+    grep -qE 'runtime error|Sanitizer' "$logdir/unit-$variant.log" && failed=$((failed + 1))
+  fi
+  check "$variant-bench-smoke" "$dir/bench/kiln_bench" --quick
+  check "$variant-demo" "$dir/examples/demo"
+done
+
+echo "== install and consumers"
+check install-consumers bash test/consumers/run.sh build
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

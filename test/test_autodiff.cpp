@@ -1,0 +1,347 @@
+// Autodiff: every differentiable op's gradient against central finite differences (f64), second
+// derivatives, a small MLP and an LSTM cell end to end, tape lifetime rules and memory.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include <kiln/autodiff.hpp>
+#include <kiln/kiln.hpp>
+
+using kiln::Shape;
+using kiln::Tensor;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+/// Random f64 values in [lo, hi), reproducible per (shape, seed).
+Tensor input(const Shape& shape, double lo, double hi, std::uint64_t seed) {
+  return kiln::random::uniform(shape, lo, hi, seed, kiln::f64);
+}
+
+/// sum(f(args) * w) for a fixed random weight w: a scalar whose gradient checks the full VJP.
+double weighted(const Fn& f, const std::vector<Tensor>& args, const Tensor& w) {
+  return kiln::sum(f(args) * w).item<double>();
+}
+
+/// Checks the tape gradient of sum(f(args) * w) against central differences for every input.
+void check_gradient(const std::string& name, const Fn& f, const std::vector<Tensor>& args,
+                    double tolerance = 1e-6) {
+  INFO("op: " << name);
+  const Tensor probe = f(args);
+  const Tensor w = input(probe.shape(), 0.5, 1.5, 99);
+  kiln::GradientTape tape;
+  for (const Tensor& a : args) tape.watch(a);
+  const Tensor loss = kiln::sum(f(args) * w);
+  const std::vector<Tensor> grads = tape.gradient(loss, args);
+  REQUIRE(grads.size() == args.size());
+  const double eps = 1e-6;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    INFO("input " << i << " of shape " << args[i].shape().to_string());
+    REQUIRE(grads[i].shape() == args[i].shape());
+    std::vector<double> values = args[i].to_vector<double>();
+    const std::vector<double> analytic = grads[i].to_vector<double>();
+    for (std::size_t j = 0; j < values.size(); ++j) {
+      std::vector<Tensor> plus = args, minus = args;
+      std::vector<double> vp = values, vm = values;
+      vp[j] += eps;
+      vm[j] -= eps;
+      plus[i] = kiln::tensor(vp, args[i].shape());
+      minus[i] = kiln::tensor(vm, args[i].shape());
+      const double numeric = (weighted(f, plus, w) - weighted(f, minus, w)) / (2 * eps);
+      INFO("element " << j);
+      CHECK(analytic[j] == Approx(numeric).margin(tolerance).epsilon(1e-5));
+    }
+  }
+}
+
+struct GradCase {
+  std::string name;
+  Fn f;
+  std::vector<Tensor> args;
+};
+
+std::vector<GradCase> unary_cases() {
+  auto pos = [](std::uint64_t s) { return input({2, 3}, 0.5, 2.0, s); };
+  auto any = [](std::uint64_t s) { return input({2, 3}, -2.0, 2.0, s); };
+  auto away_from_zero = [](std::uint64_t s) {
+    return kiln::tensor(std::vector<double>{-1.5, -0.7, 0.3, 0.9, 1.2, -0.2}, Shape{2, 3}) +
+           input({2, 3}, 0.0, 0.05, s);
+  };
+  using V = const std::vector<Tensor>&;
+  return {
+      {"neg", [](V a) { return kiln::neg(a[0]); }, {any(1)}},
+      {"abs", [](V a) { return kiln::abs(a[0]); }, {away_from_zero(2)}},
+      {"exp", [](V a) { return kiln::exp(a[0]); }, {any(3)}},
+      {"log", [](V a) { return kiln::log(a[0]); }, {pos(4)}},
+      {"log1p", [](V a) { return kiln::log1p(a[0]); }, {pos(5)}},
+      {"sqrt", [](V a) { return kiln::sqrt(a[0]); }, {pos(6)}},
+      {"rsqrt", [](V a) { return kiln::rsqrt(a[0]); }, {pos(7)}},
+      {"square", [](V a) { return kiln::square(a[0]); }, {any(8)}},
+      {"sin", [](V a) { return kiln::sin(a[0]); }, {any(9)}},
+      {"cos", [](V a) { return kiln::cos(a[0]); }, {any(10)}},
+      {"tanh", [](V a) { return kiln::tanh(a[0]); }, {any(11)}},
+      {"sigmoid", [](V a) { return kiln::sigmoid(a[0]); }, {any(12)}},
+      {"relu", [](V a) { return kiln::relu(a[0]); }, {away_from_zero(13)}},
+      {"softplus", [](V a) { return kiln::softplus(a[0]); }, {any(14)}},
+      {"cast f64", [](V a) { return kiln::cast(a[0], kiln::f64); }, {any(15)}},
+      {"clip", [](V a) { return kiln::clip(a[0], -1.0, 1.0); }, {away_from_zero(16)}},
+  };
+}
+
+std::vector<GradCase> binary_cases() {
+  using V = const std::vector<Tensor>&;
+  Tensor col = input({3, 1}, -1.0, 1.0, 21), row = input({1, 4}, -1.0, 1.0, 22);
+  Tensor pos_col = input({3, 1}, 0.5, 2.0, 23), pos_row = input({1, 4}, 0.5, 2.0, 24);
+  Tensor a = input({3, 4}, -1.0, 1.0, 25), b = a + 0.5;  // distinct for maximum/minimum
+  Tensor cond = kiln::tensor(std::vector<bool>{true, false, true, true, false, false, true, false,
+                                               false, true, true, false},
+                             Shape{3, 4});
+  return {
+      {"add", [](V x) { return x[0] + x[1]; }, {col, row}},
+      {"sub", [](V x) { return x[0] - x[1]; }, {col, row}},
+      {"mul", [](V x) { return x[0] * x[1]; }, {col, row}},
+      {"div", [](V x) { return x[0] / x[1]; }, {col, pos_row}},
+      {"pow", [](V x) { return kiln::pow(x[0], x[1]); }, {pos_col, row}},
+      {"maximum", [](V x) { return kiln::maximum(x[0], x[1]); }, {a, kiln::transpose(kiln::transpose(b))}},
+      {"minimum", [](V x) { return kiln::minimum(x[0], x[1]); }, {b, a}},
+      {"mod", [](V x) { return kiln::mod(x[0], x[1]); },
+       {input({3, 4}, 0.1, 0.9, 26), kiln::full({1}, 1.3, kiln::f64)}},
+      {"where", [cond](V x) { return kiln::where(cond, x[0], x[1]); }, {col, row}},
+      {"scalar ops", [](V x) { return 2.0 * x[0] - x[0] / 3.0 + 1.0; }, {a}},
+  };
+}
+
+std::vector<GradCase> reduction_cases() {
+  using V = const std::vector<Tensor>&;
+  Tensor x = input({2, 3, 4}, -1.0, 1.0, 31);
+  Tensor p = input({2, 3, 4}, 0.5, 1.5, 32);
+  Tensor with_zero = kiln::tensor(std::vector<double>{1.5, 0.0, 2.0, 0.7, 1.1, -0.4}, Shape{2, 3});
+  return {
+      {"sum all", [](V a) { return kiln::sum(a[0]); }, {x}},
+      {"sum {0,2}", [](V a) { return kiln::sum(a[0], {0, 2}); }, {x}},
+      {"sum keepdims", [](V a) { return kiln::sum(a[0], {1}, true); }, {x}},
+      {"mean {-1}", [](V a) { return kiln::mean(a[0], {-1}); }, {x}},
+      {"prod {1}", [](V a) { return kiln::prod(a[0], {1}); }, {p}},
+      {"prod with a zero", [](V a) { return kiln::prod(a[0], {1}); }, {with_zero}},
+      {"max {2}", [](V a) { return kiln::max(a[0], {2}); }, {x}},
+      {"min {0,1}", [](V a) { return kiln::min(a[0], {0, 1}); }, {x}},
+      {"logsumexp {2}", [](V a) { return kiln::logsumexp(a[0], {2}); }, {x}},
+      {"softmax", [](V a) { return kiln::softmax(a[0], 1); }, {x}},
+      {"log_softmax", [](V a) { return kiln::log_softmax(a[0]); }, {x}},
+  };
+}
+
+std::vector<GradCase> movement_cases() {
+  using V = const std::vector<Tensor>&;
+  Tensor x = input({2, 3, 4}, -1.0, 1.0, 41);
+  Tensor y = input({2, 2, 4}, -1.0, 1.0, 42);
+  Tensor idx = kiln::tensor({2, 0, 2, -1}, {2, 2});
+  return {
+      {"reshape", [](V a) { return kiln::reshape(a[0], {4, -1}); }, {x}},
+      {"transpose", [](V a) { return kiln::transpose(a[0], {2, 0, 1}); }, {x}},
+      {"expand_dims+squeeze", [](V a) { return kiln::squeeze(kiln::expand_dims(a[0], 1)) * 2.0; }, {x}},
+      {"broadcast_to", [](V a) { return kiln::broadcast_to(a[0], {5, 2, 3, 4}); }, {x}},
+      {"concat", [](V a) { return kiln::concat({a[0], a[1]}, 1); }, {x, y}},
+      {"stack", [](V a) { return kiln::stack({a[0], a[0] * 2.0}, 2); }, {x}},
+      {"unstack", [](V a) { auto p = kiln::unstack(a[0], 1); return p[0] * p[2] + p[1]; }, {x}},
+      {"split", [](V a) { auto p = kiln::split(a[0], {1, 3}, 2); return kiln::sum(p[1], {2}) * kiln::squeeze(p[0], {2}); }, {x}},
+      {"slice steps", [](V a) { return kiln::slice(a[0], {{0, 2, 1}, {2, kiln::Slice::none, -2}, {1, 4, 2}}); }, {x}},
+      {"slice one axis", [](V a) { return kiln::slice(a[0], 2, 1, 3); }, {x}},
+      {"gather", [idx](V a) { return kiln::gather(a[0], idx, 1); }, {x}},
+      {"pad", [](V a) { return kiln::pad(a[0], {{1, 0}, {0, 2}, {1, 1}}, 3.0); }, {x}},
+      {"tile", [](V a) { return kiln::tile(a[0], {1, 2, 3}); }, {x}},
+  };
+}
+
+std::vector<GradCase> matmul_cases() {
+  using V = const std::vector<Tensor>&;
+  auto mm = [](V a) { return kiln::matmul(a[0], a[1]); };
+  return {
+      {"matmul 2-D", mm, {input({3, 4}, -1, 1, 51), input({4, 2}, -1, 1, 52)}},
+      {"matmul batched broadcast", mm, {input({2, 1, 3, 4}, -1, 1, 53), input({3, 4, 2}, -1, 1, 54)}},
+      {"matmul vector", mm, {input({4}, -1, 1, 55), input({2, 4, 3}, -1, 1, 56)}},
+      {"matmul matrix-vector", mm, {input({3, 4}, -1, 1, 57), input({4}, -1, 1, 58)}},
+  };
+}
+
+}  // namespace
+
+TEST_CASE("gradients match finite differences: unary ops", "[autodiff]") {
+  for (const auto& c : unary_cases()) check_gradient(c.name, c.f, c.args);
+}
+
+TEST_CASE("gradients match finite differences: binary ops with broadcasting", "[autodiff]") {
+  for (const auto& c : binary_cases()) check_gradient(c.name, c.f, c.args);
+}
+
+TEST_CASE("gradients match finite differences: reductions and softmax", "[autodiff]") {
+  for (const auto& c : reduction_cases()) check_gradient(c.name, c.f, c.args);
+}
+
+TEST_CASE("gradients match finite differences: shape and movement ops", "[autodiff]") {
+  for (const auto& c : movement_cases()) check_gradient(c.name, c.f, c.args);
+}
+
+TEST_CASE("gradients match finite differences: matmul", "[autodiff]") {
+  for (const auto& c : matmul_cases()) check_gradient(c.name, c.f, c.args);
+}
+
+TEST_CASE("second derivatives through nested tapes", "[autodiff]") {
+  Tensor x = kiln::tensor(std::vector<double>{-1.3, 0.2, 0.9}, Shape{3});
+  struct Second {
+    std::string name;
+    std::function<Tensor(const Tensor&)> f;
+    std::function<double(double)> d2;
+  };
+  const std::vector<Second> cases = {
+      {"x^3", [](const Tensor& t) { return t * t * t; }, [](double v) { return 6 * v; }},
+      {"sin", [](const Tensor& t) { return kiln::sin(t); }, [](double v) { return -std::sin(v); }},
+      {"tanh",
+       [](const Tensor& t) { return kiln::tanh(t); },
+       [](double v) { double y = std::tanh(v); return -2 * y * (1 - y * y); }},
+      {"exp(2x)", [](const Tensor& t) { return kiln::exp(t * 2.0); },
+       [](double v) { return 4 * std::exp(2 * v); }},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    kiln::GradientTape outer;
+    outer.watch(x);
+    Tensor dy;
+    {
+      kiln::GradientTape inner;
+      inner.watch(x);
+      dy = inner.gradient(kiln::sum(c.f(x)), x);
+    }
+    Tensor d2 = outer.gradient(kiln::sum(dy), x);
+    const auto got = d2.to_vector<double>();
+    const auto xs = x.to_vector<double>();
+    for (std::size_t i = 0; i < xs.size(); ++i) CHECK(got[i] == Approx(c.d2(xs[i])).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("a tiny MLP's full gradient matches finite differences", "[autodiff]") {
+  Tensor x = input({5, 3}, -1, 1, 61);
+  Tensor labels = input({5, 2}, 0, 1, 62);
+  std::vector<Tensor> params = {input({3, 4}, -0.5, 0.5, 63), input({4}, -0.1, 0.1, 64),
+                                input({4, 2}, -0.5, 0.5, 65), input({2}, -0.1, 0.1, 66)};
+  Fn loss = [x, labels](const std::vector<Tensor>& p) {
+    Tensor h = kiln::tanh(kiln::matmul(x, p[0]) + p[1]);
+    Tensor logits = kiln::matmul(h, p[2]) + p[3];
+    Tensor prob = kiln::sigmoid(logits);
+    Tensor bce = -(labels * kiln::log(prob) + (1.0 - labels) * kiln::log(1.0 - prob));
+    return kiln::mean(bce);
+  };
+  check_gradient("mlp", loss, params);
+}
+
+TEST_CASE("a hand-unrolled LSTM cell's full gradient matches finite differences", "[autodiff]") {
+  const std::int64_t batch = 3, in = 4, hidden = 5;
+  Tensor xs = input({2, batch, in}, -1, 1, 71);  // two time steps
+  std::vector<Tensor> params = {input({in, 4 * hidden}, -0.4, 0.4, 72),
+                                input({hidden, 4 * hidden}, -0.4, 0.4, 73),
+                                input({4 * hidden}, -0.1, 0.1, 74)};
+  Fn run = [=](const std::vector<Tensor>& p) {
+    Tensor h = kiln::zeros({batch, hidden}, kiln::f64), c = kiln::zeros({batch, hidden}, kiln::f64);
+    for (Tensor x : kiln::unstack(xs, 0)) {
+      Tensor z = kiln::matmul(x, p[0]) + kiln::matmul(h, p[1]) + p[2];
+      auto gates = kiln::split(z, 4, 1);  // i, f, c~, o (Keras order)
+      Tensor i = kiln::sigmoid(gates[0]), f = kiln::sigmoid(gates[1]);
+      Tensor g = kiln::tanh(gates[2]), o = kiln::sigmoid(gates[3]);
+      c = f * c + i * g;
+      h = o * kiln::tanh(c);
+    }
+    return kiln::sum(h * h);
+  };
+  check_gradient("lstm", run, params);
+}
+
+TEST_CASE("value_and_grad, grad, vjp and custom_gradient", "[autodiff]") {
+  Tensor a = kiln::tensor(std::vector<double>{1.0, 2.0, 3.0});
+  Tensor b = kiln::tensor(std::vector<double>{0.5, -1.0, 2.0});
+  auto f = [](const std::vector<Tensor>& v) { return kiln::sum(v[0] * v[1] * v[0]); };
+  auto [value, grads] = kiln::value_and_grad(f)({a, b});
+  CHECK(value.item<double>() == Approx(0.5 - 4.0 + 18.0));
+  CHECK(grads[0].to_vector<double>() == std::vector<double>{1.0, -4.0, 12.0});  // 2ab
+  CHECK(grads[1].to_vector<double>() == std::vector<double>{1.0, 4.0, 9.0});    // a^2
+  auto only_b = kiln::grad(f, {1})({a, b});
+  REQUIRE(only_b.size() == 1);
+  CHECK(only_b[0].to_vector<double>() == std::vector<double>{1.0, 4.0, 9.0});
+  CHECK_THROWS_WITH(kiln::grad(f, {2})({a, b}), "[value_and_grad] argnum 2 out of range for 2 arguments");
+
+  auto [y, cot] = kiln::vjp([](const std::vector<Tensor>& v) { return v[0] * 3.0; }, {a},
+                            kiln::tensor(std::vector<double>{1.0, 0.0, 2.0}));
+  CHECK(y.to_vector<double>() == std::vector<double>{3.0, 6.0, 9.0});
+  CHECK(cot[0].to_vector<double>() == std::vector<double>{3.0, 0.0, 6.0});
+
+  // Straight-through rounding: forward rounds, backward passes the gradient unchanged.
+  auto round_ste = kiln::custom_gradient([](const std::vector<Tensor>& v) {
+    return std::pair<Tensor, kiln::GradFn>(kiln::round(v[0]),
+                                           [](const Tensor& g) { return std::vector<Tensor>{g}; });
+  });
+  Tensor x = kiln::tensor(std::vector<double>{0.2, 1.7, -0.6});
+  kiln::GradientTape tape;
+  tape.watch(x);
+  Tensor loss = kiln::sum(round_ste({x}) * x);
+  Tensor gx = tape.gradient(loss, x);
+  // d/dx [round_ste(x) * x] = 1 * x + round(x)
+  CHECK(gx.to_vector<double>() == std::vector<double>{0.2 + 0.0, 1.7 + 2.0, -0.6 - 1.0});
+}
+
+TEST_CASE("stop_gradient, unconnected sources and integer paths give zeros", "[autodiff]") {
+  Tensor x = kiln::tensor(std::vector<double>{1.0, 2.0});
+  Tensor unused = kiln::tensor(std::vector<double>{5.0});
+  kiln::GradientTape tape({.persistent = true});
+  tape.watch(x);
+  tape.watch(unused);
+  Tensor y = kiln::sum(x * kiln::stop_gradient(x));
+  auto g = tape.gradient(y, {x, unused});
+  CHECK(g[0].to_vector<double>() == std::vector<double>{1.0, 2.0});
+  CHECK(g[1].to_vector<double>() == std::vector<double>{0.0});
+  Tensor through_int = kiln::sum(kiln::cast(kiln::cast(x, kiln::i32), kiln::f64));
+  CHECK(tape.gradient(through_int, x).to_vector<double>() == std::vector<double>{0.0, 0.0});
+  Tensor through_argmax = kiln::cast(kiln::argmax(x), kiln::f64);
+  CHECK(tape.gradient(through_argmax, x).to_vector<double>() == std::vector<double>{0.0, 0.0});
+}
+
+TEST_CASE("tape errors are clear and change nothing", "[autodiff]") {
+  Tensor x = kiln::tensor(std::vector<double>{1.0, 2.0});
+  {
+    kiln::GradientTape tape;
+    tape.watch(x);
+    Tensor y = x * 2.0;
+    CHECK_THROWS_WITH(tape.gradient(y, x),
+                      Catch::StartsWith("[GradientTape.gradient] target of shape [2] is not a scalar"));
+    // The failed call released nothing: a proper call still works.
+    CHECK(tape.gradient(kiln::sum(y), x).to_vector<double>() == std::vector<double>{2.0, 2.0});
+    CHECK_THROWS_WITH(tape.gradient(kiln::sum(y), x),
+                      Catch::StartsWith("[GradientTape.gradient] this tape was released"));
+  }
+  kiln::GradientTape tape;
+  Tensor ints = kiln::tensor({1, 2});
+  CHECK_THROWS_WITH(tape.watch(ints), Catch::StartsWith("[GradientTape.watch] cannot watch a tensor of dtype i32"));
+  CHECK_THROWS_WITH(tape.gradient(kiln::sum(x), ints),
+                    Catch::StartsWith("[GradientTape.gradient] source 0 has dtype i32"));
+  CHECK_THROWS_WITH(tape.gradient(kiln::sum(x), x, kiln::ones({3}, kiln::f64)),
+                    Catch::StartsWith("[GradientTape.gradient] output_gradient is f64 [3]"));
+}
+
+TEST_CASE("10,000 eager forward+backward steps leave live memory where it started", "[autodiff]") {
+  Tensor w = input({8, 8}, -0.3, 0.3, 81);
+  Tensor x = input({4, 8}, -1, 1, 82);
+  auto step = [&] {
+    kiln::GradientTape tape;
+    tape.watch(w);
+    Tensor loss = kiln::mean(kiln::square(kiln::tanh(kiln::matmul(x, w))));
+    Tensor g = tape.gradient(loss, w);
+    w = w - g * 0.01;
+  };
+  step();  // warm caches (libxsmm kernels, thread pool)
+  const auto before = kiln::memory_stats();
+  for (int i = 0; i < 10000; ++i) step();
+  const auto after = kiln::memory_stats();
+  CHECK(after.live_tensors == before.live_tensors);
+  CHECK(after.live_bytes == before.live_bytes);
+}

@@ -1,0 +1,674 @@
+#include <fmt/format.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <kiln/kiln.hpp>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include <xsimd/config/xsimd_config.hpp>
+#include <xsimd/config/xsimd_cpuid.hpp>
+
+#include "core/tensor_impl.hpp"
+#include "kernels/elementwise_table.hpp"
+#include "kernels/parallel.hpp"
+
+namespace {
+
+using kiln::DType;
+using kiln::Shape;
+using kiln::Tensor;
+
+constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
+constexpr double infinity = std::numeric_limits<double>::infinity();
+constexpr std::int32_t i32_min = std::numeric_limits<std::int32_t>::min();
+constexpr std::int32_t i32_max = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t i64_min = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
+
+const std::vector<DType> all_dtypes = {kiln::f32, kiln::f64, kiln::i32, kiln::i64, kiln::boolean};
+
+/// A tensor of `dtype` holding `values` (which must be representable in it).
+Tensor make(const std::vector<double>& values, DType dtype, Shape shape = {}) {
+  if (shape.empty() && values.size() != 1) shape = Shape{static_cast<std::int64_t>(values.size())};
+  auto convert = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> typed;
+    for (double v : values) typed.push_back(static_cast<T>(v));
+    return kiln::tensor(typed, shape);
+  };
+  switch (dtype) {
+    case DType::f32:
+      return convert(float{});
+    case DType::f64:
+      return convert(double{});
+    case DType::i32:
+      return convert(std::int32_t{});
+    case DType::i64:
+      return convert(std::int64_t{});
+    case DType::boolean:
+      return convert(bool{});
+  }
+  return {};
+}
+
+std::vector<double> values_of(const Tensor& t) {
+  std::vector<double> out;
+  auto append = [&](auto tag) {
+    using T = decltype(tag);
+    for (auto v : t.to_vector<T>()) out.push_back(static_cast<double>(v));
+  };
+  switch (t.dtype()) {
+    case DType::f32:
+      append(float{});
+      break;
+    case DType::f64:
+      append(double{});
+      break;
+    case DType::i32:
+      append(std::int32_t{});
+      break;
+    case DType::i64:
+      append(std::int64_t{});
+      break;
+    case DType::boolean:
+      append(bool{});
+      break;
+  }
+  return out;
+}
+
+/// `reference` (computed in double) as stored in dtype, then back to double.
+double as_dtype(double reference, DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(reference));
+    case DType::boolean:
+      return reference != 0 ? 1.0 : 0.0;
+    default:
+      return reference;
+  }
+}
+
+bool close(double got, double want, DType dtype) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  const double rtol = dtype == DType::f32 ? 4e-6 : dtype == DType::f64 ? 1e-13 : 0.0;
+  return std::abs(got - want) <= rtol * (1.0 + std::abs(want));
+}
+
+void check_values(const Tensor& got, const std::vector<double>& want, DType dtype,
+                  const std::string& what) {
+  INFO(what << " dtype " << kiln::dtype_name(dtype));
+  REQUIRE(got.dtype() == dtype);
+  const auto values = values_of(got);
+  REQUIRE(values.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("element " << i << ": got " << values[i] << ", want " << want[i]);
+    CHECK(close(values[i], want[i], dtype));
+  }
+}
+
+#define CHECK_KILN_ERROR(expr, prefix)                               \
+  do {                                                               \
+    CHECK_THROWS_AS(expr, kiln::Error);                              \
+    CHECK_THROWS_WITH(expr, Catch::StartsWith(std::string(prefix))); \
+  } while (false)
+
+enum class Accepts { floating, numeric, any };
+
+bool accepts(Accepts a, DType d) {
+  return a == Accepts::any || (a == Accepts::numeric && d != DType::boolean) ||
+         (a == Accepts::floating && kiln::is_floating(d));
+}
+
+double sign_ref(double x) { return std::isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
+double softplus_ref(double x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+
+struct UnaryCase {
+  const char* name;
+  Tensor (*op)(const Tensor&);
+  std::function<double(double)> reference;
+  Accepts accepts;
+  bool bool_out;
+};
+
+const std::vector<UnaryCase>& unary_cases() {
+  static const std::vector<UnaryCase> cases = {
+      {"neg", kiln::neg, [](double x) { return -x; }, Accepts::numeric, false},
+      {"abs", kiln::abs, [](double x) { return std::fabs(x); }, Accepts::numeric, false},
+      {"sign", kiln::sign, sign_ref, Accepts::numeric, false},
+      {"exp", kiln::exp, [](double x) { return std::exp(x); }, Accepts::floating, false},
+      {"log", kiln::log, [](double x) { return std::log(x); }, Accepts::floating, false},
+      {"log1p", kiln::log1p, [](double x) { return std::log1p(x); }, Accepts::floating, false},
+      {"sqrt", kiln::sqrt, [](double x) { return std::sqrt(x); }, Accepts::floating, false},
+      {"rsqrt", kiln::rsqrt, [](double x) { return 1.0 / std::sqrt(x); }, Accepts::floating, false},
+      {"square", kiln::square, [](double x) { return x * x; }, Accepts::numeric, false},
+      {"sin", kiln::sin, [](double x) { return std::sin(x); }, Accepts::floating, false},
+      {"cos", kiln::cos, [](double x) { return std::cos(x); }, Accepts::floating, false},
+      {"tanh", kiln::tanh, [](double x) { return std::tanh(x); }, Accepts::floating, false},
+      {"sigmoid", kiln::sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); },
+       Accepts::floating, false},
+      {"relu", kiln::relu, [](double x) { return x < 0 ? 0.0 : x; }, Accepts::numeric, false},
+      {"softplus", kiln::softplus, softplus_ref, Accepts::floating, false},
+      {"floor", kiln::floor, [](double x) { return std::floor(x); }, Accepts::numeric, false},
+      {"ceil", kiln::ceil, [](double x) { return std::ceil(x); }, Accepts::numeric, false},
+      {"round", kiln::round, [](double x) { return std::nearbyint(x); }, Accepts::numeric, false},
+      {"logical_not", kiln::logical_not, [](double x) { return x == 0 ? 1.0 : 0.0; }, Accepts::any,
+       true},
+      {"isnan", kiln::isnan, [](double x) { return std::isnan(x) ? 1.0 : 0.0; }, Accepts::any,
+       true},
+      {"isfinite", kiln::isfinite, [](double x) { return std::isfinite(x) ? 1.0 : 0.0; },
+       Accepts::any, true},
+  };
+  return cases;
+}
+
+const std::vector<double> float_inputs = {-3.7, -2.5, -1.5, -1.0, -0.5, -0.0, 0.0,   0.25,
+                                          0.5,  1.0,  1.5,  2.5,  3.7,  10.0, -20.0, 0.001};
+const std::vector<double> float_specials = {not_a_number, infinity, -infinity, -0.0,  1000.0,
+                                            -1000.0,      89.0,     -89.0,     710.0, -710.0,
+                                            30.0,         -30.0,    1e-30,     -1e-30};
+const std::vector<double> int_inputs = {-7, -3, -1, 0, 1, 2, 5, 100};
+const std::vector<double> bool_inputs = {0, 1, 1, 0};
+
+const std::vector<double>& inputs_for(DType d) {
+  return kiln::is_floating(d) ? float_inputs : d == DType::boolean ? bool_inputs : int_inputs;
+}
+
+}  // namespace
+
+TEST_CASE("unary ops match a double reference for every accepted dtype", "[elementwise]") {
+  for (const auto& c : unary_cases()) {
+    for (DType dtype : all_dtypes) {
+      const std::string what = fmt::format("{} {}", c.name, kiln::dtype_name(dtype));
+      if (!accepts(c.accepts, dtype)) {
+        INFO(what);
+        CHECK_KILN_ERROR(c.op(make({1}, dtype)), fmt::format("[{}]", c.name));
+        continue;
+      }
+      std::vector<std::vector<double>> input_sets = {inputs_for(dtype)};
+      if (kiln::is_floating(dtype)) input_sets.push_back(float_specials);
+      for (const auto& inputs : input_sets) {
+        std::vector<double> want;
+        for (double x : inputs) want.push_back(as_dtype(c.reference(as_dtype(x, dtype)), dtype));
+        const DType out_dtype = c.bool_out ? DType::boolean : dtype;
+        check_values(c.op(make(inputs, dtype)), want, out_dtype, what);
+      }
+    }
+  }
+}
+
+TEST_CASE("unary special values", "[elementwise]") {
+  SECTION("neg of zero is negative zero") {
+    const auto v = kiln::neg(make({0.0}, kiln::f32)).item<float>();
+    CHECK(v == 0.0F);
+    CHECK(std::signbit(v));
+  }
+  SECTION("integer neg, abs and square wrap") {
+    auto a = kiln::tensor<std::int32_t>({i32_min, i32_max, -5});
+    CHECK(kiln::neg(a).to_vector<std::int32_t>() ==
+          std::vector<std::int32_t>{i32_min, -i32_max, 5});
+    CHECK(kiln::abs(a).to_vector<std::int32_t>() == std::vector<std::int32_t>{i32_min, i32_max, 5});
+    CHECK(kiln::square(a).to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 1, 25});
+    auto b = kiln::tensor<std::int64_t>({i64_min, i64_max});
+    CHECK(kiln::neg(b).to_vector<std::int64_t>() == std::vector<std::int64_t>{i64_min, -i64_max});
+    CHECK(kiln::abs(b).to_vector<std::int64_t>() == std::vector<std::int64_t>{i64_min, i64_max});
+  }
+  SECTION("sigmoid and softplus saturate without overflow") {
+    for (DType d : {kiln::f32, kiln::f64}) {
+      const auto s = values_of(kiln::sigmoid(make({-1e30, -1000, 1000, 1e30}, d)));
+      CHECK(s == std::vector<double>{0, 0, 1, 1});
+      const auto p = values_of(kiln::softplus(make({-1e30, -1000, 1000, 1e30}, d)));
+      CHECK(p[0] == 0);
+      CHECK(p[1] == 0);
+      CHECK(p[2] == 1000);
+      CHECK(p[3] == as_dtype(1e30, d));
+      CHECK(values_of(kiln::tanh(make({-1e4, 1e4}, d))) == std::vector<double>{-1, 1});
+    }
+  }
+  SECTION("round is half to even and keeps large values") {
+    const std::vector<double> in = {0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5000001, 8388609.0};
+    const std::vector<double> want = {0, 2, 2, -0.0, -2, -2, 4, 8388609.0};
+    check_values(kiln::round(make(in, kiln::f32)), want, kiln::f32, "round f32");
+    check_values(kiln::round(make({4503599627370497.0, -0.5}, kiln::f64)), {4503599627370497.0, 0},
+                 kiln::f64, "round f64");
+  }
+}
+
+TEST_CASE("cast converts between all dtypes", "[elementwise]") {
+  SECTION("small values round-trip through every pair") {
+    for (DType from : all_dtypes)
+      for (DType to : all_dtypes) {
+        const std::vector<double> in =
+            from == DType::boolean ? bool_inputs : std::vector<double>{0, 1, 2, 7};
+        std::vector<double> want;
+        for (double v : in) want.push_back(as_dtype(v, to));
+        check_values(kiln::cast(make(in, from), to), want, to,
+                     "cast from " + std::string(kiln::dtype_name(from)));
+      }
+  }
+  SECTION("float to integer truncates, maps NaN to 0 and saturates") {
+    const std::vector<double> in = {2.7,   -2.7,     not_a_number, 1e10,
+                                    -1e10, infinity, -infinity,    -0.0};
+    const std::vector<double> want32 = {2, -2, 0, i32_max, i32_min, i32_max, i32_min, 0};
+    check_values(kiln::cast(make(in, kiln::f32), kiln::i32), want32, kiln::i32, "f32->i32");
+    check_values(kiln::cast(make(in, kiln::f64), kiln::i32), want32, kiln::i32, "f64->i32");
+    const auto i64 =
+        kiln::cast(make({1e19, -1e19, not_a_number, 9.2e18, -2.5}, kiln::f64), kiln::i64)
+            .to_vector<std::int64_t>();
+    CHECK(i64 == std::vector<std::int64_t>{i64_max, i64_min, 0, 9200000000000000000, -2});
+    CHECK(kiln::cast(kiln::scalar(3e9F), kiln::i64).item<std::int64_t>() == 3000000000);
+  }
+  SECTION("anything to bool is != 0; integer narrowing wraps") {
+    CHECK(kiln::cast(make({0.5, not_a_number, -0.0, 0.0}, kiln::f32), kiln::boolean)
+              .to_vector<bool>() == std::vector<bool>{true, true, false, false});
+    CHECK(kiln::cast(make({-3, 0}, kiln::i64), kiln::boolean).to_vector<bool>() ==
+          std::vector<bool>{true, false});
+    CHECK(kiln::cast(kiln::tensor<std::int64_t>({(std::int64_t{1} << 32) + 5, -1}), kiln::i32)
+              .to_vector<std::int32_t>() == std::vector<std::int32_t>{5, -1});
+  }
+  SECTION("same dtype returns the input; unknown dtypes are an error") {
+    const auto x = make({1, 2}, kiln::f32);
+    CHECK(kiln::cast(x, kiln::f32).impl() == x.impl());
+    CHECK_KILN_ERROR(kiln::cast(x, static_cast<DType>(9)), "[cast] unknown dtype");
+    CHECK_KILN_ERROR(kiln::cast(Tensor{}, kiln::f32), "[cast] argument 0 is an undefined");
+  }
+}
+
+namespace {
+
+double floor_div_ref(double a, double b) { return b == 0 ? 0 : std::floor(a / b); }
+double int_mod_ref(double a, double b) { return b == 0 ? 0 : a - b * std::floor(a / b); }
+double float_mod_ref(double a, double b) {
+  double r = std::fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r == 0 ? std::copysign(0.0, b) : r;
+}
+double int_pow_ref(double a, double b) {
+  if (b < 0) return std::fabs(a) == 1 ? std::pow(a, b) : 0;
+  return std::pow(a, b);
+}
+double max_ref(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? not_a_number : std::max(a, b);
+}
+double min_ref(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? not_a_number : std::min(a, b);
+}
+
+struct BinaryCase {
+  const char* name;
+  Tensor (*op)(const Tensor&, const Tensor&);
+  double (*float_ref)(double, double);
+  double (*int_ref)(double, double);
+  Accepts accepts;
+  bool bool_out;
+};
+
+const std::vector<BinaryCase>& binary_cases() {
+  using R = double (*)(double, double);
+  static const R add = [](double a, double b) { return a + b; };
+  static const R sub = [](double a, double b) { return a - b; };
+  static const R mul = [](double a, double b) { return a * b; };
+  static const R div = [](double a, double b) { return a / b; };
+  static const R pow = [](double a, double b) { return std::pow(a, b); };
+  static const R eq = [](double a, double b) { return a == b ? 1.0 : 0.0; };
+  static const R ne = [](double a, double b) { return a != b ? 1.0 : 0.0; };
+  static const R lt = [](double a, double b) { return a < b ? 1.0 : 0.0; };
+  static const R le = [](double a, double b) { return a <= b ? 1.0 : 0.0; };
+  static const R gt = [](double a, double b) { return a > b ? 1.0 : 0.0; };
+  static const R ge = [](double a, double b) { return a >= b ? 1.0 : 0.0; };
+  static const R land = [](double a, double b) { return a != 0 && b != 0 ? 1.0 : 0.0; };
+  static const R lor = [](double a, double b) { return a != 0 || b != 0 ? 1.0 : 0.0; };
+  static const std::vector<BinaryCase> cases = {
+      {"add", kiln::add, add, add, Accepts::numeric, false},
+      {"sub", kiln::sub, sub, sub, Accepts::numeric, false},
+      {"mul", kiln::mul, mul, mul, Accepts::numeric, false},
+      {"div", kiln::div, div, floor_div_ref, Accepts::numeric, false},
+      {"pow", kiln::pow, pow, int_pow_ref, Accepts::numeric, false},
+      {"maximum", kiln::maximum, max_ref, max_ref, Accepts::numeric, false},
+      {"minimum", kiln::minimum, min_ref, min_ref, Accepts::numeric, false},
+      {"mod", kiln::mod, float_mod_ref, int_mod_ref, Accepts::numeric, false},
+      {"equal", kiln::equal, eq, eq, Accepts::any, true},
+      {"not_equal", kiln::not_equal, ne, ne, Accepts::any, true},
+      {"less", kiln::less, lt, lt, Accepts::any, true},
+      {"less_equal", kiln::less_equal, le, le, Accepts::any, true},
+      {"greater", kiln::greater, gt, gt, Accepts::any, true},
+      {"greater_equal", kiln::greater_equal, ge, ge, Accepts::any, true},
+      {"logical_and", kiln::logical_and, land, land, Accepts::any, true},
+      {"logical_or", kiln::logical_or, lor, lor, Accepts::any, true},
+  };
+  return cases;
+}
+
+const std::vector<double> float_a = {-7,  -3,   -1,           0,        1,    2,   5, 6,
+                                     2.5, -2.5, not_a_number, infinity, -0.0, 7.5, 3, 0};
+const std::vector<double> float_b = {2, -3, 4, 1, -1, 3, 2, -4, 0.5, 2, 1, 2, 1, -2, 0, 0};
+const std::vector<double> int_a = {-7, -3, -1, 0, 1, 2, 5, 6, -7, 7, -1, 1, 3, 0, -2, 9};
+const std::vector<double> int_b = {2, -3, 4, 1, -1, 3, 0, -4, -2, -2, -3, -5, 2, -1, 3, 4};
+
+}  // namespace
+
+TEST_CASE("binary ops match a double reference for every accepted dtype", "[elementwise]") {
+  for (const auto& c : binary_cases()) {
+    for (DType dtype : all_dtypes) {
+      const std::string what = fmt::format("{} {}", c.name, kiln::dtype_name(dtype));
+      if (!accepts(c.accepts, dtype)) {
+        INFO(what);
+        CHECK_KILN_ERROR(c.op(make({1}, dtype), make({1}, dtype)), fmt::format("[{}]", c.name));
+        continue;
+      }
+      const bool floating = kiln::is_floating(dtype);
+      std::vector<double> a = floating ? float_a : int_a;
+      std::vector<double> b = floating ? float_b : int_b;
+      if (dtype == DType::boolean) {
+        a = {0, 0, 1, 1};
+        b = {0, 1, 0, 1};
+      }
+      std::vector<double> want;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const double x = as_dtype(a[i], dtype), y = as_dtype(b[i], dtype);
+        want.push_back(as_dtype(floating ? c.float_ref(x, y) : c.int_ref(x, y), dtype));
+      }
+      check_values(c.op(make(a, dtype), make(b, dtype)), want, c.bool_out ? DType::boolean : dtype,
+                   what);
+    }
+  }
+}
+
+TEST_CASE("floating pow follows std::pow on special values", "[elementwise]") {
+  const std::vector<double> specials = {0, -0.0,     1,         -1,           2,   -2, 0.5,
+                                        3, infinity, -infinity, not_a_number, -0.5};
+  std::vector<double> a, b;
+  for (double x : specials)
+    for (double y : specials) {
+      a.push_back(x);
+      b.push_back(y);
+    }
+  for (DType d : {kiln::f32, kiln::f64}) {
+    std::vector<double> want;
+    for (std::size_t i = 0; i < a.size(); ++i) want.push_back(as_dtype(std::pow(a[i], b[i]), d));
+    check_values(kiln::pow(make(a, d), make(b, d)), want, d, "pow specials");
+  }
+}
+
+TEST_CASE("integer division, mod and pow edge cases", "[elementwise]") {
+  auto i32s = [](std::vector<std::int32_t> v) { return kiln::tensor(v); };
+  const auto a = i32s({i32_min, i32_min, 7, -7, i32_max, 5});
+  const auto b = i32s({-1, 0, 0, 0, -1, i32_min});
+  CHECK(kiln::div(a, b).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{i32_min, 0, 0, 0, -i32_max, -1});
+  CHECK(kiln::mod(a, b).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{0, 0, 0, 0, 0, i32_min + 5});
+  const auto base = i32s({2, 3, -1, -1, 1, 0, 2, 0, -2});
+  const auto expo = i32s({31, 40, -3, -4, -7, -1, -1, 0, 3});
+  CHECK(kiln::pow(base, expo).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{i32_min, 689956897, -1, 1, 1, 0, 0, 1, -8});
+  const auto big = kiln::tensor<std::int64_t>({i64_max, i64_min, i64_min});
+  const auto small = kiln::tensor<std::int64_t>({1, -1, 1});
+  CHECK(kiln::add(big, small).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{i64_min, i64_max, i64_min + 1});
+  CHECK(kiln::sub(big, small).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{i64_max - 1, i64_min + 1, i64_max});
+  CHECK(kiln::mul(big, kiln::scalar<std::int64_t>(2)).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{-2, 0, 0});
+  CHECK(kiln::div(big, small).to_vector<std::int64_t>() ==
+        std::vector<std::int64_t>{i64_max, i64_min, i64_min});
+  CHECK(kiln::pow(kiln::scalar<std::int64_t>(3), kiln::scalar<std::int64_t>(40))
+            .item<std::int64_t>() == static_cast<std::int64_t>(12157665459056928801ULL));
+}
+
+TEST_CASE("binary ops broadcast like NumPy", "[elementwise]") {
+  SECTION("[3,1] with [1,4]") {
+    for (DType d : {kiln::f32, kiln::f64, kiln::i32, kiln::i64}) {
+      const auto col = make({1, 2, 3}, d, Shape{3, 1});
+      const auto row = make({10, 20, 30, 40}, d, Shape{1, 4});
+      const auto sum = kiln::add(col, row);
+      REQUIRE(sum.shape() == Shape{3, 4});
+      std::vector<double> want;
+      for (int i = 1; i <= 3; ++i)
+        for (int j = 1; j <= 4; ++j) want.push_back(i + 10 * j);
+      check_values(sum, want, d, "add broadcast");
+      std::vector<double> less;
+      for (int i = 1; i <= 3; ++i)
+        for (int j = 1; j <= 4; ++j) less.push_back(10.0 * j - i < i * 10.0 ? 1 : 0);
+      check_values(kiln::less(kiln::sub(row, col), kiln::mul(col, make({10}, d))), less,
+                   kiln::boolean, "less broadcast");
+    }
+  }
+  SECTION("rank 0 with [2,3] on either side") {
+    const auto m = make({1, 2, 3, 4, 5, 6}, kiln::f64, Shape{2, 3});
+    const auto s = kiln::scalar(2.0);
+    check_values(kiln::sub(s, m), {1, 0, -1, -2, -3, -4}, kiln::f64, "s - m");
+    check_values(kiln::div(m, s), {0.5, 1, 1.5, 2, 2.5, 3}, kiln::f64, "m / s");
+    CHECK(kiln::add(s, s).shape() == Shape{});
+    CHECK(kiln::add(s, s).item<double>() == 4.0);
+  }
+  SECTION("C++ scalars through operators take the tensor's dtype") {
+    const auto x = kiln::tensor<float>({1, 2, 3, 4});
+    check_values(x + 1.F, {2, 3, 4, 5}, kiln::f32, "x + 1");
+    check_values(2 * x, {2, 4, 6, 8}, kiln::f32, "2 * x");
+    check_values(1.0 - x / 2, {0.5, 0, -0.5, -1}, kiln::f32, "1 - x / 2");
+    check_values(-x, {-1, -2, -3, -4}, kiln::f32, "-x");
+    const auto n = kiln::tensor<std::int32_t>({-7, -1, 0, 7});
+    check_values(n % 3, {2, 2, 0, 1}, kiln::i32, "n % 3");
+    check_values(n / 2, {-4, -1, 0, 3}, kiln::i32, "n / 2");
+    check_values(n < 0, {1, 1, 0, 0}, kiln::boolean, "n < 0");
+    check_values(n >= 0, {0, 0, 1, 1}, kiln::boolean, "n >= 0");
+    check_values(n == 7, {0, 0, 0, 1}, kiln::boolean, "n == 7");
+    check_values(n != 7, {1, 1, 1, 0}, kiln::boolean, "n != 7");
+    check_values(n > -1, {0, 0, 1, 1}, kiln::boolean, "n > -1");
+    check_values(n <= -1, {1, 1, 0, 0}, kiln::boolean, "n <= -1");
+    check_values(kiln::maximum(n, 0), {0, 0, 0, 7}, kiln::i32, "maximum(n, 0)");
+    check_values(kiln::pow(2, n), {0, 0, 1, 128}, kiln::i32, "pow(2, n)");
+    const auto t = kiln::tensor<bool>({true, true, false, false});
+    const auto u = kiln::tensor<bool>({true, false, true, false});
+    check_values(t && u, {1, 0, 0, 0}, kiln::boolean, "&&");
+    check_values(t || u, {1, 1, 1, 0}, kiln::boolean, "||");
+    check_values(!t, {0, 0, 1, 1}, kiln::boolean, "!");
+    check_values(!make({0.0, -0.0, not_a_number, 2}, kiln::f32), {1, 1, 0, 0}, kiln::boolean,
+                 "! f32");
+  }
+}
+
+TEST_CASE("where and clip", "[elementwise]") {
+  SECTION("where broadcasts condition, a and b for every dtype") {
+    const auto cond = kiln::tensor<bool>({true, false, true}, Shape{3, 1});
+    for (DType d : all_dtypes) {
+      const auto a = make({1, 0, 1, 1}, d, Shape{1, 4});
+      const auto b = make({0}, d);
+      std::vector<double> want;
+      for (int i = 0; i < 3; ++i)
+        for (double v : {1.0, 0.0, 1.0, 1.0}) want.push_back(i == 1 ? 0.0 : v);
+      const auto r = kiln::where(cond, a, b);
+      CHECK(r.shape() == Shape{3, 4});
+      check_values(r, want, d, "where");
+    }
+    check_values(kiln::where(kiln::scalar(false), make({1, 2}, kiln::i64), make({3, 4}, kiln::i64)),
+                 {3, 4}, kiln::i64, "where scalar cond");
+  }
+  SECTION("clip") {
+    check_values(kiln::clip(make({-2, 0.5, 3, not_a_number}, kiln::f32), -1, 1),
+                 {-1, 0.5, 1, not_a_number}, kiln::f32, "clip f32");
+    check_values(kiln::clip(make({-2, 0, 1, 3}, kiln::i32), -0.5, 2.5), {0, 0, 1, 2}, kiln::i32,
+                 "clip i32 rounds the bounds inward");
+    check_values(kiln::clip(make({-5, 5}, kiln::i64), -1e300, 1e300), {-5, 5}, kiln::i64,
+                 "clip i64 with huge bounds");
+  }
+}
+
+TEST_CASE("zero-size, non-contiguous and long inputs", "[elementwise]") {
+  SECTION("zero-size") {
+    const auto empty = kiln::zeros({0, 3});
+    CHECK(kiln::add(empty, kiln::ones({1, 3})).shape() == Shape{0, 3});
+    CHECK(kiln::exp(empty).shape() == Shape{0, 3});
+    CHECK(kiln::cast(empty, kiln::i32).shape() == Shape{0, 3});
+    CHECK(kiln::where(kiln::zeros({0, 1}, kiln::boolean), kiln::ones({3}), kiln::zeros({3}))
+              .shape() == Shape{0, 3});
+    CHECK_KILN_ERROR(kiln::add(empty, kiln::ones({2})), "[add] shapes [0,3] and [2]");
+  }
+  SECTION("transposed, strided and broadcast views") {
+    std::vector<double> base_values(12);
+    for (int i = 0; i < 12; ++i) base_values[static_cast<std::size_t>(i)] = i - 4;
+    for (DType d : {kiln::f32, kiln::f64, kiln::i32, kiln::i64}) {
+      const auto base = make(base_values, d, Shape{3, 4});
+      const auto t = kiln::detail::make_view(base, Shape{4, 3}, Shape{1, 4}, 0);
+      const auto col2 = kiln::detail::make_view(base, Shape{3}, Shape{4}, 2);  // base[:, 2]
+      std::vector<double> want_t, want_sum;
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 3; ++j) {
+          want_t.push_back(std::fabs(j * 4 + i - 4));
+          want_sum.push_back((j * 4 + i - 4) + (j * 4 + 2 - 4));
+        }
+      check_values(kiln::abs(t), want_t, d, "abs transposed");
+      check_values(kiln::add(t, col2), want_sum, d, "transposed + strided column");
+      const auto bcast = kiln::detail::make_view(base, Shape{2, 4}, Shape{0, 1}, 4);  // row 1
+      check_values(kiln::neg(bcast), {-0.0, -1, -2, -3, -0.0, -1, -2, -3}, d, "neg broadcast");
+      check_values(
+          kiln::cast(t, kiln::f64),
+          [&] {
+            std::vector<double> v;
+            for (int i = 0; i < 4; ++i)
+              for (int j = 0; j < 3; ++j) v.push_back(j * 4 + i - 4);
+            return v;
+          }(),
+          kiln::f64, "cast transposed");
+      const auto flags = kiln::tensor<bool>({true, false});
+      const auto all_true = kiln::detail::make_view(flags, Shape{4, 3}, Shape{0, 0}, 0);
+      const auto all_false = kiln::detail::make_view(flags, Shape{4, 3}, Shape{0, 0}, 1);
+      check_values(kiln::where(all_true, kiln::abs(t), t), want_t, d, "where stride-0 true");
+      std::vector<double> neg_t;
+      for (double v : want_t) neg_t.push_back(-v);
+      check_values(kiln::where(all_false, t, kiln::neg(kiln::abs(t))), neg_t, d,
+                   "where stride-0 false");
+    }
+  }
+  SECTION("sizes around SIMD widths and the parallel threshold") {
+    for (std::int64_t n : {1, 3, 7, 17, 1000003}) {
+      INFO("n = " << n);
+      const auto a = kiln::arange(0.0, static_cast<double>(n), 1.0, kiln::f32);
+      const auto b = kiln::full({n}, 0.5);
+      const auto sum = kiln::add(a, b).to_vector<float>();
+      const auto sig = kiln::sigmoid(kiln::sub(a, static_cast<float>(n / 2))).to_vector<float>();
+      const auto ints = kiln::mul(kiln::arange(n, kiln::i64), kiln::scalar<std::int64_t>(3))
+                            .to_vector<std::int64_t>();
+      bool sum_ok = true, sig_ok = true, ints_ok = true;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        sum_ok = sum_ok && sum[k] == static_cast<float>(i) + 0.5F;
+        const double x = static_cast<double>(static_cast<float>(i) - static_cast<float>(n / 2));
+        sig_ok = sig_ok && std::abs(sig[k] - 1.0 / (1.0 + std::exp(-x))) < 1e-6;
+        ints_ok = ints_ok && ints[k] == 3 * i;
+      }
+      CHECK(sum_ok);
+      CHECK(sig_ok);
+      CHECK(ints_ok);
+    }
+  }
+  SECTION("large transposed input goes through the gather path on both threads") {
+    const std::int64_t rows = 1031, cols = 1029;
+    const auto base = kiln::arange(0.0, static_cast<double>(rows * cols), 1.0, kiln::f64);
+    const auto m = kiln::detail::make_view(base, Shape{cols, rows}, Shape{1, cols}, 0);
+    const auto r = kiln::sub(m, kiln::scalar(1.0)).to_vector<double>();
+    bool ok = true;
+    for (std::int64_t i = 0; i < cols; ++i)
+      for (std::int64_t j = 0; j < rows; ++j)
+        ok = ok &&
+             r[static_cast<std::size_t>(i * rows + j)] == static_cast<double>(j * cols + i - 1);
+    CHECK(ok);
+  }
+}
+
+TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
+  using namespace kiln::detail;
+  const auto cpu = xsimd::available_architectures();
+  std::vector<const ElementwiseRowTable*> tables = {&elementwise_rows_sse2()};
+  if (cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx2());
+  if (cpu.avx512f && cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx512());
+  if (std::getenv("KILN_SIMD") == nullptr)
+    CHECK(std::string(elementwise_rows().isa_name) == tables.back()->isa_name);
+  std::vector<double> in;
+  for (int i = 0; i < 37; ++i) in.push_back(-9.0 + 0.5 * i);
+  const auto n = static_cast<std::int64_t>(in.size());
+  std::vector<float> out_ref(in.size()), out(in.size());
+  std::vector<float> in_f(in.begin(), in.end());
+  for (std::size_t p = 0; p < unary_row_index(kiln::detail::Prim::logical_not); ++p) {
+    tables[0]->unary[p][dtype_index(kiln::f32)](in_f.data(), 1, out_ref.data(), n);
+    for (const auto* table : tables) {
+      INFO(table->isa_name << " unary primitive " << p);
+      table->unary[p][dtype_index(kiln::f32)](in_f.data(), 1, out.data(), n);
+      for (std::size_t i = 0; i < in.size(); ++i) CHECK(close(out[i], out_ref[i], kiln::f32));
+    }
+  }
+}
+
+TEST_CASE("parallel_for covers the range once, nests inline and rethrows", "[elementwise]") {
+  using kiln::detail::parallel_for;
+  const std::int64_t n = 1000;
+  std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+  std::atomic<int> nested_calls{0};
+  parallel_for(n, 10, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)]++;
+    parallel_for(100, 1, [&](std::int64_t b, std::int64_t e) {
+      CHECK((b == 0 && e == 100));
+      nested_calls++;
+    });
+  });
+  bool once = true;
+  for (auto& h : hits) once = once && h.load() == 1;
+  CHECK(once);
+  CHECK(nested_calls.load() >= 1);
+  CHECK(nested_calls.load() <= kiln::detail::num_threads());
+  CHECK_THROWS_AS(parallel_for(n, 1,
+                               [](std::int64_t begin, std::int64_t) {
+                                 if (begin == 0) throw std::runtime_error("chunk failed");
+                               }),
+                  std::runtime_error);
+  std::int64_t calls = 0;
+  parallel_for(5, 100, [&](std::int64_t begin, std::int64_t end) {
+    calls++;
+    CHECK((begin == 0 && end == 5));
+  });
+  CHECK(calls == 1);
+  parallel_for(0, 1, [&](std::int64_t, std::int64_t) { calls++; });
+  CHECK(calls == 1);
+}
+
+TEST_CASE("elementwise errors name the op", "[elementwise]") {
+  const auto f = kiln::ones({2, 3});
+  const auto d = kiln::ones({2, 3}, kiln::f64);
+  const auto b = kiln::ones({2, 3}, kiln::boolean);
+  const Tensor undefined;
+  for (const auto& c : unary_cases())
+    CHECK_KILN_ERROR(c.op(undefined), fmt::format("[{}] argument 0 is an undefined", c.name));
+  for (const auto& c : binary_cases()) {
+    const std::string prefix = fmt::format("[{}]", c.name);
+    CHECK_KILN_ERROR(c.op(undefined, f), fmt::format("{} argument 0 is an undefined", prefix));
+    CHECK_KILN_ERROR(c.op(f, undefined), fmt::format("{} argument 1 is an undefined", prefix));
+    CHECK_KILN_ERROR(c.op(f, d), fmt::format("{} dtypes differ: f32 vs f64", prefix));
+    CHECK_KILN_ERROR(c.op(f, kiln::ones({4})),
+                     fmt::format("{} shapes [2,3] and [4] cannot be broadcast", prefix));
+  }
+  CHECK_KILN_ERROR(kiln::exp(kiln::ones({2}, kiln::i32)), "[exp] needs a floating-point dtype");
+  CHECK_KILN_ERROR(kiln::neg(b), "[neg] needs a numeric dtype");
+  CHECK_KILN_ERROR(kiln::add(b, b), "[add] needs a numeric dtype");
+  CHECK_KILN_ERROR(f + 1.0 + d, "[add] dtypes differ");
+  CHECK_KILN_ERROR(kiln::where(f, f, f), "[where] condition must have dtype bool, got f32");
+  CHECK_KILN_ERROR(kiln::where(b, f, d), "[where] dtypes differ: f32 vs f64");
+  CHECK_KILN_ERROR(kiln::where(b, f, kiln::ones({4})), "[where] shapes [2,3] and [4]");
+  CHECK_KILN_ERROR(kiln::where(undefined, f, f), "[where] argument 0 is an undefined");
+  CHECK_KILN_ERROR(kiln::where(b, f, undefined), "[where] argument 2 is an undefined");
+  CHECK_KILN_ERROR(kiln::clip(f, 2, 1), "[clip] needs lo <= hi");
+  CHECK_KILN_ERROR(kiln::clip(f, not_a_number, 1), "[clip] needs lo <= hi");
+  CHECK_KILN_ERROR(kiln::clip(b, 0, 1), "[clip] needs a numeric dtype");
+  CHECK_KILN_ERROR(kiln::clip(undefined, 0, 1), "[clip] argument 0 is an undefined");
+  CHECK_KILN_ERROR(kiln::detail::scalar_like(1.0, undefined), "[scalar_like] argument 0");
+  CHECK_KILN_ERROR(undefined + 1, "[scalar_like] argument 0");
+}
