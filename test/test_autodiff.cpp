@@ -111,6 +111,8 @@ std::vector<GradCase> binary_cases() {
        {input({3, 4}, 0.1, 0.9, 26), kiln::full({1}, 1.3, kiln::f64)}},
       {"where", [cond](V x) { return kiln::where(cond, x[0], x[1]); }, {col, row}},
       {"scalar ops", [](V x) { return 2.0 * x[0] - x[0] / 3.0 + 1.0; }, {a}},
+      {"sigmoid_cross_entropy", [](V x) { return kiln::sigmoid_cross_entropy(x[0] * 4.0, x[1]); },
+       {a, input({3, 4}, 0.0, 1.0, 27)}},
   };
 }
 
@@ -270,6 +272,13 @@ TEST_CASE("value_and_grad, grad, vjp and custom_gradient", "[autodiff]") {
   REQUIRE(only_b.size() == 1);
   CHECK(only_b[0].to_vector<double>() == std::vector<double>{1.0, 4.0, 9.0});
   CHECK_THROWS_WITH(kiln::grad(f, {2})({a, b}), "[value_and_grad] argnum 2 out of range for 2 arguments");
+  // Separate tensor arguments work the same way.
+  auto [v2, g2] = kiln::value_and_grad([](const Tensor& p, const Tensor& q) {
+    return kiln::sum(p * q * p);
+  }, {-1})(a, b);
+  CHECK(v2.item<double>() == Approx(value.item<double>()));
+  REQUIRE(g2.size() == 1);
+  CHECK(g2[0].to_vector<double>() == std::vector<double>{1.0, 4.0, 9.0});
 
   auto [y, cot] = kiln::vjp([](const std::vector<Tensor>& v) { return v[0] * 3.0; }, {a},
                             kiln::tensor(std::vector<double>{1.0, 0.0, 2.0}));
@@ -344,4 +353,24 @@ TEST_CASE("10,000 eager forward+backward steps leave live memory where it starte
   const auto after = kiln::memory_stats();
   CHECK(after.live_tensors == before.live_tensors);
   CHECK(after.live_bytes == before.live_bytes);
+}
+
+TEST_CASE("sigmoid_cross_entropy is stable for large logits", "[autodiff]") {
+  Tensor logits = kiln::tensor(std::vector<float>{-1000.f, -20.f, 0.f, 20.f, 1000.f});
+  Tensor labels = kiln::tensor(std::vector<float>{0.f, 1.f, 0.5f, 0.f, 1.f});
+  const auto loss = kiln::sigmoid_cross_entropy(logits, labels).to_vector<float>();
+  CHECK(loss[0] == Approx(0.0).margin(1e-6));
+  CHECK(loss[1] == Approx(20.0).epsilon(1e-6));
+  CHECK(loss[2] == Approx(std::log(2.0)).epsilon(1e-6));
+  CHECK(loss[3] == Approx(20.0).epsilon(1e-6));
+  CHECK(loss[4] == Approx(0.0).margin(1e-6));
+  kiln::GradientTape tape;
+  tape.watch(logits);
+  Tensor g = tape.gradient(kiln::sum(kiln::sigmoid_cross_entropy(logits, labels)), logits);
+  // d/dx = sigmoid(x) - z, exactly, including at x = 0.
+  const std::vector<float> expected{0.f, -1.f, 0.f, 1.f, 0.f};
+  const auto got = g.to_vector<float>();
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(expected[i]).margin(1e-6));
+  CHECK_THROWS_WITH(kiln::sigmoid_cross_entropy(logits, kiln::tensor({1, 2})),
+                    Catch::StartsWith("[sigmoid_cross_entropy] dtypes differ"));
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -64,16 +65,83 @@ class GradientTape {
 /// x with its gradient cut: tapes treat the result as a constant.
 Tensor stop_gradient(const Tensor& x);
 
-/// A differentiable function of tensors.
+/// A differentiable function of a list of tensors.
 using TensorFn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-/// value_and_grad(f, argnums)(args): f(args) and the gradients of that (scalar) value with
-/// respect to args[argnums[i]]. An empty argnums means every argument.
-std::function<std::pair<Tensor, std::vector<Tensor>>(const std::vector<Tensor>&)> value_and_grad(
-    TensorFn f, std::vector<std::int64_t> argnums = {});
-/// grad(f, argnums)(args): just the gradients.
-std::function<std::vector<Tensor>(const std::vector<Tensor>&)> grad(
-    TensorFn f, std::vector<std::int64_t> argnums = {});
+namespace detail {
+std::pair<Tensor, std::vector<Tensor>> value_and_grad_impl(const TensorFn& f,
+                                                           const std::vector<std::int64_t>& argnums,
+                                                           const std::vector<Tensor>& args);
+template <class F, std::size_t... I>
+Tensor call_unpacked(const F& f, const std::vector<Tensor>& v, std::index_sequence<I...>) {
+  return f(v[I]...);
+}
+}  // namespace detail
+
+/// The function value_and_grad() returns: call it like f, get f's value and the gradients.
+template <class F>
+class ValueAndGrad {
+ public:
+  ValueAndGrad(F f, std::vector<std::int64_t> argnums)
+      : f_(std::move(f)), argnums_(std::move(argnums)) {}
+
+  /// For f taking one std::vector<Tensor>.
+  std::pair<Tensor, std::vector<Tensor>> operator()(const std::vector<Tensor>& args) const
+    requires std::is_invocable_r_v<Tensor, const F&, const std::vector<Tensor>&>
+  {
+    return detail::value_and_grad_impl(TensorFn(f_), argnums_, args);
+  }
+
+  /// For f taking tensors as separate arguments.
+  template <class... Args>
+    requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, Tensor> && ...))
+  std::pair<Tensor, std::vector<Tensor>> operator()(const Args&... args) const {
+    const std::vector<Tensor> packed{Tensor(args)...};
+    return detail::value_and_grad_impl(
+        [this](const std::vector<Tensor>& v) {
+          return detail::call_unpacked(f_, v, std::make_index_sequence<sizeof...(Args)>{});
+        },
+        argnums_, packed);
+  }
+
+ private:
+  F f_;
+  std::vector<std::int64_t> argnums_;
+};
+
+/// value_and_grad(f, argnums) returns a function that evaluates f and the gradients of its
+/// (one-element) result with respect to the arguments listed in argnums (every argument when
+/// empty; negative numbers count from the end). f takes its tensors either as separate
+/// arguments, `f(x, y)`, or as one `std::vector<Tensor>`; call the result the same way:
+///
+///     auto [loss, grads] = kiln::value_and_grad(loss_fn)(w, b);   // grads[0]: d/dw, grads[1]: d/db
+template <class F>
+ValueAndGrad<F> value_and_grad(F f, std::vector<std::int64_t> argnums = {}) {
+  return ValueAndGrad<F>(std::move(f), std::move(argnums));
+}
+
+/// The function grad() returns: like ValueAndGrad, returning only the gradients.
+template <class F>
+class Grad {
+ public:
+  explicit Grad(ValueAndGrad<F> vg) : vg_(std::move(vg)) {}
+  std::vector<Tensor> operator()(const std::vector<Tensor>& args) const { return vg_(args).second; }
+  template <class... Args>
+    requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, Tensor> && ...))
+  std::vector<Tensor> operator()(const Args&... args) const {
+    return vg_(args...).second;
+  }
+
+ private:
+  ValueAndGrad<F> vg_;
+};
+
+/// grad(f, argnums): the gradients only (see value_and_grad).
+template <class F>
+Grad<F> grad(F f, std::vector<std::int64_t> argnums = {}) {
+  return Grad<F>(value_and_grad(std::move(f), std::move(argnums)));
+}
+
 /// f(primals) and the vector-Jacobian product cotangent^T J for each primal.
 std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& f, const std::vector<Tensor>& primals,
                                            const Tensor& cotangent);

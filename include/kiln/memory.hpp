@@ -12,10 +12,16 @@ struct MemoryStats {
   std::int64_t live_buffers = 0;  ///< Data buffers alive now.
   std::int64_t live_bytes = 0;    ///< Bytes held by those buffers.
   std::int64_t peak_bytes = 0;    ///< Highest live_bytes since start or reset_peak_bytes().
+  /// Bytes of released large buffers kept for reuse (bounded; see release_cached_memory()).
+  std::int64_t cached_bytes = 0;
 };
 
 /// Current counters (thread-safe).
 MemoryStats memory_stats();
+
+/// Frees the large buffers kept for reuse. kiln keeps at most 1 GiB of them (environment
+/// variable KILN_CACHED_BYTES_LIMIT, in bytes, changes that; 0 disables the cache).
+void release_cached_memory();
 
 /// Sets peak_bytes to the current live_bytes.
 void reset_peak_bytes();

@@ -173,6 +173,9 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor softmax(const Tensor& x, std::int64_t axis = -1);
 /// x - logsumexp(x) along axis.
 Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
+/// Elementwise binary cross-entropy of sigmoid(logits) against labels in [0, 1], computed
+/// stably from the logits as softplus(x) - x * z. Shapes broadcast.
+Tensor sigmoid_cross_entropy(const Tensor& logits, const Tensor& labels);
 
 // ---------------------------------------------------------------- operators
 namespace detail {

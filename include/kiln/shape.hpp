@@ -44,10 +44,15 @@ class Shape {
   /// Product of the dims (1 for rank 0).
   std::int64_t numel() const;
   std::vector<std::int64_t> to_vector() const { return {begin(), end()}; }
-  /// "[2, 3]".
+  /// "[2,3]".
   std::string to_string() const;
 
-  friend bool operator==(const Shape& a, const Shape& b);
+  friend bool operator==(const Shape& a, const Shape& b) {
+    if (a.rank_ != b.rank_) return false;
+    for (std::size_t i = 0; i < a.rank_; ++i)
+      if (a.dims_[i] != b.dims_[i]) return false;
+    return true;
+  }
   friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
 
  private:

@@ -197,37 +197,33 @@ Tensor stop_gradient(const Tensor& x) {
   return detail::make_view(x, impl.shape, impl.strides, impl.offset);
 }
 
-std::function<std::pair<Tensor, std::vector<Tensor>>(const std::vector<Tensor>&)> value_and_grad(
-    TensorFn f, std::vector<std::int64_t> argnums) {
-  return [f = std::move(f), argnums = std::move(argnums)](const std::vector<Tensor>& args) {
-    std::vector<std::size_t> which;
-    if (argnums.empty()) {
-      for (std::size_t i = 0; i < args.size(); ++i) which.push_back(i);
-    } else {
-      for (auto a : argnums) {
-        const auto n = static_cast<std::int64_t>(args.size());
-        if (a < -n || a >= n)
-          detail::fail("value_and_grad", "argnum {} out of range for {} arguments", a, n);
-        which.push_back(static_cast<std::size_t>(a < 0 ? a + n : a));
-      }
+namespace detail {
+
+std::pair<Tensor, std::vector<Tensor>> value_and_grad_impl(const TensorFn& f,
+                                                           const std::vector<std::int64_t>& argnums,
+                                                           const std::vector<Tensor>& args) {
+  std::vector<std::size_t> which;
+  const auto n = static_cast<std::int64_t>(args.size());
+  if (argnums.empty()) {
+    for (std::size_t i = 0; i < args.size(); ++i) which.push_back(i);
+  } else {
+    for (auto a : argnums) {
+      if (a < -n || a >= n) fail("value_and_grad", "argnum {} out of range for {} arguments", a, n);
+      which.push_back(static_cast<std::size_t>(a < 0 ? a + n : a));
     }
-    GradientTape tape;
-    std::vector<Tensor> sources;
-    for (auto i : which) {
-      tape.watch(args[i]);
-      sources.push_back(args[i]);
-    }
-    Tensor value = f(args);
-    std::vector<Tensor> grads = tape.gradient(value, sources);
-    return std::pair<Tensor, std::vector<Tensor>>(value, std::move(grads));
-  };
+  }
+  GradientTape tape;
+  std::vector<Tensor> sources;
+  for (auto i : which) {
+    tape.watch(args[i]);
+    sources.push_back(args[i]);
+  }
+  Tensor value = f(args);
+  std::vector<Tensor> grads = tape.gradient(value, sources);
+  return {value, std::move(grads)};
 }
 
-std::function<std::vector<Tensor>(const std::vector<Tensor>&)> grad(TensorFn f,
-                                                                   std::vector<std::int64_t> argnums) {
-  auto vg = value_and_grad(std::move(f), std::move(argnums));
-  return [vg](const std::vector<Tensor>& args) { return vg(args).second; };
-}
+}  // namespace detail
 
 std::pair<Tensor, std::vector<Tensor>> vjp(const TensorFn& f, const std::vector<Tensor>& primals,
                                            const Tensor& cotangent) {

@@ -66,11 +66,4 @@ std::string Shape::to_string() const {
   return fmt::format("[{}]", fmt::join(begin(), end(), ","));
 }
 
-bool operator==(const Shape& a, const Shape& b) {
-  if (a.rank_ != b.rank_) return false;
-  for (std::size_t i = 0; i < a.rank_; ++i)
-    if (a.dims_[i] != b.dims_[i]) return false;
-  return true;
-}
-
 }  // namespace kiln

@@ -2,7 +2,10 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <new>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -12,8 +15,71 @@
 namespace kiln::detail {
 
 namespace {
-std::atomic<std::int64_t> live_tensors{0};
-std::atomic<std::int64_t> live_buffers{0};
+// Object counts are kept per thread (an uncontended relaxed add, no locked instruction on the
+// eager hot path) and summed by memory_stats(); a thread's counts fold into the global ones when
+// it exits. Bytes stay one global atomic because the peak needs the global sum.
+struct ObjectCounts {
+  std::atomic<std::int64_t> tensors{0};
+  std::atomic<std::int64_t> buffers{0};
+};
+
+struct CountRegistry {
+  std::mutex mutex;
+  std::vector<ObjectCounts*> threads;
+  std::int64_t exited_tensors = 0;
+  std::int64_t exited_buffers = 0;
+};
+
+CountRegistry& count_registry() {
+  static CountRegistry* registry = new CountRegistry;  // never destroyed: usable at exit
+  return *registry;
+}
+
+struct ThreadCounts {
+  ObjectCounts counts;
+  ThreadCounts() {
+    auto& r = count_registry();
+    std::lock_guard lock(r.mutex);
+    r.threads.push_back(&counts);
+  }
+  ~ThreadCounts() {
+    auto& r = count_registry();
+    std::lock_guard lock(r.mutex);
+    r.exited_tensors += counts.tensors.load(std::memory_order_relaxed);
+    r.exited_buffers += counts.buffers.load(std::memory_order_relaxed);
+    std::erase(r.threads, &counts);
+  }
+};
+
+__attribute__((tls_model("initial-exec"))) thread_local ObjectCounts* thread_counts = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local bool thread_counts_gone = false;
+std::atomic<std::int64_t> orphan_counts_tensors{0};  // counted after this thread's counts died
+std::atomic<std::int64_t> orphan_counts_buffers{0};
+
+struct ThreadCountsOwner {
+  ThreadCounts counts;
+  ~ThreadCountsOwner() {
+    thread_counts = nullptr;
+    thread_counts_gone = true;
+  }
+};
+ObjectCounts* local_counts() {
+  if (thread_counts != nullptr || thread_counts_gone) return thread_counts;
+  static thread_local ThreadCountsOwner owner;
+  thread_counts = &owner.counts.counts;
+  return thread_counts;
+}
+
+void bump(std::atomic<std::int64_t> ObjectCounts::*field, std::atomic<std::int64_t>& orphan,
+          std::int64_t delta) {
+  if (ObjectCounts* c = local_counts()) {
+    auto& counter = c->*field;
+    counter.store(counter.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  } else {
+    orphan.fetch_add(delta, std::memory_order_relaxed);
+  }
+}
+
 std::atomic<std::int64_t> live_bytes{0};
 std::atomic<std::int64_t> peak_bytes{0};
 
@@ -29,14 +95,14 @@ void raise_peak(std::int64_t now) {
 namespace {
 
 // Small buffers come from a per-thread cache of 64-byte aligned blocks in power-of-two size
-// classes (64 B .. 4 KiB), so that eager ops on small tensors do not pay for aligned_alloc/free.
-constexpr std::size_t num_size_classes = 7;
-constexpr std::size_t blocks_per_class = 32;
+// classes (64 B .. 128 KiB), so that eager ops on small tensors do not pay for aligned_alloc/free.
+constexpr std::size_t num_size_classes = 12;  // 64 B .. 128 KiB
+constexpr std::size_t blocks_per_class = 16;
 
+/// Class c holds blocks of alignment << c bytes; rounded is a multiple of alignment.
 std::size_t size_class(std::size_t rounded) {
-  std::size_t c = 0;
-  while ((alignment << c) < rounded) ++c;
-  return c;
+  const std::size_t units = rounded / alignment;  // >= 1
+  return units <= 1 ? 0 : static_cast<std::size_t>(64 - __builtin_clzll(units - 1));
 }
 
 struct BlockCache {
@@ -79,6 +145,65 @@ constexpr std::size_t largest_cached = alignment << (num_size_classes - 1);
 
 }  // namespace
 
+namespace {
+
+// Large buffers (>= 128 KiB, which malloc would map and unmap each time, paying a page fault per
+// 4 KiB on first touch) are kept after release in a process-wide cache, bounded in total size,
+// and reused for requests of the same size class. memory_stats() reports it as cached_bytes.
+constexpr std::size_t large_threshold = std::size_t{128} << 10;
+constexpr std::size_t page = 4096;
+
+struct LargeBlockCache {
+  std::mutex mutex;
+  std::multimap<std::size_t, void*> blocks;  // size -> block
+  std::size_t bytes = 0;
+  std::size_t limit = 0;
+
+  LargeBlockCache() {
+    limit = std::size_t{1} << 30;
+    if (const char* env = std::getenv("KILN_CACHED_BYTES_LIMIT")) limit = std::strtoull(env, nullptr, 10);
+  }
+  ~LargeBlockCache() { release(); }
+
+  void* take(std::size_t size) {
+    std::lock_guard lock(mutex);
+    auto it = blocks.lower_bound(size);
+    if (it == blocks.end() || it->first > size + size / 4) return nullptr;
+    void* p = it->second;
+    bytes -= it->first;
+    blocks.erase(it);
+    return p;
+  }
+  /// Keeps p for reuse, or returns false when the cache is full.
+  bool keep(void* p, std::size_t size) {
+    std::lock_guard lock(mutex);
+    if (bytes + size > limit) return false;
+    blocks.emplace(size, p);
+    bytes += size;
+    return true;
+  }
+  void release() {
+    std::lock_guard lock(mutex);
+    for (auto& [size, p] : blocks) std::free(p);
+    blocks.clear();
+    bytes = 0;
+  }
+};
+
+LargeBlockCache& large_cache() {
+  static LargeBlockCache* cache = new LargeBlockCache;  // never destroyed: usable at exit
+  return *cache;
+}
+
+std::size_t large_block_bytes(std::size_t rounded) { return (rounded + page - 1) / page * page; }
+
+/// The size actually held by a block of the given request (what the caches store).
+std::size_t held_bytes(std::size_t rounded) {
+  return rounded >= large_threshold ? large_block_bytes(rounded) : rounded;
+}
+
+}  // namespace
+
 void* allocate_block(std::size_t bytes) {
   const std::size_t rounded = block_bytes(bytes);
   if (rounded <= largest_cached) {
@@ -87,7 +212,12 @@ void* allocate_block(std::size_t bytes) {
     if (cache != nullptr && cache->count[c] > 0) return cache->blocks[c][--cache->count[c]];
     return std::aligned_alloc(alignment, alignment << c);
   }
-  return std::aligned_alloc(alignment, rounded);
+  const std::size_t held = held_bytes(rounded);
+  if (held >= large_threshold) {
+    if (void* p = large_cache().take(held)) return p;
+    return std::aligned_alloc(page, held);
+  }
+  return std::aligned_alloc(alignment, held);
 }
 
 void free_block(void* p, std::size_t bytes) {
@@ -100,6 +230,8 @@ void free_block(void* p, std::size_t bytes) {
       return;
     }
   }
+  const std::size_t held = held_bytes(rounded);
+  if (held >= large_threshold && large_cache().keep(p, held)) return;
   std::free(p);
 }
 
@@ -107,14 +239,14 @@ Storage::Storage(std::size_t bytes) : bytes_(bytes) {
   data_ = allocate_block(bytes);
   if (data_ == nullptr)
     throw Error(fmt::format("[alloc] out of memory allocating {} bytes", bytes));
-  live_buffers.fetch_add(1, std::memory_order_relaxed);
+  bump(&ObjectCounts::buffers, orphan_counts_buffers, 1);
   const auto b = static_cast<std::int64_t>(bytes);
   raise_peak(live_bytes.fetch_add(b, std::memory_order_relaxed) + b);
 }
 
 Storage::~Storage() {
   free_block(data_, bytes_);
-  live_buffers.fetch_sub(1, std::memory_order_relaxed);
+  bump(&ObjectCounts::buffers, orphan_counts_buffers, -1);
   live_bytes.fetch_sub(static_cast<std::int64_t>(bytes_), std::memory_order_relaxed);
 }
 
@@ -122,8 +254,8 @@ std::shared_ptr<Storage> allocate_storage(std::size_t bytes) {
   return std::allocate_shared<Storage>(CachedAllocator<Storage>{}, bytes);
 }
 
-void count_tensor_created() { live_tensors.fetch_add(1, std::memory_order_relaxed); }
-void count_tensor_destroyed() { live_tensors.fetch_sub(1, std::memory_order_relaxed); }
+void count_tensor_created() { bump(&ObjectCounts::tensors, orphan_counts_tensors, 1); }
+void count_tensor_destroyed() { bump(&ObjectCounts::tensors, orphan_counts_tensors, -1); }
 
 }  // namespace kiln::detail
 
@@ -132,12 +264,27 @@ namespace kiln {
 MemoryStats memory_stats() {
   using namespace detail;
   MemoryStats s;
-  s.live_tensors = live_tensors.load(std::memory_order_relaxed);
-  s.live_buffers = live_buffers.load(std::memory_order_relaxed);
+  {
+    auto& r = count_registry();
+    std::lock_guard lock(r.mutex);
+    s.live_tensors = r.exited_tensors + orphan_counts_tensors.load(std::memory_order_relaxed);
+    s.live_buffers = r.exited_buffers + orphan_counts_buffers.load(std::memory_order_relaxed);
+    for (const ObjectCounts* c : r.threads) {
+      s.live_tensors += c->tensors.load(std::memory_order_relaxed);
+      s.live_buffers += c->buffers.load(std::memory_order_relaxed);
+    }
+  }
   s.live_bytes = live_bytes.load(std::memory_order_relaxed);
   s.peak_bytes = peak_bytes.load(std::memory_order_relaxed);
+  {
+    auto& cache = large_cache();
+    std::lock_guard lock(cache.mutex);
+    s.cached_bytes = static_cast<std::int64_t>(cache.bytes);
+  }
   return s;
 }
+
+void release_cached_memory() { detail::large_cache().release(); }
 
 void reset_peak_bytes() { detail::peak_bytes.store(detail::live_bytes.load()); }
 

@@ -12,7 +12,7 @@ meson install -C "$build" --destdir "$stage" --no-rebuild --quiet
 pcdir=$(dirname "$(find "$stage" -name kiln.pc | head -n 1)")
 libdir=$(dirname "$(find "$stage" -name 'libkiln.so' | head -n 1)")
 cmakedir=$(dirname "$(find "$stage" -name kilnConfig.cmake | head -n 1)")
-prefix=$(cd "$cmakedir/../../.." && pwd)
+prefix=$(dirname "$(dirname "$(find "$stage" -type d -path '*/include/kiln' | head -n 1)")")
 [ -f "$pcdir/kiln.pc" ] && [ -f "$libdir/libkiln.so" ] && [ -d "$prefix/include/kiln" ] || {
   echo "install incomplete under $stage"; exit 1; }
 
@@ -23,7 +23,7 @@ ninja -C "$stage/meson-build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$stage/meson-build/consumer"
 
 echo "-- cmake consumer"
-cmake -S "$here/cmake" -B "$stage/cmake-build" -DCMAKE_PREFIX_PATH="$stage/usr/local" \
+cmake -S "$here/cmake" -B "$stage/cmake-build" -DCMAKE_PREFIX_PATH="$prefix" \
   -Dkiln_DIR="$cmakedir" >/dev/null
 cmake --build "$stage/cmake-build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$stage/cmake-build/consumer"
