@@ -58,6 +58,13 @@ void run_linalg(const KernelCall& call);
 /// Kernel of primitive p.
 KernelFn kernel_for(Prim p);
 
+/// Elementwise primitive p over n contiguous output elements in one row, for small work
+/// (the caller checks n < flat_elementwise_limit). Input k is either n contiguous elements
+/// (stride 1) or a single broadcast element (stride 0). out_dtype matters only for cast.
+inline constexpr std::int64_t flat_elementwise_limit = std::int64_t{1} << 18;
+void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t* strides,
+                          DType in_dtype, void* out, DType out_dtype, std::int64_t n);
+
 /// Copies src (any strides) into dst (any strides) of the same shape and dtype.
 void copy_strided(const ArrayRef& src, const ArrayRef& dst);
 

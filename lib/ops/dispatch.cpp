@@ -86,6 +86,27 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
                   DType out_dtype, const Shape& out_shape) {
   Tensor out = empty(out_shape, out_dtype);
   const TensorImpl& out_impl = *out.impl();
+  const bool elementwise = is_elementwise(p);
+  const std::int64_t n = out_shape.numel();
+  if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3) {
+    // Small work whose inputs are each contiguous in the output's shape or a single element:
+    // one row kernel call, no stride bookkeeping.
+    std::array<const void*, 3> data{};
+    std::array<std::int64_t, 3> strides{};
+    bool flat = true;
+    for (std::size_t i = 0; i < inputs.size() && flat; ++i) {
+      const TensorImpl& impl = *inputs[i]->impl();
+      data[i] = impl.data();
+      strides[i] = impl.shape.numel() == 1 ? 0 : 1;
+      flat = strides[i] == 0 || (impl.shape == out_shape && impl.strides == out_impl.strides);
+    }
+    if (flat) {
+      // where's condition is boolean; the kernel's dtype is that of its value inputs.
+      const DType in_dtype = inputs[inputs.size() == 3 ? 1 : 0]->impl()->dtype;
+      run_elementwise_flat(p, data.data(), strides.data(), in_dtype, out_impl.data(), out_dtype, n);
+      return out;
+    }
+  }
   const ArrayRef out_ref{out_impl.data(), out_dtype, out_shape, out_impl.strides};
   constexpr std::size_t small = 4;
   static_assert(std::is_trivially_destructible_v<ArrayRef>);
@@ -97,7 +118,6 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
     refs = heap_refs.data();
   }
   std::vector<Tensor> copies;  // contiguous copies made for non-elementwise kernels
-  const bool elementwise = is_elementwise(p);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl& impl = *inputs[i]->impl();
     if (elementwise) {
