@@ -14,6 +14,9 @@ struct MemoryStats {
   std::int64_t peak_bytes = 0;    ///< Highest live_bytes since start or reset_peak_bytes().
   /// Bytes of released large buffers kept for reuse (bounded; see release_cached_memory()).
   std::int64_t cached_bytes = 0;
+  std::int64_t cached_functions = 0;  ///< Concrete functions held by kiln::function caches.
+  std::int64_t live_graph_nodes = 0;  ///< Nodes in those functions' graphs.
+  std::int64_t graph_bytes = 0;       ///< Bytes held by those graphs and plans.
 };
 
 /// Current counters (thread-safe).

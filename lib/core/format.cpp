@@ -157,6 +157,9 @@ class TensorLayout {
 std::string to_string(const Tensor& t) {
   if (!t.defined()) return "tensor(undefined)";
   const detail::TensorImpl& impl = *t.impl();
+  if (impl.is_symbolic())
+    return fmt::format("tensor(symbolic, dtype={}, shape={})", dtype_name(impl.dtype),
+                       impl.shape.to_string());
   std::string data;
   if (impl.shape.empty()) {
     data = element_text(impl.data(), impl.dtype);

@@ -81,6 +81,9 @@ void bump(std::atomic<std::int64_t> ObjectCounts::*field, std::atomic<std::int64
 }
 
 std::atomic<std::int64_t> live_bytes{0};
+std::atomic<std::int64_t> cached_functions{0};
+std::atomic<std::int64_t> live_graph_nodes{0};
+std::atomic<std::int64_t> graph_bytes{0};
 std::atomic<std::int64_t> peak_bytes{0};
 
 constexpr std::size_t alignment = 64;
@@ -254,6 +257,12 @@ std::shared_ptr<Storage> allocate_storage(std::size_t bytes) {
   return std::allocate_shared<Storage>(CachedAllocator<Storage>{}, bytes);
 }
 
+void count_cached_function(std::int64_t functions, std::int64_t nodes, std::int64_t bytes) {
+  cached_functions.fetch_add(functions, std::memory_order_relaxed);
+  live_graph_nodes.fetch_add(nodes, std::memory_order_relaxed);
+  graph_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
 void count_tensor_created() { bump(&ObjectCounts::tensors, orphan_counts_tensors, 1); }
 void count_tensor_destroyed() { bump(&ObjectCounts::tensors, orphan_counts_tensors, -1); }
 
@@ -276,6 +285,9 @@ MemoryStats memory_stats() {
   }
   s.live_bytes = live_bytes.load(std::memory_order_relaxed);
   s.peak_bytes = peak_bytes.load(std::memory_order_relaxed);
+  s.cached_functions = cached_functions.load(std::memory_order_relaxed);
+  s.live_graph_nodes = live_graph_nodes.load(std::memory_order_relaxed);
+  s.graph_bytes = graph_bytes.load(std::memory_order_relaxed);
   {
     auto& cache = large_cache();
     std::lock_guard lock(cache.mutex);

@@ -50,6 +50,10 @@ struct CachedAllocator {
   bool operator==(const CachedAllocator<U>&) const { return true; }
 };
 
+/// Counts cached concrete functions, their graph nodes and bytes (graphs + plans) in
+/// memory_stats(); called with positive deltas when one is cached, negative when freed.
+void count_cached_function(std::int64_t functions, std::int64_t nodes, std::int64_t bytes);
+
 /// Counters behind memory_stats().
 void count_tensor_created();
 void count_tensor_destroyed();

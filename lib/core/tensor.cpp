@@ -30,6 +30,15 @@ bool TensorImpl::is_contiguous() const {
   return true;
 }
 
+void check_concrete(const TensorImpl& t, const char* op) {
+  if (t.is_symbolic())
+    fail(op,
+         "cannot read the value of a symbolic tensor ({} {}) while its function is being traced: "
+         "values exist only when the compiled function runs. Use kiln::where for data-dependent "
+         "choices, or pass the value as a static (non-tensor) argument",
+         dtype_name(t.dtype), t.shape);
+}
+
 Tensor empty(const Shape& shape, DType dtype) {
   std::int64_t n = 1;
   bool overflow = false;
@@ -81,11 +90,15 @@ std::int64_t Tensor::size() const { return checked(impl_, "size").shape.numel();
 std::int64_t Tensor::dim(std::int64_t i) const { return checked(impl_, "dim").shape.at(i); }
 const Shape& Tensor::strides() const { return checked(impl_, "strides").strides; }
 bool Tensor::is_contiguous() const { return checked(impl_, "is_contiguous").is_contiguous(); }
-const void* Tensor::data() const { return checked(impl_, "data").data(); }
+const void* Tensor::data() const {
+  const auto& impl = checked(impl_, "data");
+  detail::check_concrete(impl, "data");
+  return impl.data();
+}
 
 Tensor Tensor::contiguous() const {
   const auto& impl = checked(impl_, "contiguous");
-  if (impl.is_contiguous()) return *this;
+  if (impl.is_contiguous() || impl.is_symbolic()) return *this;
   Tensor out = detail::empty(impl.shape, impl.dtype);
   detail::copy_strided(detail::array_ref(*this), detail::array_ref(out));
   return out;
@@ -100,6 +113,7 @@ void Tensor::check_element_type(DType requested, const char* op) const {
 
 void Tensor::check_single_element() const {
   const auto& impl = checked(impl_, "item");
+  detail::check_concrete(impl, "item");
   if (impl.shape.numel() != 1)
     detail::fail("item", "tensor of shape {} has {} elements, item() needs exactly one", impl.shape,
                  impl.shape.numel());
@@ -107,6 +121,7 @@ void Tensor::check_single_element() const {
 
 void Tensor::copy_to(void* dst) const {
   const auto& impl = checked(impl_, "copy");
+  detail::check_concrete(impl, "to_vector");
   detail::ArrayRef out{dst, impl.dtype, impl.shape, detail::contiguous_strides(impl.shape)};
   detail::copy_strided(detail::array_ref(*this), out);
 }

@@ -17,7 +17,9 @@ struct TensorImpl {
   Shape shape;
   Shape strides;            // in elements
   std::int64_t offset = 0;  // in elements, from storage->data()
-  std::shared_ptr<Storage> storage;
+  std::shared_ptr<Storage> storage;  // null for a symbolic tensor
+  std::uint64_t trace_id = 0;        // symbolic: the trace it belongs to (0: concrete)
+  std::int32_t node = -1;            // symbolic: its node in that trace's graph
 
   TensorImpl(DType dt, const Shape& sh, const Shape& st, std::int64_t off,
              std::shared_ptr<Storage> s)
@@ -32,7 +34,11 @@ struct TensorImpl {
     return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(dtype_size(dtype));
   }
   bool is_contiguous() const;
+  bool is_symbolic() const { return trace_id != 0; }
 };
+
+/// Throws "[op] ... symbolic ..." when t is a symbolic tensor of a function being traced.
+void check_concrete(const TensorImpl& t, const char* op);
 
 /// A new, uninitialized contiguous tensor.
 Tensor empty(const Shape& shape, DType dtype);

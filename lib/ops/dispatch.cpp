@@ -1,6 +1,7 @@
 #include "ops/dispatch.hpp"
 
 #include "autodiff/tape.hpp"
+#include "jit/trace.hpp"
 
 #include <array>
 #include <optional>
@@ -140,11 +141,16 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
 
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape) {
-  const PrimitiveInfo& pi = info(p);
-  std::optional<Tensor> view;
-  if (pi.family == Family::movement && inputs.size() == 1)
-    view = try_view(p, *inputs[0], attrs, out_shape);
-  Tensor out = view ? std::move(*view) : run_kernel(p, inputs, attrs, out_dtype, out_shape);
+  Tensor out;
+  if (TraceContext* trace = current_trace()) {
+    out = trace->add_primitive(p, inputs, attrs, out_dtype, out_shape);
+  } else {
+    for (const Tensor* t : inputs) check_concrete(*t->impl(), name(p).data());
+    std::optional<Tensor> view;
+    if (info(p).family == Family::movement && inputs.size() == 1)
+      view = try_view(p, *inputs[0], attrs, out_shape);
+    out = view ? std::move(*view) : run_kernel(p, inputs, attrs, out_dtype, out_shape);
+  }
   if (any_tape_recording()) {
     std::vector<Tensor> held;
     held.reserve(inputs.size());

@@ -1,0 +1,296 @@
+#pragma once
+/// @file function.hpp
+/// kiln::function: trace once per input signature, then replay the cached, optimized graph.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/tensor.hpp"
+#include "kiln/variable.hpp"
+
+namespace kiln {
+
+namespace detail {
+struct GraphData;
+struct ConcreteData;
+class FunctionCore;
+}  // namespace detail
+
+/// The dtype and shape of one tensor argument (for FunctionOptions::input_signature).
+struct TensorSpec {
+  Shape shape;
+  DType dtype = DType::f32;
+  TensorSpec(Shape s, DType d = DType::f32) : shape(std::move(s)), dtype(d) {}
+};
+
+/// What a function does once it has traced max_traces signatures and meets a new one.
+enum class OnTraceLimit { run_eagerly, throw_error };
+
+struct FunctionOptions {
+  /// Used in messages and graph listings.
+  std::string name = "function";
+  /// When set, every call must match these specs (one per tensor argument, in order).
+  std::vector<TensorSpec> input_signature;
+  /// Concrete functions kept per function before `on_limit` applies.
+  int max_traces = 8;
+  OnTraceLimit on_limit = OnTraceLimit::run_eagerly;
+  /// Run the graph passes (dead-code and common-subexpression elimination).
+  bool optimize = true;
+};
+
+/// A traced graph (read-only view for introspection).
+class Graph {
+ public:
+  /// Nodes in the optimized graph (parameters, constants, variable reads and ops).
+  std::size_t num_nodes() const;
+  /// A readable listing, one node per line, like a jaxpr.
+  std::string to_string() const;
+  /// Graphviz (dot) text.
+  std::string to_dot() const;
+  explicit Graph(std::shared_ptr<const detail::GraphData> data) : data_(std::move(data)) {}
+
+ private:
+  std::shared_ptr<const detail::GraphData> data_;
+};
+
+/// One traced and compiled specialization of a function.
+class ConcreteFunction {
+ public:
+  Graph graph() const;
+  explicit ConcreteFunction(std::shared_ptr<const detail::ConcreteData> data)
+      : data_(std::move(data)) {}
+
+ private:
+  std::shared_ptr<const detail::ConcreteData> data_;
+};
+
+/// Drops every function's cached graphs.
+void clear_caches();
+/// When true, every kiln::function runs its callable eagerly (no tracing): for debugging.
+/// Also enabled by the environment variable KILN_RUN_EAGERLY=1.
+void run_functions_eagerly(bool eager);
+bool functions_run_eagerly();
+/// Where kiln's warnings go (default: standard error). Pass nullptr to restore the default.
+void set_log_sink(std::function<void(const std::string&)> sink);
+
+namespace detail {
+
+/// The flattened arguments of one call: tensors in order, and the cache key.
+struct ArgPack {
+  std::vector<Tensor> tensors;
+  std::string key;
+  std::vector<std::string> descriptions;  // one per argument, for retrace messages
+};
+void pack_arg(ArgPack& p, const Tensor& t);
+void pack_arg(ArgPack& p, const std::vector<Tensor>& ts);
+void pack_arg(ArgPack& p, const Variable& v);
+void pack_arg(ArgPack& p, const std::string& s);
+void pack_arg(ArgPack& p, const char* s);
+void pack_static(ArgPack& p, char type, const void* bytes, std::size_t size, std::string text);
+template <class T>
+  requires std::is_arithmetic_v<T>
+void pack_arg(ArgPack& p, T v) {
+  const char type = std::is_same_v<T, bool> ? 'b' : std::is_integral_v<T> ? 'i' : 'f';
+  pack_static(p, type, &v, sizeof(v), std::to_string(v));
+}
+
+/// Replaces the tensors of an argument by the next placeholders (for tracing).
+inline const Tensor& substitute(const Tensor&, const std::vector<Tensor>& ph, std::size_t& pos) {
+  return ph[pos++];
+}
+inline std::vector<Tensor> substitute(const std::vector<Tensor>& ts, const std::vector<Tensor>& ph,
+                                      std::size_t& pos) {
+  std::vector<Tensor> out(ph.begin() + static_cast<std::ptrdiff_t>(pos),
+                          ph.begin() + static_cast<std::ptrdiff_t>(pos + ts.size()));
+  pos += ts.size();
+  return out;
+}
+template <class T>
+const T& substitute(const T& v, const std::vector<Tensor>&, std::size_t&) {
+  return v;
+}
+
+/// Flattening results: Tensor, std::vector<Tensor>, std::pair and std::tuple of those.
+inline void flatten_result(const Tensor& t, std::vector<Tensor>& out, std::vector<std::size_t>&) {
+  out.push_back(t);
+}
+inline void flatten_result(const std::vector<Tensor>& ts, std::vector<Tensor>& out,
+                           std::vector<std::size_t>& sizes) {
+  sizes.push_back(ts.size());
+  out.insert(out.end(), ts.begin(), ts.end());
+}
+template <class... Ts>
+void flatten_result(const std::tuple<Ts...>& t, std::vector<Tensor>& out,
+                    std::vector<std::size_t>& sizes) {
+  std::apply([&](const auto&... parts) { (flatten_result(parts, out, sizes), ...); }, t);
+}
+template <class A, class B>
+void flatten_result(const std::pair<A, B>& p, std::vector<Tensor>& out, std::vector<std::size_t>& sizes) {
+  flatten_result(p.first, out, sizes);
+  flatten_result(p.second, out, sizes);
+}
+
+template <class R>
+struct Rebuild;
+template <>
+struct Rebuild<Tensor> {
+  static Tensor from(const std::vector<Tensor>& flat, const std::vector<std::size_t>&,
+                     std::size_t& pos, std::size_t&) {
+    return flat[pos++];
+  }
+};
+template <>
+struct Rebuild<std::vector<Tensor>> {
+  static std::vector<Tensor> from(const std::vector<Tensor>& flat,
+                                  const std::vector<std::size_t>& sizes, std::size_t& pos,
+                                  std::size_t& size_pos) {
+    const std::size_t n = sizes[size_pos++];
+    std::vector<Tensor> out(flat.begin() + static_cast<std::ptrdiff_t>(pos),
+                            flat.begin() + static_cast<std::ptrdiff_t>(pos + n));
+    pos += n;
+    return out;
+  }
+};
+template <class... Ts>
+struct Rebuild<std::tuple<Ts...>> {
+  static std::tuple<Ts...> from(const std::vector<Tensor>& flat,
+                                const std::vector<std::size_t>& sizes, std::size_t& pos,
+                                std::size_t& size_pos) {
+    return std::tuple<Ts...>{Rebuild<Ts>::from(flat, sizes, pos, size_pos)...};
+  }
+};
+template <class A, class B>
+struct Rebuild<std::pair<A, B>> {
+  static std::pair<A, B> from(const std::vector<Tensor>& flat, const std::vector<std::size_t>& sizes,
+                              std::size_t& pos, std::size_t& size_pos) {
+    A a = Rebuild<A>::from(flat, sizes, pos, size_pos);
+    B b = Rebuild<B>::from(flat, sizes, pos, size_pos);
+    return {std::move(a), std::move(b)};
+  }
+};
+
+/// What a traced callable produced: flat outputs and the sizes of vector results.
+struct TraceResult {
+  std::vector<Tensor> outputs;
+  std::vector<std::size_t> vector_sizes;
+};
+
+/// The non-template part of kiln::Function: cache, tracing, execution, diagnostics.
+class FunctionCore {
+ public:
+  explicit FunctionCore(FunctionOptions options);
+  ~FunctionCore();
+  FunctionCore(const FunctionCore&) = delete;
+  FunctionCore& operator=(const FunctionCore&) = delete;
+
+  enum class Mode { run, run_eagerly };
+  /// The concrete function for this call (tracing with `trace` on a miss), or null with
+  /// mode = run_eagerly when the call must run eagerly.
+  std::shared_ptr<const ConcreteData> lookup(
+      const ArgPack& args, Mode& mode,
+      const std::function<TraceResult(const std::vector<Tensor>&)>& trace);
+  /// Runs a concrete function on the call's tensors; returns flat outputs.
+  std::vector<Tensor> execute(const ConcreteData& cf, const ArgPack& args) const;
+  const std::vector<std::size_t>& vector_sizes(const ConcreteData& cf) const;
+
+  int tracing_count() const;
+  std::size_t cache_size() const;
+  void clear();
+  const FunctionOptions& options() const { return options_; }
+
+ private:
+  struct State;
+  FunctionOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+/// True while this thread is tracing some function (nested functions then inline).
+bool tracing();
+
+}  // namespace detail
+
+/// A callable that traces `F` once per input signature and replays the cached graph.
+/// Arguments may be tensors, std::vector<Tensor>, Variables (keyed by identity) and static
+/// values (bool, integers, floating point, std::string) that are part of the cache key by value.
+/// Results may be a Tensor, a std::vector<Tensor>, or a std::pair / std::tuple of those.
+template <class F>
+class Function {
+ public:
+  Function(F f, FunctionOptions options)
+      : f_(std::make_shared<F>(std::move(f))),
+        core_(std::make_shared<detail::FunctionCore>(std::move(options))) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    using R = std::invoke_result_t<const F&, const Args&...>;
+    if (detail::tracing()) return (*f_)(args...);  // nested: inline into the outer trace
+    detail::ArgPack pack;
+    (detail::pack_arg(pack, args), ...);
+    detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
+    auto cf = core_->lookup(pack, mode, [&](const std::vector<Tensor>& placeholders) {
+      std::size_t pos = 0;
+      detail::TraceResult result;
+      R r = std::apply([&](const auto&... a) { return (*f_)(a...); },
+                       std::tuple<decltype(detail::substitute(args, placeholders, pos))...>{
+                           detail::substitute(args, placeholders, pos)...});
+      detail::flatten_result(r, result.outputs, result.vector_sizes);
+      return result;
+    });
+    if (mode == detail::FunctionCore::Mode::run_eagerly) return (*f_)(args...);
+    const std::vector<Tensor> flat = core_->execute(*cf, pack);
+    std::size_t pos = 0, size_pos = 0;
+    return detail::Rebuild<R>::from(flat, core_->vector_sizes(*cf), pos, size_pos);
+  }
+
+  /// How many times the callable was traced.
+  int tracing_count() const { return core_->tracing_count(); }
+  /// Number of cached concrete functions.
+  std::size_t cache_size() const { return core_->cache_size(); }
+  /// The concrete function for these arguments (tracing if needed).
+  template <class... Args>
+  ConcreteFunction get_concrete_function(const Args&... args) const {
+    using R = std::invoke_result_t<const F&, const Args&...>;
+    detail::ArgPack pack;
+    (detail::pack_arg(pack, args), ...);
+    detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
+    auto cf = core_->lookup(pack, mode, [&](const std::vector<Tensor>& placeholders) {
+      std::size_t pos = 0;
+      detail::TraceResult result;
+      R r = std::apply([&](const auto&... a) { return (*f_)(a...); },
+                       std::tuple<decltype(detail::substitute(args, placeholders, pos))...>{
+                           detail::substitute(args, placeholders, pos)...});
+      detail::flatten_result(r, result.outputs, result.vector_sizes);
+      return result;
+    });
+    if (!cf) throw_no_concrete();
+    return ConcreteFunction(cf);
+  }
+
+ private:
+  [[noreturn]] void throw_no_concrete() const;
+  std::shared_ptr<F> f_;
+  std::shared_ptr<detail::FunctionCore> core_;
+};
+
+namespace detail {
+[[noreturn]] void throw_no_concrete_function(const std::string& name);
+}
+
+template <class F>
+void Function<F>::throw_no_concrete() const {
+  detail::throw_no_concrete_function(core_->options().name);
+}
+
+/// Wraps f into a trace-and-cache Function.
+template <class F>
+Function<F> function(F f, FunctionOptions options = {}) {
+  return Function<F>(std::move(f), std::move(options));
+}
+
+}  // namespace kiln

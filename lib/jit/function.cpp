@@ -1,0 +1,302 @@
+// kiln::function's machinery: the per-function cache of concrete functions, tracing,
+// execution of a concrete function's plan, retracing diagnostics and global switches.
+#include "kiln/function.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "autodiff/tape.hpp"
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
+#include "jit/graph.hpp"
+#include "jit/plan.hpp"
+#include "jit/trace.hpp"
+#include "ops/dispatch.hpp"
+#include "state/variable_impl.hpp"
+
+namespace kiln {
+
+namespace detail {
+
+/// A traced, optimized and planned specialization.
+struct ConcreteData {
+  std::shared_ptr<const GraphData> graph;
+  Plan plan;
+  std::vector<std::size_t> vector_sizes;
+  std::vector<std::string> descriptions;  // of the arguments it was traced for
+  std::vector<std::shared_ptr<VariableImpl>> owned_variables;  // created by its trace
+  std::int64_t counted_bytes = 0;
+  ~ConcreteData();
+};
+
+namespace {
+
+std::atomic<bool> eager_override{[] {
+  const char* env = std::getenv("KILN_RUN_EAGERLY");
+  return env != nullptr && std::string_view(env) == "1";
+}()};
+
+std::mutex sink_mutex;
+std::function<void(const std::string&)> log_sink;
+
+void log_warning(const std::string& message) {
+  std::lock_guard lock(sink_mutex);
+  if (log_sink) log_sink(message);
+  else std::cerr << "kiln warning: " << message << "\n";
+}
+
+std::mutex registry_mutex;
+std::set<FunctionCore*>& registry() {
+  static auto* r = new std::set<FunctionCore*>;
+  return *r;
+}
+
+
+std::string shape_text(DType d, const Shape& s) { return fmt::format("{} {}", dtype_name(d), s.to_string()); }
+
+}  // namespace
+
+ConcreteData::~ConcreteData() {
+  if (graph) count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()), -counted_bytes);
+}
+
+void pack_arg(ArgPack& p, const Tensor& t) {
+  check_defined(t, "function", static_cast<int>(p.descriptions.size()));
+  fmt::format_to(std::back_inserter(p.key), "T{}{};", static_cast<int>(t.dtype()), t.shape().to_string());
+  p.descriptions.push_back(fmt::format("shape {} dtype {}", t.shape().to_string(), dtype_name(t.dtype())));
+  p.tensors.push_back(t);
+}
+
+void pack_arg(ArgPack& p, const std::vector<Tensor>& ts) {
+  std::string desc = fmt::format("{} tensors:", ts.size());
+  p.key += fmt::format("V{}:", ts.size());
+  for (const Tensor& t : ts) {
+    check_defined(t, "function", static_cast<int>(p.descriptions.size()));
+    fmt::format_to(std::back_inserter(p.key), "T{}{};", static_cast<int>(t.dtype()), t.shape().to_string());
+    fmt::format_to(std::back_inserter(desc), " {}", shape_text(t.dtype(), t.shape()));
+    p.tensors.push_back(t);
+  }
+  p.descriptions.push_back(desc);
+}
+
+void pack_arg(ArgPack& p, const Variable& v) {
+  p.key += fmt::format("R{};", v.id());
+  p.descriptions.push_back(fmt::format("variable '{}' (id {})", v.name(), v.id()));
+}
+
+void pack_arg(ArgPack& p, const std::string& s) {
+  pack_static(p, 's', s.data(), s.size(), fmt::format("\"{}\"", s));
+}
+void pack_arg(ArgPack& p, const char* s) { pack_arg(p, std::string(s)); }
+
+void pack_static(ArgPack& p, char type, const void* bytes, std::size_t size, std::string text) {
+  p.key += fmt::format("S{}{}:", type, size);
+  p.key.append(static_cast<const char*>(bytes), size);
+  p.key += ';';
+  p.descriptions.push_back(fmt::format("value {}", text));
+}
+
+bool tracing() { return current_trace() != nullptr; }
+
+[[noreturn]] void throw_no_concrete_function(const std::string& name) {
+  fail(name, "no concrete function: the trace limit was reached and this function runs new "
+             "signatures eagerly");
+}
+
+struct FunctionCore::State {
+  mutable std::mutex mutex;
+  std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
+  int traces = 0;
+  std::deque<bool> recent;  // whether each of the last 10 calls traced
+  std::string last_key;
+  std::vector<std::string> last_descriptions;
+  int retrace_warnings = 0;
+  bool limit_warned = false;
+};
+
+FunctionCore::FunctionCore(FunctionOptions options)
+    : options_(std::move(options)), state_(std::make_unique<State>()) {
+  std::lock_guard lock(registry_mutex);
+  registry().insert(this);
+}
+
+FunctionCore::~FunctionCore() {
+  std::lock_guard lock(registry_mutex);
+  registry().erase(this);
+}
+
+int FunctionCore::tracing_count() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->traces;
+}
+
+std::size_t FunctionCore::cache_size() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->cache.size();
+}
+
+void FunctionCore::clear() {
+  std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> dropped;
+  std::lock_guard lock(state_->mutex);
+  dropped.swap(state_->cache);
+}
+
+namespace {
+
+void check_signature(const FunctionOptions& o, const ArgPack& args) {
+  if (o.input_signature.empty()) return;
+  if (o.input_signature.size() != args.tensors.size())
+    fail(o.name, "called with {} tensors but its input_signature has {}", args.tensors.size(),
+         o.input_signature.size());
+  for (std::size_t i = 0; i < args.tensors.size(); ++i) {
+    const TensorSpec& spec = o.input_signature[i];
+    const Tensor& t = args.tensors[i];
+    bool ok = spec.dtype == t.dtype() && spec.shape.size() == t.shape().size();
+    for (std::size_t d = 0; ok && d < spec.shape.size(); ++d)
+      ok = spec.shape[d] == -1 || spec.shape[d] == t.shape()[d];
+    if (!ok)
+      fail(o.name, "tensor {} is {} but the input_signature says {} {}", i,
+           shape_text(t.dtype(), t.shape()), dtype_name(spec.dtype), spec.shape.to_string());
+  }
+}
+
+/// "argument 0: shape [32,5,10] dtype f32 -> shape [16,5,10] dtype f32; ..."
+std::string describe_change(const std::vector<std::string>& before, const std::vector<std::string>& now) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (i >= before.size()) parts.push_back(fmt::format("argument {}: new, {}", i, now[i]));
+    else if (before[i] != now[i]) parts.push_back(fmt::format("argument {}: {} -> {}", i, before[i], now[i]));
+  }
+  if (parts.empty()) return "the arguments look the same as the previous call";
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+}  // namespace
+
+std::shared_ptr<const ConcreteData> FunctionCore::lookup(
+    const ArgPack& args, Mode& mode,
+    const std::function<TraceResult(const std::vector<Tensor>&)>& trace_fn) {
+  mode = Mode::run;
+  check_signature(options_, args);
+  if (eager_override.load(std::memory_order_relaxed) || any_tape_recording()) {
+    // Debug switch, or a tape outside the function needs to see its ops: run eagerly.
+    mode = Mode::run_eagerly;
+    return nullptr;
+  }
+  State& st = *state_;
+  {
+    std::lock_guard lock(st.mutex);
+    auto it = st.cache.find(args.key);
+    if (it != st.cache.end()) {
+      st.recent.push_back(false);
+      if (st.recent.size() > 10) st.recent.pop_front();
+      st.last_descriptions = args.descriptions;
+      return it->second;
+    }
+    if (st.traces >= options_.max_traces) {
+      if (options_.on_limit == OnTraceLimit::throw_error)
+        fail(options_.name,
+             "a new input signature after {} traces (max_traces); {}. Mark varying dims dynamic "
+             "with input_signature, pass varying numbers as tensors, or raise max_traces",
+             st.traces, describe_change(st.last_descriptions, args.descriptions));
+      if (!st.limit_warned) {
+        st.limit_warned = true;
+        log_warning(fmt::format("[{}] reached max_traces={}; new input signatures now run eagerly "
+                                "({})",
+                                options_.name, options_.max_traces,
+                                describe_change(st.last_descriptions, args.descriptions)));
+      }
+      mode = Mode::run_eagerly;
+      return nullptr;
+    }
+  }
+
+  // Trace outside the lock (user code may call other functions). A failed trace publishes
+  // nothing and releases the variables it created.
+  TraceContext trace(options_.name, /*allow_variable_creation*/ tracing_count() == 0);
+  TraceResult result;
+  {
+    TraceScope scope(&trace);
+    std::vector<Tensor> placeholders;
+    placeholders.reserve(args.tensors.size());
+    for (std::size_t i = 0; i < args.tensors.size(); ++i)
+      placeholders.push_back(trace.add_parameter(args.tensors[i].dtype(), args.tensors[i].shape(),
+                                                 static_cast<std::int32_t>(i)));
+    result = trace_fn(placeholders);
+    for (std::size_t i = 0; i < result.outputs.size(); ++i) {
+      const std::string what = fmt::format("output {}", i);
+      if (!result.outputs[i].defined()) fail(options_.name, "output {} is an undefined tensor", i);
+      trace.graph().outputs.push_back(trace.node_of(result.outputs[i], what.c_str()));
+    }
+  }
+  auto graph = std::make_shared<GraphData>(std::move(trace.graph()));
+  if (options_.optimize) {
+    eliminate_common_subexpressions(*graph);
+    eliminate_dead_code(*graph);
+  }
+  auto cf = std::make_shared<ConcreteData>();
+  cf->plan = build_plan(*graph);
+  cf->graph = graph;
+  cf->vector_sizes = std::move(result.vector_sizes);
+  cf->descriptions = args.descriptions;
+  cf->owned_variables = std::move(trace.created_variables());
+  cf->counted_bytes = graph->bytes() + cf->plan.bytes();
+  count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
+
+  std::lock_guard lock(st.mutex);
+  auto [it, inserted] = st.cache.emplace(args.key, cf);
+  if (!inserted) return it->second;  // another thread published the same signature first
+  ++st.traces;
+  st.recent.push_back(true);
+  if (st.recent.size() > 10) st.recent.pop_front();
+  int traced = 0;
+  for (bool t : st.recent) traced += t ? 1 : 0;
+  if (st.traces > 1 && traced >= 5 && st.retrace_warnings < 2) {
+    ++st.retrace_warnings;
+    log_warning(fmt::format(
+        "[{}] retracing: {} of the last {} calls traced a new graph ({} traces so far). Changed: "
+        "{}. Retracing is expensive: mark varying dims dynamic (-1) in input_signature, pass "
+        "changing Python-like numbers as tensors, and avoid new static values per call",
+        options_.name, traced, st.recent.size(), st.traces,
+        describe_change(st.last_descriptions, args.descriptions)));
+  }
+  st.last_descriptions = args.descriptions;
+  return cf;
+}
+
+std::vector<Tensor> FunctionCore::execute(const ConcreteData& cf, const ArgPack& args) const {
+  return run_plan(cf.plan, *cf.graph, args.tensors, options_.name);
+}
+
+const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& cf) const {
+  return cf.vector_sizes;
+}
+
+}  // namespace detail
+
+std::size_t Graph::num_nodes() const { return data_->nodes.size(); }
+std::string Graph::to_string() const { return data_->to_string(); }
+std::string Graph::to_dot() const { return data_->to_dot(); }
+Graph ConcreteFunction::graph() const { return Graph(data_->graph); }
+
+void clear_caches() {
+  std::lock_guard lock(detail::registry_mutex);
+  for (detail::FunctionCore* f : detail::registry()) f->clear();
+}
+
+void run_functions_eagerly(bool eager) { detail::eager_override.store(eager); }
+bool functions_run_eagerly() { return detail::eager_override.load(); }
+
+void set_log_sink(std::function<void(const std::string&)> sink) {
+  std::lock_guard lock(detail::sink_mutex);
+  detail::log_sink = std::move(sink);
+}
+
+}  // namespace kiln

@@ -1,0 +1,58 @@
+#pragma once
+// The graph IR that tracing records and the compiler passes rewrite.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/kernel.hpp"
+#include "kiln/tensor.hpp"
+
+namespace kiln::detail {
+
+struct VariableImpl;
+
+/// One value-producing step of a traced function.
+struct Node {
+  enum class Kind : std::uint8_t {
+    parameter,  // a tensor argument of the function (index = flat argument position)
+    constant,   // an eager tensor captured by value while tracing
+    variable,   // a variable's value, read when the function is called (index = variable slot)
+    primitive,  // prim applied to inputs
+    assign,     // new value of variable slot `index` (inputs[0]); a side effect, kept in order
+  };
+  Kind kind = Kind::primitive;
+  Prim prim = Prim::add;
+  Attrs attrs;
+  std::vector<std::int32_t> inputs;
+  DType dtype = DType::f32;
+  Shape shape;
+  Tensor constant;
+  std::int32_t index = -1;
+};
+
+/// A whole traced function: nodes in a valid execution order, its outputs and side effects.
+struct GraphData {
+  std::vector<Node> nodes;
+  std::vector<std::int32_t> outputs;
+  std::vector<std::int32_t> side_effects;  // assign nodes, in program order
+  std::vector<std::weak_ptr<VariableImpl>> variables;  // captured variables, by slot
+  std::vector<std::string> variable_names;
+  std::size_t num_parameters = 0;
+
+  /// A readable listing, one node per line, like a jaxpr.
+  std::string to_string() const;
+  /// Graphviz text.
+  std::string to_dot() const;
+  /// Bytes held by the graph (nodes, attributes, constants).
+  std::int64_t bytes() const;
+};
+
+/// Removes nodes that no output or side effect depends on. Returns how many were removed.
+std::size_t eliminate_dead_code(GraphData& g);
+/// Merges nodes that compute the same thing (same primitive, attributes and inputs; the same
+/// captured constant). Returns how many were merged.
+std::size_t eliminate_common_subexpressions(GraphData& g);
+
+}  // namespace kiln::detail

@@ -1,0 +1,128 @@
+#include "jit/trace.hpp"
+
+#include <atomic>
+
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
+#include "state/variable_impl.hpp"
+
+namespace kiln::detail {
+
+namespace {
+__attribute__((tls_model("initial-exec"))) thread_local TraceContext* current = nullptr;
+std::atomic<std::uint64_t> next_trace_id{1};
+}  // namespace
+
+TraceContext* current_trace() { return current; }
+
+TraceScope::TraceScope(TraceContext* trace) : previous_(current) { current = trace; }
+TraceScope::~TraceScope() { current = previous_; }
+
+TraceContext::TraceContext(std::string function_name, bool allow_variable_creation)
+    : id_(next_trace_id.fetch_add(1)),
+      function_name_(std::move(function_name)),
+      allow_variable_creation_(allow_variable_creation) {}
+
+std::int32_t TraceContext::add_node(Node n) {
+  graph_.nodes.push_back(std::move(n));
+  return static_cast<std::int32_t>(graph_.nodes.size() - 1);
+}
+
+Tensor TraceContext::symbolic(std::int32_t node) {
+  const Node& n = graph_.nodes[static_cast<std::size_t>(node)];
+  auto impl = std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, n.dtype, n.shape,
+                                               contiguous_strides(n.shape), 0, nullptr);
+  impl->trace_id = id_;
+  impl->node = node;
+  return Tensor(std::move(impl));
+}
+
+Tensor TraceContext::add_parameter(DType dtype, const Shape& shape, std::int32_t index) {
+  Node n;
+  n.kind = Node::Kind::parameter;
+  n.dtype = dtype;
+  n.shape = shape;
+  n.index = index;
+  ++graph_.num_parameters;
+  return symbolic(add_node(std::move(n)));
+}
+
+std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
+  const TensorImpl& impl = *t.impl();
+  if (impl.is_symbolic()) {
+    if (impl.trace_id != id_)
+      fail(function_name_,
+           "{} is a symbolic tensor of another trace (a tensor from inside a traced function "
+           "escaped it, e.g. into a global or a captured variable); return it from that function "
+           "instead",
+           what);
+    return impl.node;
+  }
+  // An eager tensor used while tracing is captured by value: a constant of the graph.
+  auto it = constants_.find(&impl);
+  if (it != constants_.end()) return it->second;
+  Node n;
+  n.kind = Node::Kind::constant;
+  n.dtype = impl.dtype;
+  n.shape = impl.shape;
+  n.constant = t.contiguous();
+  const std::int32_t id = add_node(std::move(n));
+  constants_.emplace(&impl, id);
+  return id;
+}
+
+Tensor TraceContext::add_primitive(Prim p, std::span<const Tensor* const> inputs,
+                                   const Attrs& attrs, DType dtype, const Shape& shape) {
+  Node n;
+  n.kind = Node::Kind::primitive;
+  n.prim = p;
+  n.attrs = attrs;
+  n.dtype = dtype;
+  n.shape = shape;
+  n.inputs.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const std::string what = fmt::format("input {} of {}", i, name(p));
+    n.inputs.push_back(node_of(*inputs[i], what.c_str()));
+  }
+  return symbolic(add_node(std::move(n)));
+}
+
+std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v) {
+  auto it = slots_.find(v.get());
+  if (it != slots_.end()) return it->second;
+  const auto slot = static_cast<std::int32_t>(graph_.variables.size());
+  graph_.variables.push_back(v);
+  graph_.variable_names.push_back(v->name);
+  current_value_.push_back(-1);
+  slots_.emplace(v.get(), slot);
+  return slot;
+}
+
+Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
+  const std::int32_t slot = variable_slot(v);
+  auto& cur = current_value_[static_cast<std::size_t>(slot)];
+  if (cur < 0) {
+    Node n;
+    n.kind = Node::Kind::variable;
+    n.dtype = v->dtype;
+    n.shape = v->shape;
+    n.index = slot;
+    cur = add_node(std::move(n));
+  }
+  return symbolic(cur);
+}
+
+void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) {
+  const std::int32_t slot = variable_slot(v);
+  Node n;
+  n.kind = Node::Kind::assign;
+  n.dtype = v->dtype;
+  n.shape = v->shape;
+  n.index = slot;
+  n.inputs.push_back(node_of(value, "the assigned value"));
+  const std::int32_t id = add_node(std::move(n));
+  graph_.side_effects.push_back(id);
+  current_value_[static_cast<std::size_t>(slot)] = id;
+}
+
+}  // namespace kiln::detail

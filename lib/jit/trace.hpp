@@ -1,0 +1,70 @@
+#pragma once
+// Tracing: while a TraceContext is current on a thread, apply() records nodes instead of
+// computing, and tensors are symbolic (shape and dtype, no buffer).
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+
+#include "jit/graph.hpp"
+
+namespace kiln::detail {
+
+struct TensorImpl;
+
+class TraceContext {
+ public:
+  /// `allow_variable_creation`: whether variables may be created while this trace runs (only
+  /// during a function's first trace). `function_name` is used in messages.
+  TraceContext(std::string function_name, bool allow_variable_creation);
+
+  std::uint64_t id() const { return id_; }
+  GraphData& graph() { return graph_; }
+  const std::string& function_name() const { return function_name_; }
+  bool allow_variable_creation() const { return allow_variable_creation_; }
+
+  /// A symbolic tensor for a new parameter node (flat argument position `index`).
+  Tensor add_parameter(DType dtype, const Shape& shape, std::int32_t index);
+  /// Records prim applied to inputs; returns the symbolic output.
+  Tensor add_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
+                       DType dtype, const Shape& shape);
+  /// The value of a variable inside this trace (a read node, or the last value assigned).
+  Tensor read_variable(const std::shared_ptr<VariableImpl>& v);
+  /// Records an assignment of `value` to v.
+  void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value);
+  /// Variables created while this trace ran (released if the trace fails).
+  std::vector<std::shared_ptr<VariableImpl>>& created_variables() { return created_; }
+  /// Marks t (an output of the traced function) and returns its node.
+  std::int32_t node_of(const Tensor& t, const char* what);
+
+ private:
+  std::int32_t add_node(Node n);
+  Tensor symbolic(std::int32_t node);
+  std::int32_t variable_slot(const std::shared_ptr<VariableImpl>& v);
+
+  std::uint64_t id_;
+  std::string function_name_;
+  bool allow_variable_creation_;
+  GraphData graph_;
+  std::unordered_map<const TensorImpl*, std::int32_t> constants_;
+  std::unordered_map<const VariableImpl*, std::int32_t> slots_;
+  std::vector<std::int32_t> current_value_;  // per variable slot: node of its current value
+  std::vector<std::shared_ptr<VariableImpl>> created_;
+};
+
+/// The trace being recorded on this thread, or null.
+TraceContext* current_trace();
+
+/// Makes `trace` current on this thread for its lifetime (null suspends tracing).
+class TraceScope {
+ public:
+  explicit TraceScope(TraceContext* trace);
+  ~TraceScope();
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  TraceContext* previous_;
+};
+
+}  // namespace kiln::detail
