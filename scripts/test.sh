@@ -70,6 +70,7 @@ for variant in release asan; do
     grep -qE 'runtime error|Sanitizer' "$logdir/unit-$variant.log" && failed=$((failed + 1))
   fi
   check "$variant-bench-smoke" "$dir/bench/kiln_bench" --quick
+  check "$variant-bench-function-smoke" "$dir/bench/kiln_bench_function" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
 done

@@ -81,11 +81,24 @@ void set_log_sink(std::function<void(const std::string&)> sink);
 
 namespace detail {
 
-/// The flattened arguments of one call: tensors in order, and the cache key.
+/// The flattened arguments of one call: tensors in order, and the cache key (raw bytes).
 struct ArgPack {
+  struct Arg {
+    char kind;                 // 'T' tensor, 'V' tensor list, 'R' variable, 'S' static value
+    std::uint32_t first = 0;   // tensors: index of the first one in `tensors`
+    std::uint32_t count = 0;   // tensors: how many
+    std::string text;          // static values and variables: printable form
+  };
+  ArgPack() {
+    tensors.reserve(4);
+    key.reserve(96);
+    args.reserve(4);
+  }
   std::vector<Tensor> tensors;
   std::string key;
-  std::vector<std::string> descriptions;  // one per argument, for retrace messages
+  std::vector<Arg> args;
+  /// One line per argument ("shape [32,5,10] dtype f32", "value 3"), for messages.
+  std::vector<std::string> describe() const;
 };
 void pack_arg(ArgPack& p, const Tensor& t);
 void pack_arg(ArgPack& p, const std::vector<Tensor>& ts);
@@ -181,6 +194,19 @@ struct TraceResult {
   std::vector<std::size_t> vector_sizes;
 };
 
+/// A non-owning reference to the callable that traces (no allocation per call).
+class TraceFnRef {
+ public:
+  template <class L>
+  TraceFnRef(L& l)  // NOLINT: implicit on purpose
+      : object_(&l), call_([](void* o, const std::vector<Tensor>& ph) { return (*static_cast<L*>(o))(ph); }) {}
+  TraceResult operator()(const std::vector<Tensor>& placeholders) const { return call_(object_, placeholders); }
+
+ private:
+  void* object_;
+  TraceResult (*call_)(void*, const std::vector<Tensor>&);
+};
+
 /// The non-template part of kiln::Function: cache, tracing, execution, diagnostics.
 class FunctionCore {
  public:
@@ -192,9 +218,7 @@ class FunctionCore {
   enum class Mode { run, run_eagerly };
   /// The concrete function for this call (tracing with `trace` on a miss), or null with
   /// mode = run_eagerly when the call must run eagerly.
-  std::shared_ptr<const ConcreteData> lookup(
-      const ArgPack& args, Mode& mode,
-      const std::function<TraceResult(const std::vector<Tensor>&)>& trace);
+  std::shared_ptr<const ConcreteData> lookup(const ArgPack& args, Mode& mode, TraceFnRef trace);
   /// Runs a concrete function on the call's tensors; returns flat outputs.
   std::vector<Tensor> execute(const ConcreteData& cf, const ArgPack& args) const;
   const std::vector<std::size_t>& vector_sizes(const ConcreteData& cf) const;
@@ -204,8 +228,10 @@ class FunctionCore {
   void clear();
   const FunctionOptions& options() const { return options_; }
 
- private:
+ public:
   struct State;
+
+ private:
   FunctionOptions options_;
   std::unique_ptr<State> state_;
 };
@@ -233,15 +259,8 @@ class Function {
     detail::ArgPack pack;
     (detail::pack_arg(pack, args), ...);
     detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
-    auto cf = core_->lookup(pack, mode, [&](const std::vector<Tensor>& placeholders) {
-      std::size_t pos = 0;
-      detail::TraceResult result;
-      R r = std::apply([&](const auto&... a) { return (*f_)(a...); },
-                       std::tuple<decltype(detail::substitute(args, placeholders, pos))...>{
-                           detail::substitute(args, placeholders, pos)...});
-      detail::flatten_result(r, result.outputs, result.vector_sizes);
-      return result;
-    });
+    auto tracer = make_tracer<R>(args...);
+    auto cf = core_->lookup(pack, mode, tracer);
     if (mode == detail::FunctionCore::Mode::run_eagerly) return (*f_)(args...);
     const std::vector<Tensor> flat = core_->execute(*cf, pack);
     std::size_t pos = 0, size_pos = 0;
@@ -259,7 +278,17 @@ class Function {
     detail::ArgPack pack;
     (detail::pack_arg(pack, args), ...);
     detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
-    auto cf = core_->lookup(pack, mode, [&](const std::vector<Tensor>& placeholders) {
+    auto tracer = make_tracer<R>(args...);
+    auto cf = core_->lookup(pack, mode, tracer);
+    if (!cf) throw_no_concrete();
+    return ConcreteFunction(cf);
+  }
+
+ private:
+  /// The callable that runs f on placeholders while tracing and flattens its result.
+  template <class R, class... Args>
+  auto make_tracer(const Args&... args) const {
+    return [this, &args...](const std::vector<Tensor>& placeholders) {
       std::size_t pos = 0;
       detail::TraceResult result;
       R r = std::apply([&](const auto&... a) { return (*f_)(a...); },
@@ -267,12 +296,8 @@ class Function {
                            detail::substitute(args, placeholders, pos)...});
       detail::flatten_result(r, result.outputs, result.vector_sizes);
       return result;
-    });
-    if (!cf) throw_no_concrete();
-    return ConcreteFunction(cf);
+    };
   }
-
- private:
   [[noreturn]] void throw_no_concrete() const;
   std::shared_ptr<F> f_;
   std::shared_ptr<detail::FunctionCore> core_;

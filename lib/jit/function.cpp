@@ -67,28 +67,40 @@ ConcreteData::~ConcreteData() {
   if (graph) count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()), -counted_bytes);
 }
 
+namespace {
+void append_tensor_key(std::string& key, const Tensor& t) {
+  const Shape& shape = t.shape();
+  key.push_back(static_cast<char>('0' + static_cast<int>(t.dtype())));
+  key.push_back(static_cast<char>(shape.size()));
+  key.append(reinterpret_cast<const char*>(shape.data()), shape.size() * sizeof(std::int64_t));
+}
+}  // namespace
+
 void pack_arg(ArgPack& p, const Tensor& t) {
-  check_defined(t, "function", static_cast<int>(p.descriptions.size()));
-  fmt::format_to(std::back_inserter(p.key), "T{}{};", static_cast<int>(t.dtype()), t.shape().to_string());
-  p.descriptions.push_back(fmt::format("shape {} dtype {}", t.shape().to_string(), dtype_name(t.dtype())));
+  check_defined(t, "function", static_cast<int>(p.args.size()));
+  p.key.push_back('T');
+  append_tensor_key(p.key, t);
+  p.args.push_back({'T', static_cast<std::uint32_t>(p.tensors.size()), 1, {}});
   p.tensors.push_back(t);
 }
 
 void pack_arg(ArgPack& p, const std::vector<Tensor>& ts) {
-  std::string desc = fmt::format("{} tensors:", ts.size());
-  p.key += fmt::format("V{}:", ts.size());
+  p.key.push_back('V');
+  const auto n = static_cast<std::uint32_t>(ts.size());
+  p.key.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  p.args.push_back({'V', static_cast<std::uint32_t>(p.tensors.size()), n, {}});
   for (const Tensor& t : ts) {
-    check_defined(t, "function", static_cast<int>(p.descriptions.size()));
-    fmt::format_to(std::back_inserter(p.key), "T{}{};", static_cast<int>(t.dtype()), t.shape().to_string());
-    fmt::format_to(std::back_inserter(desc), " {}", shape_text(t.dtype(), t.shape()));
+    check_defined(t, "function", static_cast<int>(p.args.size() - 1));
+    append_tensor_key(p.key, t);
     p.tensors.push_back(t);
   }
-  p.descriptions.push_back(desc);
 }
 
 void pack_arg(ArgPack& p, const Variable& v) {
-  p.key += fmt::format("R{};", v.id());
-  p.descriptions.push_back(fmt::format("variable '{}' (id {})", v.name(), v.id()));
+  const std::uint64_t id = v.id();
+  p.key.push_back('R');
+  p.key.append(reinterpret_cast<const char*>(&id), sizeof(id));
+  p.args.push_back({'R', 0, 0, fmt::format("variable '{}' (id {})", v.name(), id)});
 }
 
 void pack_arg(ArgPack& p, const std::string& s) {
@@ -97,10 +109,30 @@ void pack_arg(ArgPack& p, const std::string& s) {
 void pack_arg(ArgPack& p, const char* s) { pack_arg(p, std::string(s)); }
 
 void pack_static(ArgPack& p, char type, const void* bytes, std::size_t size, std::string text) {
-  p.key += fmt::format("S{}{}:", type, size);
+  p.key.push_back('S');
+  p.key.push_back(type);
+  const auto n = static_cast<std::uint32_t>(size);
+  p.key.append(reinterpret_cast<const char*>(&n), sizeof(n));
   p.key.append(static_cast<const char*>(bytes), size);
-  p.key += ';';
-  p.descriptions.push_back(fmt::format("value {}", text));
+  p.args.push_back({'S', 0, 0, fmt::format("value {}", text)});
+}
+
+std::vector<std::string> ArgPack::describe() const {
+  std::vector<std::string> out;
+  for (const Arg& a : args) {
+    if (a.kind == 'T') {
+      const Tensor& t = tensors[a.first];
+      out.push_back(fmt::format("shape {} dtype {}", t.shape().to_string(), dtype_name(t.dtype())));
+    } else if (a.kind == 'V') {
+      std::string d = fmt::format("{} tensors:", a.count);
+      for (std::uint32_t i = 0; i < a.count; ++i)
+        fmt::format_to(std::back_inserter(d), " {}", shape_text(tensors[a.first + i].dtype(), tensors[a.first + i].shape()));
+      out.push_back(std::move(d));
+    } else {
+      out.push_back(a.text);
+    }
+  }
+  return out;
 }
 
 bool tracing() { return current_trace() != nullptr; }
@@ -115,8 +147,7 @@ struct FunctionCore::State {
   std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
   int traces = 0;
   std::deque<bool> recent;  // whether each of the last 10 calls traced
-  std::string last_key;
-  std::vector<std::string> last_descriptions;
+  std::shared_ptr<const ConcreteData> last;  // concrete function of the previous call
   int retrace_warnings = 0;
   bool limit_warned = false;
 };
@@ -144,8 +175,10 @@ std::size_t FunctionCore::cache_size() const {
 
 void FunctionCore::clear() {
   std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> dropped;
+  std::shared_ptr<const ConcreteData> last;
   std::lock_guard lock(state_->mutex);
   dropped.swap(state_->cache);
+  last.swap(state_->last);
 }
 
 namespace {
@@ -178,11 +211,15 @@ std::string describe_change(const std::vector<std::string>& before, const std::v
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
+const std::vector<std::string>& previous(const FunctionCore::State& st) {
+  static const std::vector<std::string> none;
+  return st.last ? st.last->descriptions : none;
+}
+
 }  // namespace
 
-std::shared_ptr<const ConcreteData> FunctionCore::lookup(
-    const ArgPack& args, Mode& mode,
-    const std::function<TraceResult(const std::vector<Tensor>&)>& trace_fn) {
+std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mode& mode,
+                                                         TraceFnRef trace_fn) {
   mode = Mode::run;
   check_signature(options_, args);
   if (eager_override.load(std::memory_order_relaxed) || any_tape_recording()) {
@@ -197,7 +234,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(
     if (it != st.cache.end()) {
       st.recent.push_back(false);
       if (st.recent.size() > 10) st.recent.pop_front();
-      st.last_descriptions = args.descriptions;
+      if (st.last != it->second) st.last = it->second;
       return it->second;
     }
     if (st.traces >= options_.max_traces) {
@@ -205,13 +242,13 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(
         fail(options_.name,
              "a new input signature after {} traces (max_traces); {}. Mark varying dims dynamic "
              "with input_signature, pass varying numbers as tensors, or raise max_traces",
-             st.traces, describe_change(st.last_descriptions, args.descriptions));
+             st.traces, describe_change(previous(st), args.describe()));
       if (!st.limit_warned) {
         st.limit_warned = true;
         log_warning(fmt::format("[{}] reached max_traces={}; new input signatures now run eagerly "
                                 "({})",
                                 options_.name, options_.max_traces,
-                                describe_change(st.last_descriptions, args.descriptions)));
+                                describe_change(previous(st), args.describe())));
       }
       mode = Mode::run_eagerly;
       return nullptr;
@@ -245,7 +282,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(
   cf->plan = build_plan(*graph);
   cf->graph = graph;
   cf->vector_sizes = std::move(result.vector_sizes);
-  cf->descriptions = args.descriptions;
+  cf->descriptions = args.describe();
   cf->owned_variables = std::move(trace.created_variables());
   cf->counted_bytes = graph->bytes() + cf->plan.bytes();
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
@@ -265,9 +302,9 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(
         "{}. Retracing is expensive: mark varying dims dynamic (-1) in input_signature, pass "
         "changing Python-like numbers as tensors, and avoid new static values per call",
         options_.name, traced, st.recent.size(), st.traces,
-        describe_change(st.last_descriptions, args.descriptions)));
+        describe_change(previous(st), args.describe())));
   }
-  st.last_descriptions = args.descriptions;
+  st.last = cf;
   return cf;
 }
 

@@ -1,5 +1,7 @@
 #include "jit/plan.hpp"
 
+#include <array>
+
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "ops/dispatch.hpp"
@@ -33,17 +35,28 @@ Plan build_plan(const GraphData& g) {
 std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
                              const std::string& function_name) {
   // Bind variables first: a destroyed variable fails the call before anything runs.
-  std::vector<std::shared_ptr<VariableImpl>> vars(g.variables.size());
+  std::vector<std::shared_ptr<VariableImpl>> vars;
+  vars.reserve(g.variables.size());
+  for (const auto& weak : g.variables) vars.push_back(weak.lock());
   for (std::size_t i = 0; i < vars.size(); ++i) {
-    vars[i] = g.variables[i].lock();
     if (!vars[i])
       fail(function_name,
            "variable '{}' used by this function was destroyed; the cached graph refers to "
            "variables by reference and does not keep them alive",
            g.variable_names[i]);
   }
-  std::vector<Tensor> slots(g.nodes.size());
-  std::vector<const Tensor*> inputs;
+  // Working slots come from a per-thread scratch vector (a plan never runs inside another on
+  // the same thread: nested functions inline while tracing).
+  thread_local std::vector<Tensor> scratch;
+  std::vector<Tensor>& slots = scratch;
+  slots.clear();
+  slots.resize(g.nodes.size());
+  struct ClearOnExit {
+    std::vector<Tensor>& s;
+    ~ClearOnExit() { s.clear(); }
+  } clear_on_exit{slots};
+  std::array<const Tensor*, 8> small_inputs{};
+  std::vector<const Tensor*> many_inputs;
   for (const PlanStep& step : plan.steps) {
     const Node& node = g.nodes[static_cast<std::size_t>(step.node)];
     Tensor& out = slots[static_cast<std::size_t>(step.node)];
@@ -52,11 +65,18 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
       case Node::Kind::constant: out = node.constant; break;
       case Node::Kind::variable: out = vars[static_cast<std::size_t>(node.index)]->read(); break;
       case Node::Kind::assign: out = slots[static_cast<std::size_t>(node.inputs[0])]; break;
-      case Node::Kind::primitive:
-        inputs.clear();
-        for (auto in : node.inputs) inputs.push_back(&slots[static_cast<std::size_t>(in)]);
-        out = apply(node.prim, std::span<const Tensor* const>(inputs), node.attrs, node.dtype, node.shape);
+      case Node::Kind::primitive: {
+        const Tensor** ins = small_inputs.data();
+        if (node.inputs.size() > small_inputs.size()) {
+          many_inputs.resize(node.inputs.size());
+          ins = many_inputs.data();
+        }
+        for (std::size_t i = 0; i < node.inputs.size(); ++i)
+          ins[i] = &slots[static_cast<std::size_t>(node.inputs[i])];
+        out = apply(node.prim, std::span<const Tensor* const>(ins, node.inputs.size()), node.attrs,
+                    node.dtype, node.shape);
         break;
+      }
     }
     for (auto r : step.release) slots[static_cast<std::size_t>(r)] = Tensor();
   }
