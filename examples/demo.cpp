@@ -17,6 +17,24 @@ int main() {
   } catch (const kiln::Error& e) {
     fmt::print("bad input is a kiln::Error: {}\n", e.what());
   }
+  // Trace once, replay the cached graph: an unrolled 5-step RNN whose weights are variables.
+  kiln::Variable w_in(kiln::random::normal({10, 20}, 0.0, 0.3, 1), "rnn/w_in");
+  kiln::Variable w_h(kiln::random::normal({20, 20}, 0.0, 0.3, 2), "rnn/w_h");
+  auto rnn = kiln::function([&](const kiln::Tensor& xs) {
+    kiln::Tensor h = kiln::zeros({32, 20});
+    for (const kiln::Tensor& x_t : kiln::unstack(xs, 1))
+      h = kiln::tanh(kiln::matmul(x_t, w_in.value()) + kiln::matmul(h, w_h.value()));
+    return h;
+  });
+  kiln::Tensor xs = kiln::random::normal({32, 5, 10}, 0.0, 1.0, 3);
+  rnn(xs);
+  const auto before = kiln::memory_stats();
+  for (int i = 0; i < 1000; ++i) rnn(xs);
+  const auto after = kiln::memory_stats();
+  fmt::print("\nrnn called 1001 times: tracing_count {}, graph nodes {}, live bytes {} -> {}\n",
+             rnn.tracing_count(), rnn.get_concrete_function(xs).graph().num_nodes(),
+             before.live_bytes, after.live_bytes);
+
   const auto m = kiln::memory_stats();
   fmt::print("\nmemory_stats: {} live tensors, {} live bytes, peak {} bytes\n", m.live_tensors,
              m.live_bytes, m.peak_bytes);
