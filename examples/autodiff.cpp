@@ -1,4 +1,5 @@
-// docs/autodiff.md walks through this program: a tape, the functional form, and a second derivative.
+// docs/autodiff.md walks through this program: a tape, the functional form, and a second
+// derivative.
 #include <kiln/kiln.hpp>
 
 int main() {
@@ -33,5 +34,6 @@ int main() {
     inner.watch(t);
     dt = inner.gradient(t * t * t, t);  // 3 t^2 = 12
   }
-  fmt::print("d/dt t^3 = {}, d2/dt2 t^3 = {}\n", dt.item<double>(), outer.gradient(dt, t).item<double>());
+  fmt::print("d/dt t^3 = {}, d2/dt2 t^3 = {}\n", dt.item<double>(),
+             outer.gradient(dt, t).item<double>());
 }

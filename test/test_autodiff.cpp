@@ -105,13 +105,17 @@ std::vector<GradCase> binary_cases() {
       {"mul", [](V x) { return x[0] * x[1]; }, {col, row}},
       {"div", [](V x) { return x[0] / x[1]; }, {col, pos_row}},
       {"pow", [](V x) { return kiln::pow(x[0], x[1]); }, {pos_col, row}},
-      {"maximum", [](V x) { return kiln::maximum(x[0], x[1]); }, {a, kiln::transpose(kiln::transpose(b))}},
+      {"maximum",
+       [](V x) { return kiln::maximum(x[0], x[1]); },
+       {a, kiln::transpose(kiln::transpose(b))}},
       {"minimum", [](V x) { return kiln::minimum(x[0], x[1]); }, {b, a}},
-      {"mod", [](V x) { return kiln::mod(x[0], x[1]); },
+      {"mod",
+       [](V x) { return kiln::mod(x[0], x[1]); },
        {input({3, 4}, 0.1, 0.9, 26), kiln::full({1}, 1.3, kiln::f64)}},
       {"where", [cond](V x) { return kiln::where(cond, x[0], x[1]); }, {col, row}},
       {"scalar ops", [](V x) { return 2.0 * x[0] - x[0] / 3.0 + 1.0; }, {a}},
-      {"sigmoid_cross_entropy", [](V x) { return kiln::sigmoid_cross_entropy(x[0] * 4.0, x[1]); },
+      {"sigmoid_cross_entropy",
+       [](V x) { return kiln::sigmoid_cross_entropy(x[0] * 4.0, x[1]); },
        {a, input({3, 4}, 0.0, 1.0, 27)}},
   };
 }
@@ -123,13 +127,21 @@ std::vector<GradCase> reduction_cases() {
   Tensor with_zero = kiln::tensor(std::vector<double>{1.5, 0.0, 2.0, 0.7, 1.1, -0.4}, Shape{2, 3});
   return {
       {"sum all", [](V a) { return kiln::sum(a[0]); }, {x}},
-      {"sum {0,2}", [](V a) { return kiln::sum(a[0], {0, 2}); }, {x}},
+      {"sum {0,2}",
+       [](V a) {
+         return kiln::sum(a[0], {0, 2});
+       },
+       {x}},
       {"sum keepdims", [](V a) { return kiln::sum(a[0], {1}, true); }, {x}},
       {"mean {-1}", [](V a) { return kiln::mean(a[0], {-1}); }, {x}},
       {"prod {1}", [](V a) { return kiln::prod(a[0], {1}); }, {p}},
       {"prod with a zero", [](V a) { return kiln::prod(a[0], {1}); }, {with_zero}},
       {"max {2}", [](V a) { return kiln::max(a[0], {2}); }, {x}},
-      {"min {0,1}", [](V a) { return kiln::min(a[0], {0, 1}); }, {x}},
+      {"min {0,1}",
+       [](V a) {
+         return kiln::min(a[0], {0, 1});
+       },
+       {x}},
       {"logsumexp {2}", [](V a) { return kiln::logsumexp(a[0], {2}); }, {x}},
       {"softmax", [](V a) { return kiln::softmax(a[0], 1); }, {x}},
       {"log_softmax", [](V a) { return kiln::log_softmax(a[0]); }, {x}},
@@ -142,19 +154,63 @@ std::vector<GradCase> movement_cases() {
   Tensor y = input({2, 2, 4}, -1.0, 1.0, 42);
   Tensor idx = kiln::tensor({2, 0, 2, -1}, {2, 2});
   return {
-      {"reshape", [](V a) { return kiln::reshape(a[0], {4, -1}); }, {x}},
-      {"transpose", [](V a) { return kiln::transpose(a[0], {2, 0, 1}); }, {x}},
-      {"expand_dims+squeeze", [](V a) { return kiln::squeeze(kiln::expand_dims(a[0], 1)) * 2.0; }, {x}},
-      {"broadcast_to", [](V a) { return kiln::broadcast_to(a[0], {5, 2, 3, 4}); }, {x}},
-      {"concat", [](V a) { return kiln::concat({a[0], a[1]}, 1); }, {x, y}},
-      {"stack", [](V a) { return kiln::stack({a[0], a[0] * 2.0}, 2); }, {x}},
-      {"unstack", [](V a) { auto p = kiln::unstack(a[0], 1); return p[0] * p[2] + p[1]; }, {x}},
-      {"split", [](V a) { auto p = kiln::split(a[0], {1, 3}, 2); return kiln::sum(p[1], {2}) * kiln::squeeze(p[0], {2}); }, {x}},
-      {"slice steps", [](V a) { return kiln::slice(a[0], {{0, 2, 1}, {2, kiln::Slice::none, -2}, {1, 4, 2}}); }, {x}},
+      {"reshape",
+       [](V a) {
+         return kiln::reshape(a[0], {4, -1});
+       },
+       {x}},
+      {"transpose",
+       [](V a) {
+         return kiln::transpose(a[0], {2, 0, 1});
+       },
+       {x}},
+      {"expand_dims+squeeze",
+       [](V a) { return kiln::squeeze(kiln::expand_dims(a[0], 1)) * 2.0; },
+       {x}},
+      {"broadcast_to",
+       [](V a) {
+         return kiln::broadcast_to(a[0], {5, 2, 3, 4});
+       },
+       {x}},
+      {"concat",
+       [](V a) {
+         return kiln::concat({a[0], a[1]}, 1);
+       },
+       {x, y}},
+      {"stack",
+       [](V a) {
+         return kiln::stack({a[0], a[0] * 2.0}, 2);
+       },
+       {x}},
+      {"unstack",
+       [](V a) {
+         auto p = kiln::unstack(a[0], 1);
+         return p[0] * p[2] + p[1];
+       },
+       {x}},
+      {"split",
+       [](V a) {
+         auto p = kiln::split(a[0], {1, 3}, 2);
+         return kiln::sum(p[1], {2}) * kiln::squeeze(p[0], {2});
+       },
+       {x}},
+      {"slice steps",
+       [](V a) {
+         return kiln::slice(a[0], {{0, 2, 1}, {2, kiln::Slice::none, -2}, {1, 4, 2}});
+       },
+       {x}},
       {"slice one axis", [](V a) { return kiln::slice(a[0], 2, 1, 3); }, {x}},
       {"gather", [idx](V a) { return kiln::gather(a[0], idx, 1); }, {x}},
-      {"pad", [](V a) { return kiln::pad(a[0], {{1, 0}, {0, 2}, {1, 1}}, 3.0); }, {x}},
-      {"tile", [](V a) { return kiln::tile(a[0], {1, 2, 3}); }, {x}},
+      {"pad",
+       [](V a) {
+         return kiln::pad(a[0], {{1, 0}, {0, 2}, {1, 1}}, 3.0);
+       },
+       {x}},
+      {"tile",
+       [](V a) {
+         return kiln::tile(a[0], {1, 2, 3});
+       },
+       {x}},
   };
 }
 
@@ -163,7 +219,9 @@ std::vector<GradCase> matmul_cases() {
   auto mm = [](V a) { return kiln::matmul(a[0], a[1]); };
   return {
       {"matmul 2-D", mm, {input({3, 4}, -1, 1, 51), input({4, 2}, -1, 1, 52)}},
-      {"matmul batched broadcast", mm, {input({2, 1, 3, 4}, -1, 1, 53), input({3, 4, 2}, -1, 1, 54)}},
+      {"matmul batched broadcast",
+       mm,
+       {input({2, 1, 3, 4}, -1, 1, 53), input({3, 4, 2}, -1, 1, 54)}},
       {"matmul vector", mm, {input({4}, -1, 1, 55), input({2, 4, 3}, -1, 1, 56)}},
       {"matmul matrix-vector", mm, {input({3, 4}, -1, 1, 57), input({4}, -1, 1, 58)}},
   };
@@ -201,9 +259,11 @@ TEST_CASE("second derivatives through nested tapes", "[autodiff]") {
   const std::vector<Second> cases = {
       {"x^3", [](const Tensor& t) { return t * t * t; }, [](double v) { return 6 * v; }},
       {"sin", [](const Tensor& t) { return kiln::sin(t); }, [](double v) { return -std::sin(v); }},
-      {"tanh",
-       [](const Tensor& t) { return kiln::tanh(t); },
-       [](double v) { double y = std::tanh(v); return -2 * y * (1 - y * y); }},
+      {"tanh", [](const Tensor& t) { return kiln::tanh(t); },
+       [](double v) {
+         double y = std::tanh(v);
+         return -2 * y * (1 - y * y);
+       }},
       {"exp(2x)", [](const Tensor& t) { return kiln::exp(t * 2.0); },
        [](double v) { return 4 * std::exp(2 * v); }},
   };
@@ -271,11 +331,11 @@ TEST_CASE("value_and_grad, grad, vjp and custom_gradient", "[autodiff]") {
   auto only_b = kiln::grad(f, {1})({a, b});
   REQUIRE(only_b.size() == 1);
   CHECK(only_b[0].to_vector<double>() == std::vector<double>{1.0, 4.0, 9.0});
-  CHECK_THROWS_WITH(kiln::grad(f, {2})({a, b}), "[value_and_grad] argnum 2 out of range for 2 arguments");
+  CHECK_THROWS_WITH(kiln::grad(f, {2})({a, b}),
+                    "[value_and_grad] argnum 2 out of range for 2 arguments");
   // Separate tensor arguments work the same way.
-  auto [v2, g2] = kiln::value_and_grad([](const Tensor& p, const Tensor& q) {
-    return kiln::sum(p * q * p);
-  }, {-1})(a, b);
+  auto [v2, g2] = kiln::value_and_grad(
+      [](const Tensor& p, const Tensor& q) { return kiln::sum(p * q * p); }, {-1})(a, b);
   CHECK(v2.item<double>() == Approx(value.item<double>()));
   REQUIRE(g2.size() == 1);
   CHECK(g2[0].to_vector<double>() == std::vector<double>{1.0, 4.0, 9.0});
@@ -321,8 +381,9 @@ TEST_CASE("tape errors are clear and change nothing", "[autodiff]") {
     kiln::GradientTape tape;
     tape.watch(x);
     Tensor y = x * 2.0;
-    CHECK_THROWS_WITH(tape.gradient(y, x),
-                      Catch::StartsWith("[GradientTape.gradient] target of shape [2] is not a scalar"));
+    CHECK_THROWS_WITH(
+        tape.gradient(y, x),
+        Catch::StartsWith("[GradientTape.gradient] target of shape [2] is not a scalar"));
     // The failed call released nothing: a proper call still works.
     CHECK(tape.gradient(kiln::sum(y), x).to_vector<double>() == std::vector<double>{2.0, 2.0});
     CHECK_THROWS_WITH(tape.gradient(kiln::sum(y), x),
@@ -330,7 +391,8 @@ TEST_CASE("tape errors are clear and change nothing", "[autodiff]") {
   }
   kiln::GradientTape tape;
   Tensor ints = kiln::tensor({1, 2});
-  CHECK_THROWS_WITH(tape.watch(ints), Catch::StartsWith("[GradientTape.watch] cannot watch a tensor of dtype i32"));
+  CHECK_THROWS_WITH(tape.watch(ints),
+                    Catch::StartsWith("[GradientTape.watch] cannot watch a tensor of dtype i32"));
   CHECK_THROWS_WITH(tape.gradient(kiln::sum(x), ints),
                     Catch::StartsWith("[GradientTape.gradient] source 0 has dtype i32"));
   CHECK_THROWS_WITH(tape.gradient(kiln::sum(x), x, kiln::ones({3}, kiln::f64)),

@@ -121,7 +121,8 @@ TEST_CASE("broadcast_shapes and normalize_axis", "[core]") {
   CHECK_THROWS_WITH(detail::broadcast_shapes(Shape{2, 3}, Shape{4}, "add"),
                     "[add] shapes [2,3] and [4] cannot be broadcast");
   CHECK(detail::normalize_axis(-1, 3, "sum") == 2);
-  CHECK_THROWS_WITH(detail::normalize_axis(3, 2, "concat"), "[concat] axis 3 out of range for rank 2");
+  CHECK_THROWS_WITH(detail::normalize_axis(3, 2, "concat"),
+                    "[concat] axis 3 out of range for rank 2");
 }
 
 TEST_CASE("memory_stats counts live tensors and bytes and returns to baseline", "[core]") {

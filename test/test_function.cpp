@@ -140,8 +140,9 @@ TEST_CASE("reading a symbolic value while tracing is a clear error", "[function]
     if (kiln::sum(x).item<float>() > 0) return x;
     return -x;
   });
-  CHECK_THROWS_WITH(f(kiln::tensor({1.f})), Catch::Contains("cannot read the value of a symbolic tensor") &&
-                                              Catch::Contains("kiln::where"));
+  CHECK_THROWS_WITH(f(kiln::tensor({1.f})),
+                    Catch::Contains("cannot read the value of a symbolic tensor") &&
+                        Catch::Contains("kiln::where"));
   CHECK(f.cache_size() == 0);
 }
 
@@ -160,8 +161,9 @@ TEST_CASE("max_traces: warn and run eagerly, or throw", "[function]") {
   auto g = kiln::function([](const Tensor& x) { return x * 2.f; }, opts);
   g(kiln::zeros({1}));
   g(kiln::zeros({2}));
-  CHECK_THROWS_WITH(g(kiln::zeros({3})), Catch::StartsWith("[shapes] a new input signature after 2 traces") &&
-                                           Catch::Contains("argument 0: shape [2] dtype f32 -> shape [3] dtype f32"));
+  CHECK_THROWS_WITH(g(kiln::zeros({3})),
+                    Catch::StartsWith("[shapes] a new input signature after 2 traces") &&
+                        Catch::Contains("argument 0: shape [2] dtype f32 -> shape [3] dtype f32"));
   kiln::set_log_sink(nullptr);
 }
 
@@ -177,7 +179,8 @@ TEST_CASE("retracing warning names the changed argument", "[function]") {
   f(kiln::zeros({5, 5}));
   REQUIRE(log.size() == 1);
   CHECK(log[0].find("[batchy] retracing: 5 of the last 5 calls") != std::string::npos);
-  CHECK(log[0].find("argument 0: shape [4,5] dtype f32 -> shape [5,5] dtype f32") != std::string::npos);
+  CHECK(log[0].find("argument 0: shape [4,5] dtype f32 -> shape [5,5] dtype f32") !=
+        std::string::npos);
   for (int n = 6; n <= 30; ++n) f(kiln::zeros({n, 5}));
   CHECK(log.size() == 2);  // at most twice per function
   kiln::set_log_sink(nullptr);
@@ -242,7 +245,10 @@ TEST_CASE("destroyed variables and escaped symbolic tensors are clear errors", "
   CHECK_THROWS_WITH(f(x), Catch::Contains("variable 'temp' used by this function was destroyed"));
 
   Tensor leaked;
-  auto g = kiln::function([&](const Tensor& x2) { leaked = x2 * 2.f; return x2; });
+  auto g = kiln::function([&](const Tensor& x2) {
+    leaked = x2 * 2.f;
+    return x2;
+  });
   g(x);
   CHECK_THROWS_WITH(leaked + 1.f, Catch::Contains("symbolic tensor"));
 }

@@ -25,7 +25,8 @@ Tensor u(const Shape& s, double lo, double hi, std::uint64_t seed) {
 std::vector<OpCase> cases() {
   Tensor a = u({3, 4}, -2, 2, 1), b = u({3, 4}, -2, 2, 2), pos = u({3, 4}, 0.5, 3, 3);
   Tensor col = u({3, 1}, -1, 1, 4), row = u({1, 4}, 0.5, 2, 5), x3 = u({2, 3, 4}, -1, 1, 6);
-  Tensor ints = kiln::tensor({3, -7, 0, 12, 5, -1}, {2, 3}), ints2 = kiln::tensor({2, 3, -4, 5, 1, 7}, {2, 3});
+  Tensor ints = kiln::tensor({3, -7, 0, 12, 5, -1}, {2, 3}),
+         ints2 = kiln::tensor({2, 3, -4, 5, 1, 7}, {2, 3});
   Tensor mask = a > 0.f;
   Tensor idx = kiln::tensor({2, 0, -1}, {3});
   std::vector<OpCase> c = {
@@ -60,15 +61,21 @@ std::vector<OpCase> cases() {
       {"minimum", [](V v) { return kiln::minimum(v[0], v[1]); }, {a, b}},
       {"mod", [](V v) { return kiln::mod(v[0], v[1]); }, {ints, ints2}},
       {"int div", [](V v) { return v[0] / v[1]; }, {ints, ints2}},
-      {"comparisons", [](V v) {
+      {"comparisons",
+       [](V v) {
          return kiln::cast(v[0] < v[1], kiln::i32) + kiln::cast(v[0] >= v[1], kiln::i32) * 2 +
                 kiln::cast(v[0] == v[1], kiln::i32) * 4 + kiln::cast(v[0] != v[1], kiln::i32) * 8 +
                 kiln::cast(v[0] <= v[1], kiln::i32) * 16 + kiln::cast(v[0] > v[1], kiln::i32) * 32;
-       }, {ints, ints2}},
+       },
+       {ints, ints2}},
       {"logical", [](V v) { return kiln::logical_and(v[0], v[1]) || !v[0]; }, {mask, b > 0.f}},
       {"where", [](V v) { return kiln::where(v[0], v[1], v[2]); }, {mask, a, b}},
       {"clip", [](V v) { return kiln::clip(v[0], -0.5, 0.5); }, {a}},
-      {"sum", [](V v) { return kiln::sum(v[0], {0, 2}); }, {x3}},
+      {"sum",
+       [](V v) {
+         return kiln::sum(v[0], {0, 2});
+       },
+       {x3}},
       {"mean", [](V v) { return kiln::mean(v[0], {1}, true); }, {x3}},
       {"prod", [](V v) { return kiln::prod(v[0], {-1}); }, {x3}},
       {"max", [](V v) { return kiln::max(v[0]); }, {x3}},
@@ -79,24 +86,65 @@ std::vector<OpCase> cases() {
       {"argmin", [](V v) { return kiln::argmin(v[0]); }, {a}},
       {"softmax", [](V v) { return kiln::softmax(v[0]); }, {x3}},
       {"log_softmax", [](V v) { return kiln::log_softmax(v[0], 0); }, {x3}},
-      {"reshape", [](V v) { return kiln::reshape(v[0], {4, -1}); }, {x3}},
-      {"transpose", [](V v) { return kiln::transpose(v[0], {2, 0, 1}); }, {x3}},
+      {"reshape",
+       [](V v) {
+         return kiln::reshape(v[0], {4, -1});
+       },
+       {x3}},
+      {"transpose",
+       [](V v) {
+         return kiln::transpose(v[0], {2, 0, 1});
+       },
+       {x3}},
       {"expand/squeeze", [](V v) { return kiln::squeeze(kiln::expand_dims(v[0], 0)); }, {x3}},
-      {"broadcast_to", [](V v) { return kiln::broadcast_to(v[0], {2, 3, 4}); }, {col}},
-      {"concat", [](V v) { return kiln::concat({v[0], v[1]}, 1); }, {a, col}},
-      {"stack", [](V v) { return kiln::stack({v[0], v[1]}, 1); }, {a, b}},
+      {"broadcast_to",
+       [](V v) {
+         return kiln::broadcast_to(v[0], {2, 3, 4});
+       },
+       {col}},
+      {"concat",
+       [](V v) {
+         return kiln::concat({v[0], v[1]}, 1);
+       },
+       {a, col}},
+      {"stack",
+       [](V v) {
+         return kiln::stack({v[0], v[1]}, 1);
+       },
+       {a, b}},
       {"unstack", [](V v) { return kiln::unstack(v[0], 1)[2]; }, {x3}},
-      {"split", [](V v) { return kiln::split(v[0], {1, 3}, 1)[1]; }, {a}},
-      {"slice", [](V v) { return kiln::slice(v[0], {{1, 2}, {kiln::Slice::none, kiln::Slice::none, -2}}); }, {x3}},
+      {"split",
+       [](V v) {
+         return kiln::split(v[0], {1, 3}, 1)[1];
+       },
+       {a}},
+      {"slice",
+       [](V v) {
+         return kiln::slice(v[0], {{1, 2}, {kiln::Slice::none, kiln::Slice::none, -2}});
+       },
+       {x3}},
       {"gather", [](V v) { return kiln::gather(v[0], v[1], 1); }, {a, idx}},
       {"one_hot", [](V v) { return kiln::one_hot(v[0], 4); }, {idx}},
-      {"pad", [](V v) { return kiln::pad(v[0], {{1, 0}, {2, 1}}, -1.0); }, {a}},
-      {"tile", [](V v) { return kiln::tile(v[0], {2, 3}); }, {col}},
+      {"pad",
+       [](V v) {
+         return kiln::pad(v[0], {{1, 0}, {2, 1}}, -1.0);
+       },
+       {a}},
+      {"tile",
+       [](V v) {
+         return kiln::tile(v[0], {2, 3});
+       },
+       {col}},
       {"matmul", [](V v) { return kiln::matmul(v[0], kiln::transpose(v[1])); }, {a, b}},
       {"matmul batched", [](V v) { return kiln::matmul(v[0], v[1]); }, {x3, u({4, 5}, -1, 1, 7)}},
-      {"sigmoid_cross_entropy", [](V v) { return kiln::sigmoid_cross_entropy(v[0], v[1]); },
+      {"sigmoid_cross_entropy",
+       [](V v) { return kiln::sigmoid_cross_entropy(v[0], v[1]); },
        {a, kiln::sigmoid(b)}},
-      {"constant capture", [a](V v) { return v[0] * a + kiln::ones({3, 4}); }, {b}},
+      {"constant capture",
+       [a](V v) {
+         return v[0] * a + kiln::ones({3, 4});
+       },
+       {b}},
   };
   return c;
 }
@@ -135,11 +183,13 @@ TEST_CASE("the optimizer merges repeated work and drops unused work", "[function
   CHECK(listing.find("tanh") == listing.rfind("tanh"));
   kiln::FunctionOptions raw;
   raw.optimize = false;
-  auto h = kiln::function([](const Tensor& x2) {
-    Tensor unused = kiln::exp(x2) * 3.f;
-    (void)unused;
-    return kiln::tanh(x2) + kiln::tanh(x2);
-  }, raw);
+  auto h = kiln::function(
+      [](const Tensor& x2) {
+        Tensor unused = kiln::exp(x2) * 3.f;
+        (void)unused;
+        return kiln::tanh(x2) + kiln::tanh(x2);
+      },
+      raw);
   CHECK(h.get_concrete_function(x).graph().num_nodes() > g.num_nodes());
   CHECK(kiln::all(kiln::equal(f(x), h(x))).item<bool>());
 }

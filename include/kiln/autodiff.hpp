@@ -86,16 +86,16 @@ class ValueAndGrad {
       : f_(std::move(f)), argnums_(std::move(argnums)) {}
 
   /// For f taking one std::vector<Tensor>.
-  std::pair<Tensor, std::vector<Tensor>> operator()(const std::vector<Tensor>& args) const
-    requires std::is_invocable_r_v<Tensor, const F&, const std::vector<Tensor>&>
-  {
-    return detail::value_and_grad_impl(TensorFn(f_), argnums_, args);
-  }
+  std::pair<Tensor, std::vector<Tensor>> operator()(
+      const std::vector<Tensor>& args) const requires std::is_invocable_r_v < Tensor,
+      const F&, const std::vector<Tensor>
+  & > { return detail::value_and_grad_impl(TensorFn(f_), argnums_, args); }
 
   /// For f taking tensors as separate arguments.
   template <class... Args>
-    requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, Tensor> && ...))
-  std::pair<Tensor, std::vector<Tensor>> operator()(const Args&... args) const {
+  requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, Tensor> &&
+                                   ...)) std::pair<Tensor, std::vector<Tensor>>
+  operator()(const Args&... args) const {
     const std::vector<Tensor> packed{Tensor(args)...};
     return detail::value_and_grad_impl(
         [this](const std::vector<Tensor>& v) {
@@ -114,7 +114,8 @@ class ValueAndGrad {
 /// empty; negative numbers count from the end). f takes its tensors either as separate
 /// arguments, `f(x, y)`, or as one `std::vector<Tensor>`; call the result the same way:
 ///
-///     auto [loss, grads] = kiln::value_and_grad(loss_fn)(w, b);   // grads[0]: d/dw, grads[1]: d/db
+///     auto [loss, grads] = kiln::value_and_grad(loss_fn)(w, b);   // grads[0]: d/dw, grads[1]:
+///     d/db
 template <class F>
 ValueAndGrad<F> value_and_grad(F f, std::vector<std::int64_t> argnums = {}) {
   return ValueAndGrad<F>(std::move(f), std::move(argnums));
@@ -127,10 +128,9 @@ class Grad {
   explicit Grad(ValueAndGrad<F> vg) : vg_(std::move(vg)) {}
   std::vector<Tensor> operator()(const std::vector<Tensor>& args) const { return vg_(args).second; }
   template <class... Args>
-    requires(sizeof...(Args) > 0 && (std::is_convertible_v<const Args&, Tensor> && ...))
-  std::vector<Tensor> operator()(const Args&... args) const {
-    return vg_(args...).second;
-  }
+  requires(sizeof...(Args) > 0 &&
+           (std::is_convertible_v<const Args&, Tensor> && ...)) std::vector<Tensor>
+  operator()(const Args&... args) const { return vg_(args...).second; }
 
  private:
   ValueAndGrad<F> vg_;

@@ -84,10 +84,10 @@ namespace detail {
 /// The flattened arguments of one call: tensors in order, and the cache key (raw bytes).
 struct ArgPack {
   struct Arg {
-    char kind;                 // 'T' tensor, 'V' tensor list, 'R' variable, 'S' static value
-    std::uint32_t first = 0;   // tensors: index of the first one in `tensors`
-    std::uint32_t count = 0;   // tensors: how many
-    std::string text;          // static values and variables: printable form
+    char kind;                // 'T' tensor, 'V' tensor list, 'R' variable, 'S' static value
+    std::uint32_t first = 0;  // tensors: index of the first one in `tensors`
+    std::uint32_t count = 0;  // tensors: how many
+    std::string text;         // static values and variables: printable form
   };
   ArgPack() {
     tensors.reserve(4);
@@ -107,7 +107,7 @@ void pack_arg(ArgPack& p, const std::string& s);
 void pack_arg(ArgPack& p, const char* s);
 void pack_static(ArgPack& p, char type, const void* bytes, std::size_t size, std::string text);
 template <class T>
-  requires std::is_arithmetic_v<T>
+requires std::is_arithmetic_v<T>
 void pack_arg(ArgPack& p, T v) {
   const char type = std::is_same_v<T, bool> ? 'b' : std::is_integral_v<T> ? 'i' : 'f';
   pack_static(p, type, &v, sizeof(v), std::to_string(v));
@@ -144,7 +144,8 @@ void flatten_result(const std::tuple<Ts...>& t, std::vector<Tensor>& out,
   std::apply([&](const auto&... parts) { (flatten_result(parts, out, sizes), ...); }, t);
 }
 template <class A, class B>
-void flatten_result(const std::pair<A, B>& p, std::vector<Tensor>& out, std::vector<std::size_t>& sizes) {
+void flatten_result(const std::pair<A, B>& p, std::vector<Tensor>& out,
+                    std::vector<std::size_t>& sizes) {
   flatten_result(p.first, out, sizes);
   flatten_result(p.second, out, sizes);
 }
@@ -180,8 +181,9 @@ struct Rebuild<std::tuple<Ts...>> {
 };
 template <class A, class B>
 struct Rebuild<std::pair<A, B>> {
-  static std::pair<A, B> from(const std::vector<Tensor>& flat, const std::vector<std::size_t>& sizes,
-                              std::size_t& pos, std::size_t& size_pos) {
+  static std::pair<A, B> from(const std::vector<Tensor>& flat,
+                              const std::vector<std::size_t>& sizes, std::size_t& pos,
+                              std::size_t& size_pos) {
     A a = Rebuild<A>::from(flat, sizes, pos, size_pos);
     B b = Rebuild<B>::from(flat, sizes, pos, size_pos);
     return {std::move(a), std::move(b)};
@@ -199,8 +201,11 @@ class TraceFnRef {
  public:
   template <class L>
   TraceFnRef(L& l)  // NOLINT: implicit on purpose
-      : object_(&l), call_([](void* o, const std::vector<Tensor>& ph) { return (*static_cast<L*>(o))(ph); }) {}
-  TraceResult operator()(const std::vector<Tensor>& placeholders) const { return call_(object_, placeholders); }
+      : object_(&l),
+        call_([](void* o, const std::vector<Tensor>& ph) { return (*static_cast<L*>(o))(ph); }) {}
+  TraceResult operator()(const std::vector<Tensor>& placeholders) const {
+    return call_(object_, placeholders);
+  }
 
  private:
   void* object_;

@@ -136,7 +136,8 @@ std::vector<Tensor> unstack(const Tensor& x, std::int64_t axis = 0);
 /// Splits along `axis` into `sections` equal parts (the size must divide evenly).
 std::vector<Tensor> split(const Tensor& x, std::int64_t sections, std::int64_t axis = 0);
 /// Splits along `axis` into parts of the given sizes (they must add up to the size).
-std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes, std::int64_t axis = 0);
+std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& sizes,
+                          std::int64_t axis = 0);
 
 /// One axis' range for slice(). `none` as start/stop means "from the beginning/to the
 /// end" in the direction of step. Negative start/stop count from the end. After that,
@@ -201,14 +202,14 @@ Tensor operator>=(const Tensor& a, const Tensor& b);
 Tensor operator&&(const Tensor& a, const Tensor& b);
 Tensor operator||(const Tensor& a, const Tensor& b);
 
-#define KILN_SCALAR_OVERLOADS(fn)                                                        \
-  template <detail::Scalar S>                                                            \
-  Tensor fn(const Tensor& a, S b) {                                                      \
-    return fn(a, detail::scalar_like(static_cast<double>(b), a));                        \
-  }                                                                                      \
-  template <detail::Scalar S>                                                            \
-  Tensor fn(S a, const Tensor& b) {                                                      \
-    return fn(detail::scalar_like(static_cast<double>(a), b), b);                        \
+#define KILN_SCALAR_OVERLOADS(fn)                                 \
+  template <detail::Scalar S>                                     \
+  Tensor fn(const Tensor& a, S b) {                               \
+    return fn(a, detail::scalar_like(static_cast<double>(b), a)); \
+  }                                                               \
+  template <detail::Scalar S>                                     \
+  Tensor fn(S a, const Tensor& b) {                               \
+    return fn(detail::scalar_like(static_cast<double>(a), b), b); \
   }
 KILN_SCALAR_OVERLOADS(add)
 KILN_SCALAR_OVERLOADS(sub)

@@ -18,8 +18,7 @@ namespace kiln::random {
 Tensor normal(const Shape& shape, double mean, double stddev, std::uint64_t seed,
               DType dtype = f32);
 /// Uniform samples in [low, high) (f32 or f64).
-Tensor uniform(const Shape& shape, double low, double high, std::uint64_t seed,
-               DType dtype = f32);
+Tensor uniform(const Shape& shape, double low, double high, std::uint64_t seed, DType dtype = f32);
 /// Normal(mean, stddev) samples, redrawn until within two standard deviations of the mean.
 Tensor truncated_normal(const Shape& shape, double mean, double stddev, std::uint64_t seed,
                         DType dtype = f32);

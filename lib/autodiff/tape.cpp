@@ -31,7 +31,8 @@ void set_recording(TapeState& tape, bool on) {
 void record_custom(std::span<const Tensor> inputs, const Tensor& output, const GradFn& rule) {
   for (TapeState* tape : tape_stack) {
     if (!tape->recording) continue;
-    if (std::none_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return tracks(*tape, t); }))
+    if (std::none_of(inputs.begin(), inputs.end(),
+                     [&](const Tensor& t) { return tracks(*tape, t); }))
       continue;
     TapeEntry e;
     e.inputs.assign(inputs.begin(), inputs.end());
@@ -66,7 +67,8 @@ void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Te
   if (!is_floating(output.dtype()) || !is_differentiable(p)) return;
   for (TapeState* tape : tape_stack) {
     if (!tape->recording) continue;
-    if (std::none_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return tracks(*tape, t); }))
+    if (std::none_of(inputs.begin(), inputs.end(),
+                     [&](const Tensor& t) { return tracks(*tape, t); }))
       continue;
     TapeEntry e;
     e.prim = p;
@@ -103,7 +105,8 @@ void GradientTape::watch(const Tensor& t) {
   if (state_->released)
     detail::fail("GradientTape.watch", "the tape was released by its gradient() call");
   if (!is_floating(t.dtype()))
-    detail::fail("GradientTape.watch", "cannot watch a tensor of dtype {}: gradients need f32 or f64",
+    detail::fail("GradientTape.watch",
+                 "cannot watch a tensor of dtype {}: gradients need f32 or f64",
                  dtype_name(t.dtype()));
   if (state_->tracked.insert(t.impl().get()).second) state_->watched.push_back(t);
 }
@@ -161,8 +164,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
       auto found = grads.find(it->output.impl().get());
       if (found == grads.end()) continue;
       const Tensor g = found->second;
-      std::vector<Tensor> input_grads =
-          it->custom ? it->custom(g) : detail::primitive_vjp(*it, g);
+      std::vector<Tensor> input_grads = it->custom ? it->custom(g) : detail::primitive_vjp(*it, g);
       for (std::size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
         const Tensor& in = it->inputs[i];
         if (!input_grads[i].defined() || !detail::tracks(tape, in)) continue;

@@ -73,11 +73,25 @@ Tensor unslice_axis(const Tensor& g, std::int64_t axis, std::int64_t dim, std::i
 
 bool is_differentiable(Prim p) {
   switch (p) {
-    case Prim::sign: case Prim::floor: case Prim::ceil: case Prim::round:
-    case Prim::logical_not: case Prim::isnan: case Prim::isfinite:
-    case Prim::equal: case Prim::not_equal: case Prim::less: case Prim::less_equal:
-    case Prim::greater: case Prim::greater_equal: case Prim::logical_and: case Prim::logical_or:
-    case Prim::reduce_all: case Prim::reduce_any: case Prim::argmax: case Prim::argmin:
+    case Prim::sign:
+    case Prim::floor:
+    case Prim::ceil:
+    case Prim::round:
+    case Prim::logical_not:
+    case Prim::isnan:
+    case Prim::isfinite:
+    case Prim::equal:
+    case Prim::not_equal:
+    case Prim::less:
+    case Prim::less_equal:
+    case Prim::greater:
+    case Prim::greater_equal:
+    case Prim::logical_and:
+    case Prim::logical_or:
+    case Prim::reduce_all:
+    case Prim::reduce_any:
+    case Prim::argmax:
+    case Prim::argmin:
       return false;
     default:
       return true;
@@ -89,25 +103,41 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
   const Tensor& y = e.output;
   auto x = [&](std::size_t i) -> const Tensor& { return in[i]; };
   switch (e.prim) {
-    case Prim::neg: return {neg(g)};
-    case Prim::abs: return {g * sign(x(0))};
-    case Prim::exp: return {g * y};
-    case Prim::log: return {g / x(0)};
-    case Prim::log1p: return {g / (x(0) + 1.0)};
-    case Prim::sqrt: return {g / (y * 2.0)};
-    case Prim::rsqrt: return {g * y * y * y * -0.5};
-    case Prim::square: return {g * x(0) * 2.0};
-    case Prim::sin: return {g * cos(x(0))};
-    case Prim::cos: return {neg(g * sin(x(0)))};
-    case Prim::tanh: return {g * (1.0 - y * y)};
-    case Prim::sigmoid: return {g * y * (1.0 - y)};
-    case Prim::relu: return {where(x(0) > 0.0, g, zeros_like(g))};
-    case Prim::softplus: return {g * sigmoid(x(0))};
+    case Prim::neg:
+      return {neg(g)};
+    case Prim::abs:
+      return {g * sign(x(0))};
+    case Prim::exp:
+      return {g * y};
+    case Prim::log:
+      return {g / x(0)};
+    case Prim::log1p:
+      return {g / (x(0) + 1.0)};
+    case Prim::sqrt:
+      return {g / (y * 2.0)};
+    case Prim::rsqrt:
+      return {g * y * y * y * -0.5};
+    case Prim::square:
+      return {g * x(0) * 2.0};
+    case Prim::sin:
+      return {g * cos(x(0))};
+    case Prim::cos:
+      return {neg(g * sin(x(0)))};
+    case Prim::tanh:
+      return {g * (1.0 - y * y)};
+    case Prim::sigmoid:
+      return {g * y * (1.0 - y)};
+    case Prim::relu:
+      return {where(x(0) > 0.0, g, zeros_like(g))};
+    case Prim::softplus:
+      return {g * sigmoid(x(0))};
     case Prim::cast:
       return {is_floating(x(0).dtype()) ? cast(g, x(0).dtype()) : Tensor()};
 
-    case Prim::add: return {unbroadcast(g, x(0).shape()), unbroadcast(g, x(1).shape())};
-    case Prim::sub: return {unbroadcast(g, x(0).shape()), unbroadcast(neg(g), x(1).shape())};
+    case Prim::add:
+      return {unbroadcast(g, x(0).shape()), unbroadcast(g, x(1).shape())};
+    case Prim::sub:
+      return {unbroadcast(g, x(0).shape()), unbroadcast(neg(g), x(1).shape())};
     case Prim::mul:
       return {unbroadcast(g * x(1), x(0).shape()), unbroadcast(g * x(0), x(1).shape())};
     case Prim::div:
@@ -132,8 +162,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
               unbroadcast(where(pick_a, zeros_like(g), g), x(1).shape())};
     }
     case Prim::mod:
-      return {unbroadcast(g, x(0).shape()),
-              unbroadcast(neg(g * floor(x(0) / x(1))), x(1).shape())};
+      return {unbroadcast(g, x(0).shape()), unbroadcast(neg(g * floor(x(0) / x(1))), x(1).shape())};
     case Prim::where: {
       Tensor zero = zeros_like(g);
       return {Tensor(), unbroadcast(where(x(0), g, zero), x(1).shape()),
@@ -159,19 +188,22 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       Tensor prod_nonzero = prod(nonzero, axes, /*keepdims*/ true);
       Tensor zero_count = sum(cast(is_zero, a.dtype()), axes, /*keepdims*/ true);
       Tensor zero = zeros_like(a);
-      Tensor others = where(is_zero, where(equal(zero_count, 1.0), broadcast_to(prod_nonzero, a.shape()), zero),
-                            where(equal(zero_count, 0.0), prod_nonzero / nonzero, zero));
+      Tensor others =
+          where(is_zero, where(equal(zero_count, 1.0), broadcast_to(prod_nonzero, a.shape()), zero),
+                where(equal(zero_count, 0.0), prod_nonzero / nonzero, zero));
       return {others * with_kept_dims(g, a.shape(), e.attrs)};
     }
 
-    case Prim::reshape: return {reshape(g, x(0).shape())};
+    case Prim::reshape:
+      return {reshape(g, x(0).shape())};
     case Prim::transpose: {
       std::vector<std::int64_t> inverse(e.attrs.axes.size());
       for (std::size_t i = 0; i < inverse.size(); ++i)
         inverse[static_cast<std::size_t>(e.attrs.axes[i])] = static_cast<std::int64_t>(i);
       return {transpose(g, inverse)};
     }
-    case Prim::broadcast_to: return {unbroadcast(g, x(0).shape())};
+    case Prim::broadcast_to:
+      return {unbroadcast(g, x(0).shape())};
     case Prim::slice: {
       Tensor h = g;
       const Shape& s = x(0).shape();

@@ -12,7 +12,8 @@ namespace {
 }
 }  // namespace
 
-Shape::Shape(std::initializer_list<std::int64_t> dims) : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
+Shape::Shape(std::initializer_list<std::int64_t> dims)
+    : Shape(std::span<const std::int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const std::int64_t> dims) {
   if (dims.size() > max_rank) rank_error(dims.size());
@@ -58,12 +59,11 @@ std::int64_t Shape::numel() const {
     if (dims_[i] == 0) return 0;
     overflow = overflow || __builtin_mul_overflow(n, dims_[i], &n);
   }
-  if (overflow) throw Error(fmt::format("[shape] {} has more elements than int64 can count", to_string()));
+  if (overflow)
+    throw Error(fmt::format("[shape] {} has more elements than int64 can count", to_string()));
   return n;
 }
 
-std::string Shape::to_string() const {
-  return fmt::format("[{}]", fmt::join(begin(), end(), ","));
-}
+std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(begin(), end(), ",")); }
 
 }  // namespace kiln

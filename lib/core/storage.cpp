@@ -164,7 +164,8 @@ struct LargeBlockCache {
 
   LargeBlockCache() {
     limit = std::size_t{1} << 30;
-    if (const char* env = std::getenv("KILN_CACHED_BYTES_LIMIT")) limit = std::strtoull(env, nullptr, 10);
+    if (const char* env = std::getenv("KILN_CACHED_BYTES_LIMIT"))
+      limit = std::strtoull(env, nullptr, 10);
   }
   ~LargeBlockCache() { release(); }
 

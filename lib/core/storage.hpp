@@ -47,7 +47,9 @@ struct CachedAllocator {
   }
   void deallocate(T* p, std::size_t n) { free_block(p, n * sizeof(T)); }
   template <class U>
-  bool operator==(const CachedAllocator<U>&) const { return true; }
+  bool operator==(const CachedAllocator<U>&) const {
+    return true;
+  }
 };
 
 /// Counts cached concrete functions, their graph nodes and bytes (graphs + plans) in

@@ -46,15 +46,18 @@ Tensor empty(const Shape& shape, DType dtype) {
     if (d < 0) fail("empty", "negative dimension in shape {}", shape);
     overflow = overflow || __builtin_mul_overflow(n, d, &n);
   }
-  if (overflow || n > (std::int64_t{1} << 50)) fail("empty", "shape {} has too many elements", shape);
+  if (overflow || n > (std::int64_t{1} << 50))
+    fail("empty", "shape {} has too many elements", shape);
   auto storage = allocate_storage(static_cast<std::size_t>(n) * dtype_size(dtype));
-  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape, contiguous_strides(shape), 0,
-                                             std::move(storage)));
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape,
+                                                 contiguous_strides(shape), 0, std::move(storage)));
 }
 
-Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset) {
+Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides,
+                 std::int64_t offset) {
   const auto& b = *base.impl();
-  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, b.dtype, shape, strides, offset, b.storage));
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, b.dtype, shape,
+                                                 strides, offset, b.storage));
 }
 
 ArrayRef array_ref(const Tensor& t) {
@@ -70,14 +73,16 @@ Tensor tensor_from_bytes(const void* data, std::int64_t count, DType dtype, cons
   if (s.numel() != count)
     fail("tensor", "{} values do not fill shape {} ({} elements)", count, s, s.numel());
   Tensor t = empty(s, dtype);
-  if (count > 0) std::memcpy(t.impl()->data(), data, static_cast<std::size_t>(count) * dtype_size(dtype));
+  if (count > 0)
+    std::memcpy(t.impl()->data(), data, static_cast<std::size_t>(count) * dtype_size(dtype));
   return t;
 }
 
 }  // namespace detail
 
 namespace {
-const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& impl, const char* what) {
+const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& impl,
+                                  const char* what) {
   if (!impl) detail::fail("tensor", "{} of an undefined tensor", what);
   return *impl;
 }
@@ -85,7 +90,9 @@ const detail::TensorImpl& checked(const std::shared_ptr<detail::TensorImpl>& imp
 
 DType Tensor::dtype() const { return checked(impl_, "dtype").dtype; }
 const Shape& Tensor::shape() const { return checked(impl_, "shape").shape; }
-std::int64_t Tensor::ndim() const { return static_cast<std::int64_t>(checked(impl_, "ndim").shape.size()); }
+std::int64_t Tensor::ndim() const {
+  return static_cast<std::int64_t>(checked(impl_, "ndim").shape.size());
+}
 std::int64_t Tensor::size() const { return checked(impl_, "size").shape.numel(); }
 std::int64_t Tensor::dim(std::int64_t i) const { return checked(impl_, "dim").shape.at(i); }
 const Shape& Tensor::strides() const { return checked(impl_, "strides").strides; }

@@ -15,8 +15,8 @@ Shape contiguous_strides(const Shape& shape);
 struct TensorImpl {
   DType dtype;
   Shape shape;
-  Shape strides;            // in elements
-  std::int64_t offset = 0;  // in elements, from storage->data()
+  Shape strides;                     // in elements
+  std::int64_t offset = 0;           // in elements, from storage->data()
   std::shared_ptr<Storage> storage;  // null for a symbolic tensor
   std::uint64_t trace_id = 0;        // symbolic: the trace it belongs to (0: concrete)
   std::int32_t node = -1;            // symbolic: its node in that trace's graph
@@ -31,7 +31,8 @@ struct TensorImpl {
   TensorImpl& operator=(const TensorImpl&) = delete;
 
   char* data() const {
-    return static_cast<char*>(storage->data()) + offset * static_cast<std::int64_t>(dtype_size(dtype));
+    return static_cast<char*>(storage->data()) +
+           offset * static_cast<std::int64_t>(dtype_size(dtype));
   }
   bool is_contiguous() const;
   bool is_symbolic() const { return trace_id != 0; }

@@ -30,7 +30,7 @@ struct ConcreteData {
   std::shared_ptr<const GraphData> graph;
   Plan plan;
   std::vector<std::size_t> vector_sizes;
-  std::vector<std::string> descriptions;  // of the arguments it was traced for
+  std::vector<std::string> descriptions;                       // of the arguments it was traced for
   std::vector<std::shared_ptr<VariableImpl>> owned_variables;  // created by its trace
   std::int64_t counted_bytes = 0;
   ~ConcreteData();
@@ -48,8 +48,10 @@ std::function<void(const std::string&)> log_sink;
 
 void log_warning(const std::string& message) {
   std::lock_guard lock(sink_mutex);
-  if (log_sink) log_sink(message);
-  else std::cerr << "kiln warning: " << message << "\n";
+  if (log_sink)
+    log_sink(message);
+  else
+    std::cerr << "kiln warning: " << message << "\n";
 }
 
 std::mutex registry_mutex;
@@ -58,13 +60,15 @@ std::set<FunctionCore*>& registry() {
   return *r;
 }
 
-
-std::string shape_text(DType d, const Shape& s) { return fmt::format("{} {}", dtype_name(d), s.to_string()); }
+std::string shape_text(DType d, const Shape& s) {
+  return fmt::format("{} {}", dtype_name(d), s.to_string());
+}
 
 }  // namespace
 
 ConcreteData::~ConcreteData() {
-  if (graph) count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()), -counted_bytes);
+  if (graph)
+    count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()), -counted_bytes);
 }
 
 namespace {
@@ -126,7 +130,8 @@ std::vector<std::string> ArgPack::describe() const {
     } else if (a.kind == 'V') {
       std::string d = fmt::format("{} tensors:", a.count);
       for (std::uint32_t i = 0; i < a.count; ++i)
-        fmt::format_to(std::back_inserter(d), " {}", shape_text(tensors[a.first + i].dtype(), tensors[a.first + i].shape()));
+        fmt::format_to(std::back_inserter(d), " {}",
+                       shape_text(tensors[a.first + i].dtype(), tensors[a.first + i].shape()));
       out.push_back(std::move(d));
     } else {
       out.push_back(a.text);
@@ -138,15 +143,16 @@ std::vector<std::string> ArgPack::describe() const {
 bool tracing() { return current_trace() != nullptr; }
 
 [[noreturn]] void throw_no_concrete_function(const std::string& name) {
-  fail(name, "no concrete function: the trace limit was reached and this function runs new "
-             "signatures eagerly");
+  fail(name,
+       "no concrete function: the trace limit was reached and this function runs new "
+       "signatures eagerly");
 }
 
 struct FunctionCore::State {
   mutable std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
   int traces = 0;
-  std::deque<bool> recent;  // whether each of the last 10 calls traced
+  std::deque<bool> recent;                   // whether each of the last 10 calls traced
   std::shared_ptr<const ConcreteData> last;  // concrete function of the previous call
   int retrace_warnings = 0;
   bool limit_warned = false;
@@ -201,11 +207,14 @@ void check_signature(const FunctionOptions& o, const ArgPack& args) {
 }
 
 /// "argument 0: shape [32,5,10] dtype f32 -> shape [16,5,10] dtype f32; ..."
-std::string describe_change(const std::vector<std::string>& before, const std::vector<std::string>& now) {
+std::string describe_change(const std::vector<std::string>& before,
+                            const std::vector<std::string>& now) {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < now.size(); ++i) {
-    if (i >= before.size()) parts.push_back(fmt::format("argument {}: new, {}", i, now[i]));
-    else if (before[i] != now[i]) parts.push_back(fmt::format("argument {}: {} -> {}", i, before[i], now[i]));
+    if (i >= before.size())
+      parts.push_back(fmt::format("argument {}: new, {}", i, now[i]));
+    else if (before[i] != now[i])
+      parts.push_back(fmt::format("argument {}: {} -> {}", i, before[i], now[i]));
   }
   if (parts.empty()) return "the arguments look the same as the previous call";
   return fmt::format("{}", fmt::join(parts, "; "));
@@ -245,10 +254,10 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
              st.traces, describe_change(previous(st), args.describe()));
       if (!st.limit_warned) {
         st.limit_warned = true;
-        log_warning(fmt::format("[{}] reached max_traces={}; new input signatures now run eagerly "
-                                "({})",
-                                options_.name, options_.max_traces,
-                                describe_change(previous(st), args.describe())));
+        log_warning(fmt::format(
+            "[{}] reached max_traces={}; new input signatures now run eagerly "
+            "({})",
+            options_.name, options_.max_traces, describe_change(previous(st), args.describe())));
       }
       mode = Mode::run_eagerly;
       return nullptr;

@@ -26,7 +26,8 @@ std::string attrs_text(const Node& n) {
       break;
     case Family::movement:
       if (n.prim == Prim::transpose) parts.push_back(fmt::format("perm={}", a.axes.to_string()));
-      if (n.prim == Prim::concat || n.prim == Prim::gather) parts.push_back(fmt::format("axis={}", a.axis));
+      if (n.prim == Prim::concat || n.prim == Prim::gather)
+        parts.push_back(fmt::format("axis={}", a.axis));
       if (!a.ints.empty()) parts.push_back(fmt::format("ints=[{}]", fmt::join(a.ints, ",")));
       if (n.prim == Prim::pad) parts.push_back(fmt::format("value={}", a.value));
       break;
@@ -66,7 +67,8 @@ std::string GraphData::to_string() const {
   std::string out = "{ lambda ";
   std::vector<std::string> params;
   for (std::size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].kind == Node::Kind::parameter) params.push_back(value_name(static_cast<std::int32_t>(i)));
+    if (nodes[i].kind == Node::Kind::parameter)
+      params.push_back(value_name(static_cast<std::int32_t>(i)));
   out += fmt::format("{} .\n", fmt::join(params, " "));
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     if (nodes[i].kind == Node::Kind::parameter) continue;
@@ -85,11 +87,25 @@ std::string GraphData::to_dot() const {
     std::string label;
     std::string style;
     switch (n.kind) {
-      case Node::Kind::parameter: label = fmt::format("parameter {}", n.index); style = ", shape=ellipse"; break;
-      case Node::Kind::constant: label = "constant"; style = ", style=dashed"; break;
-      case Node::Kind::variable: label = fmt::format("variable {}", variable_names[static_cast<std::size_t>(n.index)]); style = ", shape=ellipse, style=filled, fillcolor=lightyellow"; break;
-      case Node::Kind::assign: label = fmt::format("assign {}", variable_names[static_cast<std::size_t>(n.index)]); style = ", style=filled, fillcolor=mistyrose"; break;
-      case Node::Kind::primitive: label = std::string(name(n.prim)) + attrs_text(n); break;
+      case Node::Kind::parameter:
+        label = fmt::format("parameter {}", n.index);
+        style = ", shape=ellipse";
+        break;
+      case Node::Kind::constant:
+        label = "constant";
+        style = ", style=dashed";
+        break;
+      case Node::Kind::variable:
+        label = fmt::format("variable {}", variable_names[static_cast<std::size_t>(n.index)]);
+        style = ", shape=ellipse, style=filled, fillcolor=lightyellow";
+        break;
+      case Node::Kind::assign:
+        label = fmt::format("assign {}", variable_names[static_cast<std::size_t>(n.index)]);
+        style = ", style=filled, fillcolor=mistyrose";
+        break;
+      case Node::Kind::primitive:
+        label = std::string(name(n.prim)) + attrs_text(n);
+        break;
     }
     out += fmt::format("  n{} [label=\"%{} {}\\n{}{}\"{}];\n", i, i, label, dtype_name(n.dtype),
                        n.shape.to_string(), style);
@@ -104,7 +120,8 @@ std::string GraphData::to_dot() const {
 }
 
 std::int64_t GraphData::bytes() const {
-  std::int64_t total = static_cast<std::int64_t>(sizeof(GraphData) + nodes.capacity() * sizeof(Node));
+  std::int64_t total =
+      static_cast<std::int64_t>(sizeof(GraphData) + nodes.capacity() * sizeof(Node));
   for (const Node& n : nodes) {
     total += static_cast<std::int64_t>(n.inputs.capacity() * sizeof(std::int32_t) +
                                        n.attrs.ints.capacity() * sizeof(std::int64_t));
@@ -117,7 +134,8 @@ std::int64_t GraphData::bytes() const {
 namespace {
 
 /// Keeps the nodes marked in `keep` (in order), renumbering inputs, outputs and side effects.
-void compact(GraphData& g, const std::vector<std::int32_t>& replacement, const std::vector<bool>& keep) {
+void compact(GraphData& g, const std::vector<std::int32_t>& replacement,
+             const std::vector<bool>& keep) {
   std::vector<std::int32_t> new_id(g.nodes.size(), -1);
   std::vector<Node> kept;
   kept.reserve(g.nodes.size());
@@ -126,7 +144,9 @@ void compact(GraphData& g, const std::vector<std::int32_t>& replacement, const s
     new_id[i] = static_cast<std::int32_t>(kept.size());
     kept.push_back(std::move(g.nodes[i]));
   }
-  auto map = [&](std::int32_t id) { return new_id[static_cast<std::size_t>(replacement[static_cast<std::size_t>(id)])]; };
+  auto map = [&](std::int32_t id) {
+    return new_id[static_cast<std::size_t>(replacement[static_cast<std::size_t>(id)])];
+  };
   for (Node& n : kept)
     for (auto& in : n.inputs) in = map(in);
   for (auto& o : g.outputs) o = map(o);
@@ -164,8 +184,8 @@ std::size_t eliminate_dead_code(GraphData& g) {
 
 std::size_t eliminate_common_subexpressions(GraphData& g) {
   using Key = std::tuple<int, int, std::vector<std::int32_t>, std::vector<std::int64_t>,
-                         std::vector<std::int64_t>, std::int64_t, bool, int, double, int, std::vector<std::int64_t>,
-                         const void*, std::int32_t>;
+                         std::vector<std::int64_t>, std::int64_t, bool, int, double, int,
+                         std::vector<std::int64_t>, const void*, std::int32_t>;
   std::map<Key, std::int32_t> seen;
   std::vector<std::int32_t> replacement = identity(g.nodes.size());
   std::vector<bool> keep(g.nodes.size(), true);
@@ -175,9 +195,17 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
     for (auto& in : n.inputs) in = replacement[static_cast<std::size_t>(in)];
     if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::assign) continue;
     const Attrs& a = n.attrs;
-    Key key{static_cast<int>(n.kind), static_cast<int>(n.prim), n.inputs, a.axes.to_vector(),
-            n.shape.to_vector(), a.axis, a.keepdims, static_cast<int>(a.dtype), a.value,
-            static_cast<int>(n.dtype), a.ints,
+    Key key{static_cast<int>(n.kind),
+            static_cast<int>(n.prim),
+            n.inputs,
+            a.axes.to_vector(),
+            n.shape.to_vector(),
+            a.axis,
+            a.keepdims,
+            static_cast<int>(a.dtype),
+            a.value,
+            static_cast<int>(n.dtype),
+            a.ints,
             n.kind == Node::Kind::constant ? n.constant.impl().get() : nullptr,
             n.kind == Node::Kind::variable ? n.index : -1};
     auto [it, inserted] = seen.emplace(std::move(key), static_cast<std::int32_t>(i));

@@ -36,7 +36,7 @@ struct Node {
 struct GraphData {
   std::vector<Node> nodes;
   std::vector<std::int32_t> outputs;
-  std::vector<std::int32_t> side_effects;  // assign nodes, in program order
+  std::vector<std::int32_t> side_effects;              // assign nodes, in program order
   std::vector<std::weak_ptr<VariableImpl>> variables;  // captured variables, by slot
   std::vector<std::string> variable_names;
   std::size_t num_parameters = 0;

@@ -10,8 +10,10 @@
 namespace kiln::detail {
 
 std::int64_t Plan::bytes() const {
-  std::int64_t total = static_cast<std::int64_t>(sizeof(Plan) + steps.capacity() * sizeof(PlanStep));
-  for (const PlanStep& s : steps) total += static_cast<std::int64_t>(s.release.capacity() * sizeof(std::int32_t));
+  std::int64_t total =
+      static_cast<std::int64_t>(sizeof(Plan) + steps.capacity() * sizeof(PlanStep));
+  for (const PlanStep& s : steps)
+    total += static_cast<std::int64_t>(s.release.capacity() * sizeof(std::int32_t));
   return total;
 }
 
@@ -19,7 +21,8 @@ Plan build_plan(const GraphData& g) {
   const std::size_t n = g.nodes.size();
   std::vector<std::int32_t> last_use(n, -1);
   for (std::size_t i = 0; i < n; ++i)
-    for (auto in : g.nodes[i].inputs) last_use[static_cast<std::size_t>(in)] = static_cast<std::int32_t>(i);
+    for (auto in : g.nodes[i].inputs)
+      last_use[static_cast<std::size_t>(in)] = static_cast<std::int32_t>(i);
   std::vector<bool> kept(n, false);  // outputs live until the end
   for (auto o : g.outputs) kept[static_cast<std::size_t>(o)] = true;
   for (auto s : g.side_effects) kept[static_cast<std::size_t>(s)] = true;
@@ -27,8 +30,10 @@ Plan build_plan(const GraphData& g) {
   plan.steps.reserve(n);
   std::vector<std::vector<std::int32_t>> release_at(n);
   for (std::size_t v = 0; v < n; ++v)
-    if (!kept[v] && last_use[v] >= 0) release_at[static_cast<std::size_t>(last_use[v])].push_back(static_cast<std::int32_t>(v));
-  for (std::size_t i = 0; i < n; ++i) plan.steps.push_back({static_cast<std::int32_t>(i), std::move(release_at[i])});
+    if (!kept[v] && last_use[v] >= 0)
+      release_at[static_cast<std::size_t>(last_use[v])].push_back(static_cast<std::int32_t>(v));
+  for (std::size_t i = 0; i < n; ++i)
+    plan.steps.push_back({static_cast<std::int32_t>(i), std::move(release_at[i])});
   return plan;
 }
 
@@ -61,10 +66,18 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
     const Node& node = g.nodes[static_cast<std::size_t>(step.node)];
     Tensor& out = slots[static_cast<std::size_t>(step.node)];
     switch (node.kind) {
-      case Node::Kind::parameter: out = args[static_cast<std::size_t>(node.index)]; break;
-      case Node::Kind::constant: out = node.constant; break;
-      case Node::Kind::variable: out = vars[static_cast<std::size_t>(node.index)]->read(); break;
-      case Node::Kind::assign: out = slots[static_cast<std::size_t>(node.inputs[0])]; break;
+      case Node::Kind::parameter:
+        out = args[static_cast<std::size_t>(node.index)];
+        break;
+      case Node::Kind::constant:
+        out = node.constant;
+        break;
+      case Node::Kind::variable:
+        out = vars[static_cast<std::size_t>(node.index)]->read();
+        break;
+      case Node::Kind::assign:
+        out = slots[static_cast<std::size_t>(node.inputs[0])];
+        break;
       case Node::Kind::primitive: {
         const Tensor** ins = small_inputs.data();
         if (node.inputs.size() > small_inputs.size()) {

@@ -27,10 +27,17 @@ void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
 
 void copy_strided(const ArrayRef& src, const ArrayRef& dst) {
   switch (dtype_size(src.dtype)) {
-    case 1: copy_rows<std::uint8_t>(src, dst); break;
-    case 4: copy_rows<std::uint32_t>(src, dst); break;
-    case 8: copy_rows<std::uint64_t>(src, dst); break;
-    default: break;
+    case 1:
+      copy_rows<std::uint8_t>(src, dst);
+      break;
+    case 4:
+      copy_rows<std::uint32_t>(src, dst);
+      break;
+    case 8:
+      copy_rows<std::uint64_t>(src, dst);
+      break;
+    default:
+      break;
   }
 }
 

@@ -21,17 +21,19 @@ struct ArrayRef {
 
   std::int64_t numel() const { return shape.numel(); }
   template <class T>
-  T* ptr() const { return static_cast<T*>(data); }
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 };
 
 /// Attributes of a primitive application. Which fields a primitive reads is documented
 /// next to its front end and kernel; unused fields stay default.
 struct Attrs {
-  Shape axes;                  // reduce: axes (normalized, sorted); transpose: permutation
-  std::int64_t axis = 0;       // concat, gather
-  bool keepdims = false;       // reduce
-  DType dtype = DType::f32;    // cast: target dtype
-  double value = 0.0;          // pad: fill value
+  Shape axes;                      // reduce: axes (normalized, sorted); transpose: permutation
+  std::int64_t axis = 0;           // concat, gather
+  bool keepdims = false;           // reduce
+  DType dtype = DType::f32;        // cast: target dtype
+  double value = 0.0;              // pad: fill value
   std::vector<std::int64_t> ints;  // slice: start,step per axis; pad: before,after per axis
 };
 

@@ -4,12 +4,18 @@ namespace kiln::detail {
 
 KernelFn kernel_for(Prim p) {
   switch (info(p).family) {
-    case Family::unary: return &run_unary;
-    case Family::binary: return &run_binary;
-    case Family::ternary: return &run_ternary;
-    case Family::reduce: return &run_reduce;
-    case Family::movement: return &run_movement;
-    case Family::linalg: return &run_linalg;
+    case Family::unary:
+      return &run_unary;
+    case Family::binary:
+      return &run_binary;
+    case Family::ternary:
+      return &run_ternary;
+    case Family::reduce:
+      return &run_reduce;
+    case Family::movement:
+      return &run_movement;
+    case Family::linalg:
+      return &run_linalg;
   }
   return nullptr;
 }

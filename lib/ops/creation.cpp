@@ -17,8 +17,10 @@ T convert(double v) {
     return v != 0.0;
   } else if constexpr (std::is_integral_v<T>) {
     if (std::isnan(v)) return 0;
-    if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
-    if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+    if (v <= static_cast<double>(std::numeric_limits<T>::min()))
+      return std::numeric_limits<T>::min();
+    if (v >= static_cast<double>(std::numeric_limits<T>::max()))
+      return std::numeric_limits<T>::max();
     return static_cast<T>(v);
   } else {
     return static_cast<T>(v);
@@ -28,11 +30,21 @@ T convert(double v) {
 template <class Fn>
 void visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::f32: fn(float{}); break;
-    case DType::f64: fn(double{}); break;
-    case DType::i32: fn(std::int32_t{}); break;
-    case DType::i64: fn(std::int64_t{}); break;
-    case DType::boolean: fn(bool{}); break;
+    case DType::f32:
+      fn(float{});
+      break;
+    case DType::f64:
+      fn(double{});
+      break;
+    case DType::i32:
+      fn(std::int32_t{});
+      break;
+    case DType::i64:
+      fn(std::int64_t{});
+      break;
+    case DType::boolean:
+      fn(bool{});
+      break;
   }
 }
 
@@ -123,7 +135,8 @@ Tensor arange(double start, double stop, double step, DType dtype) {
   const double count = std::ceil((stop - start) / step);
   if (count > 1e12) detail::fail("arange", "{} elements is too many", count);
   const auto n = static_cast<std::int64_t>(std::max(0.0, count));
-  return generate(Shape{n}, dtype, [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
+  return generate(Shape{n}, dtype,
+                  [&](std::int64_t i) { return start + static_cast<double>(i) * step; });
 }
 
 Tensor arange(std::int64_t stop, DType dtype) {

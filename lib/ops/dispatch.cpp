@@ -23,7 +23,8 @@ Shape broadcast_strides(const Shape& in_shape, const Shape& in_strides, const Sh
 /// Strides for viewing a tensor of (shape, strides) as new_shape without copying, if
 /// possible (NumPy's no-copy reshape: each group of old dims merged or split must be
 /// contiguous within itself).
-std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides, const Shape& new_shape) {
+std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides,
+                                     const Shape& new_shape) {
   Shape out;
   out.resize(new_shape.size());
   if (shape.numel() == 0) return contiguous_strides(new_shape);
@@ -38,8 +39,10 @@ std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides, c
   while (ni < nn && oi < on) {
     std::int64_t np = new_shape[ni], op = old_shape[oi];
     while (np != op) {
-      if (np < op) np *= new_shape[nj++];
-      else op *= old_shape[oj++];
+      if (np < op)
+        np *= new_shape[nj++];
+      else
+        op *= old_shape[oj++];
     }
     for (std::size_t k = oi; k + 1 < oj; ++k)
       if (old_strides[k] != old_shape[k + 1] * old_strides[k + 1]) return std::nullopt;
@@ -53,7 +56,8 @@ std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides, c
   return out;
 }
 
-std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs, const Shape& out_shape) {
+std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs,
+                               const Shape& out_shape) {
   const TensorImpl& impl = *in.impl();
   switch (p) {
     case Prim::reshape:
@@ -66,7 +70,8 @@ std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs, con
       return make_view(in, out_shape, st, impl.offset);
     }
     case Prim::broadcast_to:
-      return make_view(in, out_shape, broadcast_strides(impl.shape, impl.strides, out_shape), impl.offset);
+      return make_view(in, out_shape, broadcast_strides(impl.shape, impl.strides, out_shape),
+                       impl.offset);
     case Prim::slice: {
       Shape st;
       std::int64_t offset = impl.offset;
@@ -174,7 +179,8 @@ void check_defined(const Tensor& t, std::string_view op, int index) {
 
 void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op) {
   if (a.dtype() != b.dtype())
-    fail(op, "dtypes differ: {} vs {} (use kiln::cast)", dtype_name(a.dtype()), dtype_name(b.dtype()));
+    fail(op, "dtypes differ: {} vs {} (use kiln::cast)", dtype_name(a.dtype()),
+         dtype_name(b.dtype()));
 }
 
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {

@@ -19,21 +19,23 @@ std::atomic<std::uint64_t> next_variable_id{1};
 void check_assignable(const VariableImpl& v, const Tensor& t, const char* op) {
   if (!t.defined()) fail(op, "cannot assign an undefined tensor to variable '{}'", v.name);
   if (t.dtype() != v.dtype || t.shape() != v.shape)
-    fail(op, "variable '{}' is {} {}; the new value is {} {}", v.name, dtype_name(v.dtype),
-         v.shape, dtype_name(t.dtype()), t.shape());
+    fail(op, "variable '{}' is {} {}; the new value is {} {}", v.name, dtype_name(v.dtype), v.shape,
+         dtype_name(t.dtype()), t.shape());
 }
 
 }  // namespace detail
 
 namespace {
-const detail::VariableImpl& checked(const std::shared_ptr<detail::VariableImpl>& impl, const char* op) {
+const detail::VariableImpl& checked(const std::shared_ptr<detail::VariableImpl>& impl,
+                                    const char* op) {
   if (!impl) detail::fail(op, "empty Variable handle");
   return *impl;
 }
 }  // namespace
 
 Variable::Variable(const Tensor& initial, std::string name, bool trainable) {
-  if (!initial.defined()) detail::fail("Variable", "variable '{}' needs a defined initial value", name);
+  if (!initial.defined())
+    detail::fail("Variable", "variable '{}' needs a defined initial value", name);
   detail::TraceContext* trace = detail::current_trace();
   if (trace != nullptr) {
     if (!trace->allow_variable_creation())
