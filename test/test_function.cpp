@@ -6,6 +6,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "state/variable_impl.hpp"
+
 using kiln::Shape;
 using kiln::Tensor;
 
@@ -261,4 +263,22 @@ TEST_CASE("clear_caches drops every cached graph", "[function]") {
   kiln::clear_caches();
   CHECK(f.cache_size() == 0);
   CHECK(kiln::memory_stats().cached_functions == before - 1);
+}
+
+TEST_CASE("a failed first trace releases the variables it created", "[function]") {
+  const auto before = kiln::memory_stats();
+  int calls = 0;
+  std::weak_ptr<kiln::detail::VariableImpl> created;
+  auto f = kiln::function([&](const Tensor& x) {
+    kiln::Variable v(kiln::zeros({1000}), "scratch");
+    created = v.impl();
+    if (++calls == 1) throw kiln::Error("[test] first trace fails after creating a variable");
+    return x + 1.f;
+  });
+  CHECK_THROWS_WITH(f(kiln::ones({2})), "[test] first trace fails after creating a variable");
+  CHECK(created.expired());
+  CHECK(kiln::memory_stats().live_bytes == before.live_bytes);
+  CHECK(same(f(kiln::ones({2})), kiln::full({2}, 2.0)));  // the retry is a first trace again
+  CHECK(f.tracing_count() == 1);
+  CHECK_FALSE(created.expired());  // owned by the concrete function that created it
 }
