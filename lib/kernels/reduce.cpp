@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
 #include "kernels/kernel.hpp"
 
@@ -350,28 +351,6 @@ void arg_extremum_typed(const KernelCall& call) {
         }
       }
     }
-  }
-}
-
-/// Calls fn(T{}) with the storage type of dtype (bool is std::uint8_t).
-template <class Fn>
-void visit_storage_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      fn(float{});
-      break;
-    case DType::f64:
-      fn(double{});
-      break;
-    case DType::i32:
-      fn(std::int32_t{});
-      break;
-    case DType::i64:
-      fn(std::int64_t{});
-      break;
-    case DType::boolean:
-      fn(std::uint8_t{});
-      break;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 
@@ -27,33 +28,12 @@ T convert(double v) {
   }
 }
 
-template <class Fn>
-void visit_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      fn(float{});
-      break;
-    case DType::f64:
-      fn(double{});
-      break;
-    case DType::i32:
-      fn(std::int32_t{});
-      break;
-    case DType::i64:
-      fn(std::int64_t{});
-      break;
-    case DType::boolean:
-      fn(bool{});
-      break;
-  }
-}
-
 /// A new tensor whose element i is f(i) converted to dtype.
 template <class F>
 Tensor generate(const Shape& shape, DType dtype, F&& f) {
   Tensor t = detail::empty(shape, dtype);
   const std::int64_t n = shape.numel();
-  visit_dtype(dtype, [&](auto tag) {
+  detail::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       auto* p = detail::data_ptr<std::uint8_t>(t);
@@ -85,7 +65,7 @@ Tensor full(const Shape& shape, double value, DType dtype) {
   check_shape(shape, "full");
   Tensor t = detail::empty(shape, dtype);
   const std::int64_t n = shape.numel();
-  visit_dtype(dtype, [&](auto tag) {
+  detail::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       auto* p = detail::data_ptr<std::uint8_t>(t);
