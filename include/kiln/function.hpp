@@ -99,6 +99,12 @@ struct ArgPack {
   std::vector<Arg> args;
   /// One line per argument ("shape [32,5,10] dtype f32", "value 3"), for messages.
   std::vector<std::string> describe() const;
+  /// Empties the pack, keeping its capacity.
+  void clear() {
+    tensors.clear();
+    key.clear();
+    args.clear();
+  }
 };
 void pack_arg(ArgPack& p, const Tensor& t);
 void pack_arg(ArgPack& p, const std::vector<Tensor>& ts);
@@ -261,7 +267,15 @@ class Function {
   auto operator()(const Args&... args) const {
     using R = std::invoke_result_t<const F&, const Args&...>;
     if (detail::tracing()) return (*f_)(args...);  // nested: inline into the outer trace
-    detail::ArgPack pack;
+    // A per-thread pack reused across calls (no allocation once warm); released on exit so it
+    // does not keep the caller's tensors alive. Calls do not nest here: user code runs only
+    // while tracing, where nested functions inline.
+    thread_local detail::ArgPack reused;
+    struct Release {
+      detail::ArgPack& p;
+      ~Release() { p.clear(); }
+    } release{reused};
+    detail::ArgPack& pack = reused;
     (detail::pack_arg(pack, args), ...);
     detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
     auto tracer = make_tracer<R>(args...);
