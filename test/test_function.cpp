@@ -282,3 +282,20 @@ TEST_CASE("a failed first trace releases the variables it created", "[function]"
   CHECK(f.tracing_count() == 1);
   CHECK_FALSE(created.expired());  // owned by the concrete function that created it
 }
+
+TEST_CASE("variables passed as arguments are keyed by identity", "[function]") {
+  auto scale =
+      kiln::function([](const Tensor& x, const kiln::Variable& v) { return x * v.value(); });
+  kiln::Variable a(kiln::full({2}, 2.0), "a"), b(kiln::full({2}, 3.0), "b");
+  Tensor x = kiln::ones({2});
+  CHECK(same(scale(x, a), kiln::full({2}, 2.0)));
+  CHECK(same(scale(x, a), kiln::full({2}, 2.0)));
+  CHECK(scale.tracing_count() == 1);
+  CHECK(same(scale(x, b), kiln::full({2}, 3.0)));
+  CHECK(scale.tracing_count() == 2);
+  a.assign(kiln::full({2}, 5.0));
+  CHECK(same(scale(x, a), kiln::full({2}, 5.0)));
+  CHECK(scale.tracing_count() == 2);
+  CHECK_THROWS_WITH(a.assign(kiln::ones({3})),
+                    "[Variable.assign] variable 'a' is f32 [2]; the new value is f32 [3]");
+}
