@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <functional>
 #include <kiln/kiln.hpp>
+
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 #include <xsimd/config/xsimd_config.hpp>
 #include <xsimd/config/xsimd_cpuid.hpp>
+#include "core/dtype_visit.hpp"
 
 #include "core/tensor_impl.hpp"
 #include "kernels/elementwise_table.hpp"
@@ -63,23 +65,7 @@ std::vector<double> values_of(const Tensor& t) {
     using T = decltype(tag);
     for (auto v : t.to_vector<T>()) out.push_back(static_cast<double>(v));
   };
-  switch (t.dtype()) {
-    case DType::f32:
-      append(float{});
-      break;
-    case DType::f64:
-      append(double{});
-      break;
-    case DType::i32:
-      append(std::int32_t{});
-      break;
-    case DType::i64:
-      append(std::int64_t{});
-      break;
-    case DType::boolean:
-      append(bool{});
-      break;
-  }
+  kiln::detail::visit_dtype(t.dtype(), append);
   return out;
 }
 

@@ -13,6 +13,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "core/dtype_visit.hpp"
+
 #include "core/tensor_impl.hpp"
 
 namespace {
@@ -25,26 +27,7 @@ using kiln::Tensor;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-template <class Fn>
-void visit_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      fn(float{});
-      break;
-    case DType::f64:
-      fn(double{});
-      break;
-    case DType::i32:
-      fn(std::int32_t{});
-      break;
-    case DType::i64:
-      fn(std::int64_t{});
-      break;
-    case DType::boolean:
-      fn(bool{});
-      break;
-  }
-}
+using kiln::detail::visit_dtype;
 
 /// A contiguous tensor of `dtype` holding `values` (converted).
 Tensor make(const std::vector<double>& values, const Shape& shape, DType dtype) {

@@ -239,16 +239,16 @@ class FunctionCore {
   void clear();
   const FunctionOptions& options() const { return options_; }
 
- public:
-  struct State;
-
  private:
+  struct State;
   FunctionOptions options_;
   std::unique_ptr<State> state_;
 };
 
 /// True while this thread is tracing some function (nested functions then inline).
 bool tracing();
+/// Throws the error for get_concrete_function on a signature that runs eagerly.
+[[noreturn]] void throw_no_concrete_function(const std::string& name);
 
 }  // namespace detail
 
@@ -299,7 +299,7 @@ class Function {
     detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
     auto tracer = make_tracer<R>(args...);
     auto cf = core_->lookup(pack, mode, tracer);
-    if (!cf) throw_no_concrete();
+    if (!cf) detail::throw_no_concrete_function(core_->options().name);
     return ConcreteFunction(cf);
   }
 
@@ -317,19 +317,9 @@ class Function {
       return result;
     };
   }
-  [[noreturn]] void throw_no_concrete() const;
   std::shared_ptr<F> f_;
   std::shared_ptr<detail::FunctionCore> core_;
 };
-
-namespace detail {
-[[noreturn]] void throw_no_concrete_function(const std::string& name);
-}
-
-template <class F>
-void Function<F>::throw_no_concrete() const {
-  detail::throw_no_concrete_function(core_->options().name);
-}
 
 /// Wraps f into a trace-and-cache Function.
 template <class F>

@@ -35,6 +35,12 @@ CountRegistry& count_registry() {
   return *registry;
 }
 
+__attribute__((tls_model("initial-exec"))) thread_local ObjectCounts* thread_counts = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local bool thread_counts_gone = false;
+std::atomic<std::int64_t> orphan_counts_tensors{0};  // counted after this thread's counts died
+std::atomic<std::int64_t> orphan_counts_buffers{0};
+
+/// This thread's counts: registered on creation, folded into the exited totals at thread exit.
 struct ThreadCounts {
   ObjectCounts counts;
   ThreadCounts() {
@@ -43,6 +49,8 @@ struct ThreadCounts {
     r.threads.push_back(&counts);
   }
   ~ThreadCounts() {
+    thread_counts = nullptr;
+    thread_counts_gone = true;
     auto& r = count_registry();
     std::lock_guard lock(r.mutex);
     r.exited_tensors += counts.tensors.load(std::memory_order_relaxed);
@@ -51,22 +59,10 @@ struct ThreadCounts {
   }
 };
 
-__attribute__((tls_model("initial-exec"))) thread_local ObjectCounts* thread_counts = nullptr;
-__attribute__((tls_model("initial-exec"))) thread_local bool thread_counts_gone = false;
-std::atomic<std::int64_t> orphan_counts_tensors{0};  // counted after this thread's counts died
-std::atomic<std::int64_t> orphan_counts_buffers{0};
-
-struct ThreadCountsOwner {
-  ThreadCounts counts;
-  ~ThreadCountsOwner() {
-    thread_counts = nullptr;
-    thread_counts_gone = true;
-  }
-};
 ObjectCounts* local_counts() {
   if (thread_counts != nullptr || thread_counts_gone) return thread_counts;
-  static thread_local ThreadCountsOwner owner;
-  thread_counts = &owner.counts.counts;
+  static thread_local ThreadCounts owner;
+  thread_counts = &owner.counts;
   return thread_counts;
 }
 

@@ -220,11 +220,6 @@ std::string describe_change(const std::vector<std::string>& before,
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 
-const std::vector<std::string>& previous(const FunctionCore::State& st) {
-  static const std::vector<std::string> none;
-  return st.last ? st.last->descriptions : none;
-}
-
 }  // namespace
 
 std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mode& mode,
@@ -237,6 +232,10 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     return nullptr;
   }
   State& st = *state_;
+  // Descriptions of the previous call's arguments, for messages naming what changed.
+  const auto previous = [](const State& state) -> std::vector<std::string> {
+    return state.last ? state.last->descriptions : std::vector<std::string>{};
+  };
   {
     std::lock_guard lock(st.mutex);
     auto it = st.cache.find(args.key);

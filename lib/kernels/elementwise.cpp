@@ -66,24 +66,6 @@ void run_elementwise(const KernelCall& call, const Row& row) {
   const std::int64_t total = out.numel();
   if (total == 0) return;
 
-  if (total < parallel_min_elements) {  // fast path: every input contiguous or a broadcast scalar
-    std::array<const void*, N> in{};
-    std::array<std::int64_t, N> in_strides{};
-    bool flat = true;
-    for (std::size_t k = 0; k < N && flat; ++k) {
-      const Shape& st = call.inputs[k].strides;
-      bool all_zero = true;
-      for (auto v : st) all_zero = all_zero && v == 0;
-      in[k] = call.inputs[k].data;
-      in_strides[k] = all_zero ? 0 : 1;
-      flat = all_zero || st == out.strides;
-    }
-    if (flat) {
-      row(in, in_strides, out.data, total);
-      return;
-    }
-  }
-
   std::array<const Shape*, N + 1> strides{};
   std::array<std::size_t, N + 1> sizes{};
   std::array<char*, N + 1> bases{};

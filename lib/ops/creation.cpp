@@ -6,6 +6,7 @@
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "ops/dispatch.hpp"
 
 namespace kiln {
 
@@ -87,24 +88,17 @@ Tensor ones(const Shape& shape, DType dtype) {
   return full(shape, 1.0, dtype);
 }
 
-namespace {
-const Tensor& defined(const Tensor& t, const char* op) {
-  if (!t.defined()) detail::fail(op, "argument 0 is an undefined tensor");
-  return t;
-}
-}  // namespace
-
 // The defined() check runs in its own statement: argument evaluation order is unspecified.
 Tensor zeros_like(const Tensor& t) {
-  defined(t, "zeros_like");
+  detail::check_defined(t, "zeros_like");
   return full(t.shape(), 0.0, t.dtype());
 }
 Tensor ones_like(const Tensor& t) {
-  defined(t, "ones_like");
+  detail::check_defined(t, "ones_like");
   return full(t.shape(), 1.0, t.dtype());
 }
 Tensor full_like(const Tensor& t, double value) {
-  defined(t, "full_like");
+  detail::check_defined(t, "full_like");
   return full(t.shape(), value, t.dtype());
 }
 

@@ -25,10 +25,16 @@ Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType o
 /// For a fixed list, without copying the handles: apply(Prim::add, {a, b}, ...).
 inline Tensor apply(Prim p, std::initializer_list<std::reference_wrapper<const Tensor>> inputs,
                     const Attrs& attrs, DType out_dtype, const Shape& out_shape) {
-  std::array<const Tensor*, 4> ptrs{};
+  std::array<const Tensor*, 4> small{};
+  std::vector<const Tensor*> large;
+  const Tensor** ptrs = small.data();
+  if (inputs.size() > small.size()) {
+    large.resize(inputs.size());
+    ptrs = large.data();
+  }
   std::size_t n = 0;
   for (const Tensor& t : inputs) ptrs[n++] = &t;
-  return apply(p, std::span<const Tensor* const>(ptrs.data(), n), attrs, out_dtype, out_shape);
+  return apply(p, std::span<const Tensor* const>(ptrs, n), attrs, out_dtype, out_shape);
 }
 
 /// Throws "[op] argument <index> is an undefined tensor".
