@@ -211,3 +211,42 @@ TEST_CASE("value_and_grad through a kiln::function, and destroying a function fr
   CHECK(end.live_graph_nodes == start.live_graph_nodes);
   CHECK(end.graph_bytes == start.graph_bytes);
 }
+
+TEST_CASE("every op traced with all dims dynamic matches eager or names the dynamic dim",
+          "[function][ops][dynamic]") {
+  int supported = 0, total = 0;
+  for (const OpCase& c : cases()) {
+    INFO("op: " << c.name);
+    ++total;
+    kiln::FunctionOptions options;
+    options.name = c.name;
+    for (const Tensor& t : c.args) {
+      Shape dynamic = t.shape();
+      for (auto& d : dynamic) d = -1;
+      options.input_signature.emplace_back(dynamic, t.dtype());
+    }
+    auto traced_fn = kiln::function([&c](const std::vector<Tensor>& v) { return c.f(v); }, options);
+    Tensor traced;
+    try {
+      traced = traced_fn(c.args);
+    } catch (const kiln::Error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("dynamic") != std::string::npos);
+      CHECK(traced_fn.cache_size() == 0);
+      continue;
+    }
+    ++supported;
+    const Tensor eager = c.f(c.args);
+    REQUIRE(traced.dtype() == eager.dtype());
+    REQUIRE(traced.shape() == eager.shape());
+    if (kiln::is_floating(eager.dtype())) {
+      const Tensor diff = kiln::abs(kiln::cast(traced, kiln::f64) - kiln::cast(eager, kiln::f64));
+      CHECK(kiln::max(diff).item<double>() <= 1e-6);
+    } else {
+      CHECK(kiln::all(kiln::equal(traced, eager)).item<bool>());
+    }
+  }
+  INFO(supported << " of " << total << " ops traced with every dim dynamic");
+  CHECK(supported >= total * 3 / 4);
+}

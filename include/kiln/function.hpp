@@ -35,7 +35,8 @@ enum class OnTraceLimit { run_eagerly, throw_error };
 struct FunctionOptions {
   /// Used in messages and graph listings.
   std::string name = "function";
-  /// When set, every call must match these specs (one per tensor argument, in order).
+  /// When set, every call must match these specs (one per tensor argument, in order). A -1
+  /// dim is dynamic: one trace serves every size there (see docs/guide on dynamic dims).
   std::vector<TensorSpec> input_signature;
   /// Concrete functions kept per function before `on_limit` applies.
   int max_traces = 8;
@@ -91,12 +92,14 @@ struct ArgPack {
   };
   ArgPack() {
     tensors.reserve(4);
+    dims_at.reserve(4);
     key.reserve(96);
     args.reserve(4);
   }
   std::vector<Tensor> tensors;
   std::string key;
   std::vector<Arg> args;
+  std::vector<std::uint32_t> dims_at;  // per tensor: where its dims start in `key`
   /// One line per argument ("shape [32,5,10] dtype f32", "value 3"), for messages.
   std::vector<std::string> describe() const;
   /// Empties the pack, keeping its capacity.
@@ -104,6 +107,7 @@ struct ArgPack {
     tensors.clear();
     key.clear();
     args.clear();
+    dims_at.clear();
   }
 };
 void pack_arg(ArgPack& p, const Tensor& t);

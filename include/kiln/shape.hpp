@@ -11,6 +11,26 @@
 
 namespace kiln {
 
+/// Dynamic dims. While kiln::function traces with an input_signature that marks a dim -1,
+/// that dim is a *symbol*: a placeholder value that `x.shape()[0]` returns and that shapes
+/// built from it (`kiln::zeros({x.shape()[0], 20})`) carry into the graph. Symbols compare equal
+/// only to themselves; arithmetic on them is not supported (it gives a value that is not a
+/// valid dim, which ops reject). Outside tracing every dim is a concrete size >= 0.
+inline constexpr std::int64_t dynamic_dim_base = -(std::int64_t{1} << 48);
+inline constexpr std::int64_t dynamic_dim_stride = std::int64_t{1} << 16;
+/// The dim value that stands for symbol `id` (0, 1, ...).
+constexpr std::int64_t dynamic_dim(std::int64_t id) {
+  return dynamic_dim_base - id * dynamic_dim_stride;
+}
+/// True when d is (or was computed from) a symbol rather than a size.
+constexpr bool is_dynamic_dim(std::int64_t d) { return d <= dynamic_dim_base; }
+/// The symbol id of d, or -1 when d is not exactly a symbol's value.
+constexpr std::int64_t dynamic_dim_id(std::int64_t d) {
+  if (!is_dynamic_dim(d) || d < dynamic_dim_base - (std::int64_t{1} << 62)) return -1;
+  const std::int64_t offset = dynamic_dim_base - d;
+  return offset % dynamic_dim_stride == 0 ? offset / dynamic_dim_stride : -1;
+}
+
 /// Dimensions of a tensor, outermost first. Rank 0 is a scalar; zero-size dims are legal.
 /// Storage is inline (no heap allocation); the rank is at most Shape::max_rank.
 class Shape {
@@ -41,10 +61,16 @@ class Shape {
   void erase(std::size_t pos);
   void resize(std::size_t rank, std::int64_t fill = 0);
 
-  /// Product of the dims (1 for rank 0).
+  /// Product of the dims (1 for rank 0). Throws kiln::Error for a shape with a dynamic dim.
   std::int64_t numel() const;
+  /// True when some dim is a dynamic dim (see dynamic_dim).
+  bool has_dynamic_dims() const {
+    for (std::size_t i = 0; i < rank_; ++i)
+      if (is_dynamic_dim(dims_[i])) return true;
+    return false;
+  }
   std::vector<std::int64_t> to_vector() const { return {begin(), end()}; }
-  /// "[2,3]".
+  /// "[2,3]"; a dynamic dim prints as "?0", "?1", ...
   std::string to_string() const;
 
   friend bool operator==(const Shape& a, const Shape& b) {

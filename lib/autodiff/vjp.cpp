@@ -92,6 +92,7 @@ bool is_differentiable(Prim p) {
     case Prim::reduce_any:
     case Prim::argmax:
     case Prim::argmin:
+    case Prim::dim_size:
       return false;
     default:
       return true;

@@ -53,6 +53,10 @@ void Shape::resize(std::size_t rank, std::int64_t fill) {
 }
 
 std::int64_t Shape::numel() const {
+  if (has_dynamic_dims())
+    throw Error(fmt::format(
+        "[shape] {} has a dynamic dim: its element count is known only when the function runs",
+        to_string()));
   std::int64_t n = 1;
   bool overflow = false;
   for (std::size_t i = 0; i < rank_; ++i) {
@@ -64,6 +68,18 @@ std::int64_t Shape::numel() const {
   return n;
 }
 
-std::string Shape::to_string() const { return fmt::format("[{}]", fmt::join(begin(), end(), ",")); }
+std::string Shape::to_string() const {
+  std::string out = "[";
+  for (std::size_t i = 0; i < rank_; ++i) {
+    if (i > 0) out += ',';
+    const std::int64_t id = dynamic_dim_id(dims_[i]);
+    if (id >= 0)
+      fmt::format_to(std::back_inserter(out), "?{}", id);
+    else
+      fmt::format_to(std::back_inserter(out), "{}", dims_[i]);
+  }
+  out += ']';
+  return out;
+}
 
 }  // namespace kiln

@@ -13,6 +13,7 @@ namespace detail {
 Shape contiguous_strides(const Shape& shape) {
   Shape strides;
   strides.resize(shape.size());
+  if (shape.has_dynamic_dims()) return strides;  // symbolic tensors have no layout yet
   std::int64_t s = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;

@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <deque>
+#include <bit>
+#include <cstring>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <unordered_map>
@@ -33,6 +35,14 @@ struct ConcreteData {
   std::vector<std::string> descriptions;                       // of the arguments it was traced for
   std::vector<std::shared_ptr<VariableImpl>> owned_variables;  // created by its trace
   std::int64_t counted_bytes = 0;
+  // Dynamic dims: where each symbol's size is read from (tensor index, dim), and the node
+  // shapes for each set of sizes seen so far.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
+  mutable std::mutex bound_mutex;
+  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const std::vector<Shape>>> bound;
+  mutable std::int64_t bound_bytes = 0;
+  /// Node shapes for this call's sizes of the dynamic dims (computed once per distinct sizes).
+  std::shared_ptr<const std::vector<Shape>> shapes_for(const std::vector<Tensor>& args) const;
   ~ConcreteData();
 };
 
@@ -68,14 +78,41 @@ std::string shape_text(DType d, const Shape& s) {
 
 ConcreteData::~ConcreteData() {
   if (graph)
-    count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()), -counted_bytes);
+    count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()),
+                          -counted_bytes - bound_bytes);
+}
+
+std::shared_ptr<const std::vector<Shape>> ConcreteData::shapes_for(
+    const std::vector<Tensor>& args) const {
+  thread_local std::vector<std::int64_t> values;
+  values.clear();
+  for (auto [t, d] : symbol_sources) values.push_back(args[t].shape()[d]);
+  std::lock_guard lock(bound_mutex);
+  auto it = bound.find(values);
+  if (it != bound.end()) return it->second;
+  // Bounded: a function called with very many distinct sizes recomputes (cheaply) past this.
+  constexpr std::size_t max_bound = 64;
+  if (bound.size() >= max_bound) {
+    bound.clear();
+    count_cached_function(0, 0, -bound_bytes);
+    bound_bytes = 0;
+  }
+  auto shapes = std::make_shared<const std::vector<Shape>>(bind_shapes(*graph, values));
+  const auto bytes = static_cast<std::int64_t>(shapes->size() * sizeof(Shape) +
+                                               values.size() * sizeof(std::int64_t) + 64);
+  bound_bytes += bytes;
+  count_cached_function(0, 0, bytes);
+  bound.emplace(values, shapes);
+  return shapes;
 }
 
 namespace {
-void append_tensor_key(std::string& key, const Tensor& t) {
+void append_tensor_key(ArgPack& p, const Tensor& t) {
+  std::string& key = p.key;
   const Shape& shape = t.shape();
   key.push_back(static_cast<char>('0' + static_cast<int>(t.dtype())));
   key.push_back(static_cast<char>(shape.size()));
+  p.dims_at.push_back(static_cast<std::uint32_t>(key.size()));
   key.append(reinterpret_cast<const char*>(shape.data()), shape.size() * sizeof(std::int64_t));
 }
 }  // namespace
@@ -83,7 +120,7 @@ void append_tensor_key(std::string& key, const Tensor& t) {
 void pack_arg(ArgPack& p, const Tensor& t) {
   check_defined(t, "function", static_cast<int>(p.args.size()));
   p.key.push_back('T');
-  append_tensor_key(p.key, t);
+  append_tensor_key(p, t);
   p.args.push_back({'T', static_cast<std::uint32_t>(p.tensors.size()), 1, {}});
   p.tensors.push_back(t);
 }
@@ -95,7 +132,7 @@ void pack_arg(ArgPack& p, const std::vector<Tensor>& ts) {
   p.args.push_back({'V', static_cast<std::uint32_t>(p.tensors.size()), n, {}});
   for (const Tensor& t : ts) {
     check_defined(t, "function", static_cast<int>(p.args.size() - 1));
-    append_tensor_key(p.key, t);
+    append_tensor_key(p, t);
     p.tensors.push_back(t);
   }
 }
@@ -148,18 +185,46 @@ bool tracing() { return current_trace() != nullptr; }
        "signatures eagerly");
 }
 
+/// Whether each of the last 10 calls traced, as bits (cheap on every cached call).
+class RecentCalls {
+ public:
+  void push(bool traced) {
+    bits_ = static_cast<std::uint16_t>(((bits_ << 1) | (traced ? 1u : 0u)) & 0x3ffu);
+    if (count_ < 10) ++count_;
+  }
+  int traced() const { return std::popcount(bits_); }
+  int size() const { return count_; }
+
+ private:
+  std::uint16_t bits_ = 0;
+  int count_ = 0;
+};
+
 struct FunctionCore::State {
   mutable std::mutex mutex;
   std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
   int traces = 0;
-  std::deque<bool> recent;                   // whether each of the last 10 calls traced
+  RecentCalls recent;                        // whether each of the last 10 calls traced
   std::shared_ptr<const ConcreteData> last;  // concrete function of the previous call
   int retrace_warnings = 0;
   bool limit_warned = false;
+  // Dims marked -1 in the input_signature: (tensor index, dim), in order.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> dynamic_dims;
 };
 
 FunctionCore::FunctionCore(FunctionOptions options)
     : options_(std::move(options)), state_(std::make_unique<State>()) {
+  for (std::size_t t = 0; t < options_.input_signature.size(); ++t) {
+    const Shape& spec = options_.input_signature[t].shape;
+    for (std::size_t d = 0; d < spec.size(); ++d) {
+      if (spec[d] == -1)
+        state_->dynamic_dims.emplace_back(static_cast<std::uint32_t>(t),
+                                          static_cast<std::uint32_t>(d));
+      else if (spec[d] < 0)
+        fail(options_.name, "input_signature {}: dim {} is {}; use -1 for a dynamic dim", t, d,
+             spec[d]);
+    }
+  }
   std::lock_guard lock(registry_mutex);
   registry().insert(this);
 }
@@ -206,6 +271,36 @@ void check_signature(const FunctionOptions& o, const ArgPack& args) {
   }
 }
 
+/// The cache key of a call whose signature has dynamic dims: each dynamic dim's size in the
+/// key is replaced by a symbol; dynamic dims of equal size share one (their equality is part
+/// of the signature, so ops that combine them trace correctly). Also returns, per symbol, where
+/// its size is read from.
+std::string relaxed_key(const ArgPack& args,
+                        const std::vector<std::pair<std::uint32_t, std::uint32_t>>& dynamic_dims,
+                        std::vector<std::pair<std::uint32_t, std::uint32_t>>* sources) {
+  std::string key = args.key;
+  std::int64_t symbols = 0;
+  thread_local std::vector<std::int64_t> symbol_of;
+  symbol_of.clear();
+  for (std::size_t j = 0; j < dynamic_dims.size(); ++j) {
+    const auto [t, d] = dynamic_dims[j];
+    const std::int64_t size = args.tensors[t].shape()[d];
+    std::int64_t symbol = -1;
+    for (std::size_t k = 0; k < j && symbol < 0; ++k) {
+      const auto [tk, dk] = dynamic_dims[k];
+      if (args.tensors[tk].shape()[dk] == size) symbol = symbol_of[k];
+    }
+    if (symbol < 0) {
+      symbol = symbols++;
+      if (sources != nullptr) sources->emplace_back(t, d);
+    }
+    symbol_of.push_back(symbol);
+    const std::int64_t encoded = dynamic_dim(symbol);
+    std::memcpy(&key[args.dims_at[t] + d * sizeof(std::int64_t)], &encoded, sizeof(encoded));
+  }
+  return key;
+}
+
 /// "argument 0: shape [32,5,10] dtype f32 -> shape [16,5,10] dtype f32; ..."
 std::string describe_change(const std::vector<std::string>& before,
                             const std::vector<std::string>& now) {
@@ -232,16 +327,19 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     return nullptr;
   }
   State& st = *state_;
+  const bool dynamic = !st.dynamic_dims.empty();
+  thread_local std::string dynamic_key;
+  if (dynamic) dynamic_key = relaxed_key(args, st.dynamic_dims, nullptr);
+  const std::string& key = dynamic ? dynamic_key : args.key;
   // Descriptions of the previous call's arguments, for messages naming what changed.
   const auto previous = [](const State& state) -> std::vector<std::string> {
     return state.last ? state.last->descriptions : std::vector<std::string>{};
   };
   {
     std::lock_guard lock(st.mutex);
-    auto it = st.cache.find(args.key);
+    auto it = st.cache.find(key);
     if (it != st.cache.end()) {
-      st.recent.push_back(false);
-      if (st.recent.size() > 10) st.recent.pop_front();
+      st.recent.push(false);
       if (st.last != it->second) st.last = it->second;
       return it->second;
     }
@@ -267,13 +365,22 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   // nothing and releases the variables it created.
   TraceContext trace(options_.name, /*allow_variable_creation*/ tracing_count() == 0);
   TraceResult result;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
+  const std::string traced_key =
+      dynamic ? relaxed_key(args, st.dynamic_dims, &symbol_sources) : args.key;
   {
     TraceScope scope(&trace);
+    trace.set_num_symbols(static_cast<std::int64_t>(symbol_sources.size()));
     std::vector<Tensor> placeholders;
     placeholders.reserve(args.tensors.size());
-    for (std::size_t i = 0; i < args.tensors.size(); ++i)
-      placeholders.push_back(trace.add_parameter(args.tensors[i].dtype(), args.tensors[i].shape(),
-                                                 static_cast<std::int32_t>(i)));
+    for (std::size_t i = 0; i < args.tensors.size(); ++i) {
+      Shape shape = args.tensors[i].shape();
+      if (dynamic)  // the symbols the key holds
+        std::memcpy(shape.begin(), traced_key.data() + args.dims_at[i],
+                    shape.size() * sizeof(std::int64_t));
+      placeholders.push_back(
+          trace.add_parameter(args.tensors[i].dtype(), shape, static_cast<std::int32_t>(i)));
+    }
     result = trace_fn(placeholders);
     for (std::size_t i = 0; i < result.outputs.size(); ++i) {
       const std::string what = fmt::format("output {}", i);
@@ -292,17 +399,16 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   cf->vector_sizes = std::move(result.vector_sizes);
   cf->descriptions = args.describe();
   cf->owned_variables = std::move(trace.created_variables());
+  cf->symbol_sources = std::move(symbol_sources);
   cf->counted_bytes = graph->bytes() + cf->plan.bytes();
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
 
   std::lock_guard lock(st.mutex);
-  auto [it, inserted] = st.cache.emplace(args.key, cf);
+  auto [it, inserted] = st.cache.emplace(traced_key, cf);
   if (!inserted) return it->second;  // another thread published the same signature first
   ++st.traces;
-  st.recent.push_back(true);
-  if (st.recent.size() > 10) st.recent.pop_front();
-  int traced = 0;
-  for (bool t : st.recent) traced += t ? 1 : 0;
+  st.recent.push(true);
+  const int traced = st.recent.traced();
   if (st.traces > 1 && traced >= 5 && st.retrace_warnings < 2) {
     ++st.retrace_warnings;
     log_warning(fmt::format(
@@ -317,7 +423,9 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
 }
 
 std::vector<Tensor> FunctionCore::execute(const ConcreteData& cf, const ArgPack& args) const {
-  return run_plan(cf.plan, *cf.graph, args.tensors, options_.name);
+  if (cf.symbol_sources.empty()) return run_plan(cf.plan, *cf.graph, args.tensors, options_.name);
+  const auto shapes = cf.shapes_for(args.tensors);
+  return run_plan(cf.plan, *cf.graph, args.tensors, options_.name, shapes.get());
 }
 
 const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& cf) const {

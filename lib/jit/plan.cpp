@@ -37,8 +37,20 @@ Plan build_plan(const GraphData& g) {
   return plan;
 }
 
+std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values) {
+  std::vector<Shape> shapes;
+  shapes.reserve(g.nodes.size());
+  for (const Node& n : g.nodes) {
+    Shape s = n.shape;
+    for (auto& d : s)
+      if (is_dynamic_dim(d)) d = values[static_cast<std::size_t>(dynamic_dim_id(d))];
+    shapes.push_back(s);
+  }
+  return shapes;
+}
+
 std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
-                             const std::string& function_name) {
+                             const std::string& function_name, const std::vector<Shape>* shapes) {
   // Bind variables first: a destroyed variable fails the call before anything runs.
   std::vector<std::shared_ptr<VariableImpl>> vars;
   vars.reserve(g.variables.size());
@@ -52,7 +64,7 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
   }
   // Working slots come from a per-thread scratch vector (a plan never runs inside another on
   // the same thread: nested functions inline while tracing).
-  thread_local std::vector<Tensor> scratch;
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> scratch;
   std::vector<Tensor>& slots = scratch;
   slots.clear();
   slots.resize(g.nodes.size());
@@ -86,8 +98,8 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
         }
         for (std::size_t i = 0; i < node.inputs.size(); ++i)
           ins[i] = &slots[static_cast<std::size_t>(node.inputs[i])];
-        out = apply(node.prim, std::span<const Tensor* const>(ins, node.inputs.size()), node.attrs,
-                    node.dtype, node.shape);
+        out = run_primitive(node.prim, std::span<const Tensor* const>(ins, node.inputs.size()), node.attrs,
+                    node.dtype, shapes ? (*shapes)[static_cast<std::size_t>(step.node)] : node.shape);
         break;
       }
     }

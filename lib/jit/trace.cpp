@@ -73,6 +73,15 @@ std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
 
 Tensor TraceContext::add_primitive(Prim p, std::span<const Tensor* const> inputs,
                                    const Attrs& attrs, DType dtype, const Shape& shape) {
+  for (auto d : shape) {
+    if (d >= 0) continue;
+    const std::int64_t symbol = dynamic_dim_id(d);
+    if (symbol < 0 || symbol >= num_symbols_)
+      fail(name(p),
+           "output shape {} has a dimension computed from a dynamic dim (arithmetic on dynamic "
+           "dims is not supported; use reshape with -1 or a static size)",
+           shape);
+  }
   Node n;
   n.kind = Node::Kind::primitive;
   n.prim = p;

@@ -22,6 +22,9 @@ class TraceContext {
   GraphData& graph() { return graph_; }
   const std::string& function_name() const { return function_name_; }
   bool allow_variable_creation() const { return allow_variable_creation_; }
+  /// Dynamic dims (symbols 0..n-1) the placeholders of this trace use.
+  std::int64_t num_symbols() const { return num_symbols_; }
+  void set_num_symbols(std::int64_t n) { num_symbols_ = n; }
 
   /// A symbolic tensor for a new parameter node (flat argument position `index`).
   Tensor add_parameter(DType dtype, const Shape& shape, std::int32_t index);
@@ -45,6 +48,7 @@ class TraceContext {
   std::uint64_t id_;
   std::string function_name_;
   bool allow_variable_creation_;
+  std::int64_t num_symbols_ = 0;
   GraphData graph_;
   std::unordered_map<const TensorImpl*, std::int32_t> constants_;
   std::unordered_map<const VariableImpl*, std::int32_t> slots_;

@@ -398,6 +398,12 @@ void run_reduce(const KernelCall& call) {
       case Prim::argmin:
         arg_extremum_typed<T, false>(call);
         break;
+      case Prim::dim_size: {
+        std::int64_t count = 1;
+        for (auto a : call.attrs.axes) count *= call.inputs[0].shape[static_cast<std::size_t>(a)];
+        *static_cast<T*>(call.out.data) = static_cast<T>(count);
+        break;
+      }
       default:
         fail(name(call.prim), "is not a reduction primitive");
     }

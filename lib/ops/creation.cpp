@@ -48,6 +48,10 @@ Tensor generate(const Shape& shape, DType dtype, F&& f) {
 }
 
 void check_shape(const Shape& shape, const char* op) {
+  if (shape.has_dynamic_dims()) {
+    detail::check_dims(shape, op);  // valid symbols of the current trace
+    return;
+  }
   std::int64_t count = 1;
   for (auto d : shape) {
     if (d < 0) detail::fail(op, "negative dimension in shape {}", shape);
@@ -64,6 +68,12 @@ Tensor scalar(double value, DType dtype) {
 
 Tensor full(const Shape& shape, double value, DType dtype) {
   check_shape(shape, "full");
+  if (shape.has_dynamic_dims()) {
+    // Inside a trace with dynamic dims: the fill becomes a broadcast of one captured scalar,
+    // whose size is fixed only when the function runs.
+    const Tensor one = scalar(value, dtype);
+    return detail::apply(detail::Prim::broadcast_to, {one}, detail::Attrs{}, dtype, shape);
+  }
   Tensor t = detail::empty(shape, dtype);
   const std::int64_t n = shape.numel();
   detail::visit_dtype(dtype, [&](auto tag) {

@@ -131,7 +131,7 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
                               impl.shape == out_shape
                                   ? impl.strides
                                   : broadcast_strides(impl.shape, impl.strides, out_shape)};
-    } else if (impl.is_contiguous()) {
+    } else if (impl.is_contiguous() || p == Prim::dim_size) {  // dim_size reads no data
       new (&refs[i]) ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
     } else {
       copies.push_back(inputs[i]->contiguous());
@@ -144,6 +144,15 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
 
 }  // namespace
 
+Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
+                     DType out_dtype, const Shape& out_shape) {
+  if (info(p).family == Family::movement && inputs.size() == 1) {
+    if (std::optional<Tensor> view = try_view(p, *inputs[0], attrs, out_shape))
+      return std::move(*view);
+  }
+  return run_kernel(p, inputs, attrs, out_dtype, out_shape);
+}
+
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape) {
   Tensor out;
@@ -151,10 +160,7 @@ Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, 
     out = trace->add_primitive(p, inputs, attrs, out_dtype, out_shape);
   } else {
     for (const Tensor* t : inputs) check_concrete(*t->impl(), name(p).data());
-    std::optional<Tensor> view;
-    if (info(p).family == Family::movement && inputs.size() == 1)
-      view = try_view(p, *inputs[0], attrs, out_shape);
-    out = view ? std::move(*view) : run_kernel(p, inputs, attrs, out_dtype, out_shape);
+    out = run_primitive(p, inputs, attrs, out_dtype, out_shape);
   }
   if (any_tape_recording()) {
     std::vector<Tensor> held;
@@ -190,10 +196,55 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
   for (std::size_t i = 0; i < rank; ++i) {
     const std::int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     const std::int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1) fail(op, "shapes {} and {} cannot be broadcast", a, b);
+    if (da != db && da != 1 && db != 1) {
+      if (is_dynamic_dim(da) || is_dynamic_dim(db))
+        fail(op,
+             "shapes {} and {} cannot be broadcast: a dynamic dim matches only itself or 1 (dims "
+             "marked -1 in the input_signature are different symbols unless their sizes were "
+             "equal when the function was traced)",
+             a, b);
+      fail(op, "shapes {} and {} cannot be broadcast", a, b);
+    }
     out[i] = da == 1 ? db : da;
   }
   return out;
+}
+
+void check_dims(const Shape& shape, std::string_view op) {
+  const TraceContext* trace = current_trace();
+  for (auto d : shape) {
+    if (d >= 0) continue;
+    const std::int64_t id = dynamic_dim_id(d);
+    if (id < 0 || trace == nullptr || id >= trace->num_symbols()) {
+      if (is_dynamic_dim(d))
+        fail(op,
+             "dimension {} in shape {} was computed from a dynamic dim (arithmetic on dynamic "
+             "dims is not supported; use reshape with -1, or a static size)",
+             d, shape);
+      fail(op, "negative dimension {} in shape {}", d, shape);
+    }
+  }
+}
+
+std::string dim_text(std::int64_t dim) {
+  const std::string text = Shape{dim}.to_string();
+  return text.substr(1, text.size() - 2);
+}
+
+void require_static_dim(std::int64_t dim, std::string_view op, std::string_view what) {
+  if (is_dynamic_dim(dim))
+    fail(op,
+         "{} is a dynamic dim ({}), but this op needs its size while tracing; give that dim a "
+         "static size in the input_signature",
+         what, dim_text(dim));
+}
+
+void require_static_shape(const Shape& shape, std::string_view op, std::string_view what) {
+  if (shape.has_dynamic_dims())
+    fail(op,
+         "{} {} has a dynamic dim, but this op needs every size while tracing; give those dims "
+         "static sizes in the input_signature",
+         what, shape);
 }
 
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, std::string_view op) {

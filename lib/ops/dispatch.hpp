@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "core/fail.hpp"
@@ -19,6 +20,10 @@ namespace kiln::detail {
 /// While a GradientTape records, the application is recorded on it.
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape);
+/// The eager part of apply() alone: no tracing, no tape, inputs known to be concrete (for the
+/// executor of a compiled plan, which runs only when neither applies).
+Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
+                     DType out_dtype, const Shape& out_shape);
 /// For a list of tensors (concat).
 Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape);
@@ -43,6 +48,15 @@ void check_defined(const Tensor& t, std::string_view op, int index = 0);
 void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op);
 /// NumPy broadcast of two shapes, or "[op] shapes [..] and [..] cannot be broadcast".
 Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op);
+/// Checks that every dim of `shape` is a size >= 0 or, while tracing, a dynamic dim of the
+/// trace: "[op] negative dimension -3 in shape [-3,2]".
+void check_dims(const Shape& shape, std::string_view op);
+/// One dim as text: "32", or "?0" for a dynamic dim.
+std::string dim_text(std::int64_t dim);
+/// Throws "[op] <what> is a dynamic dim ..." for ops that need a static size there.
+void require_static_dim(std::int64_t dim, std::string_view op, std::string_view what);
+/// The same for every dim of `shape`.
+void require_static_shape(const Shape& shape, std::string_view op, std::string_view what);
 /// Axis in [-rank, rank) → [0, rank), or "[op] axis 3 out of range for rank 2".
 std::int64_t normalize_axis(std::int64_t axis, std::int64_t rank, std::string_view op);
 

@@ -40,7 +40,7 @@ Shape batch_broadcast(const Shape& a2, const Shape& b2, const Tensor& a, const T
 void check_result_size(const Shape& shape, DType dtype) {
   std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
   for (auto d : shape)
-    if (__builtin_mul_overflow(bytes, d, &bytes))
+    if (!is_dynamic_dim(d) && __builtin_mul_overflow(bytes, d, &bytes))
       detail::fail(op_name, "result shape {} is too large", shape);
 }
 

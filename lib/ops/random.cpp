@@ -65,6 +65,11 @@ T uniform_sample(const detail::PhiloxCounter& block, T low, T high) {
 
 void check_dtype_and_shape(std::string_view op, const Shape& shape, DType dtype) {
   if (!is_floating(dtype)) detail::fail(op, "dtype must be f32 or f64, got {}", dtype_name(dtype));
+  if (shape.has_dynamic_dims())
+    detail::fail(op,
+                 "shape {} has a dynamic dim: random tensors are drawn eagerly, with a static "
+                 "shape (draw them outside the traced function, or give the dim a static size)",
+                 shape);
   std::int64_t count = 1;
   for (auto d : shape) {
     if (d < 0) detail::fail(op, "negative dimension in shape {}", shape);

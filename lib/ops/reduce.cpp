@@ -36,6 +36,7 @@ struct Reduction {
   Shape out_shape;
   Shape keepdims_shape;
   std::int64_t extent = 1;
+  bool dynamic_extent = false;  // a reduced dim is dynamic: extent is known only at run time
 };
 
 Reduction plan_reduction(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims,
@@ -56,7 +57,10 @@ Reduction plan_reduction(const Tensor& x, const std::vector<std::int64_t>& axes,
   for (std::size_t d = 0; d < shape.size(); ++d) {
     if (is_reduced[d]) {
       r.attrs.axes.push_back(static_cast<std::int64_t>(d));
-      r.extent *= shape[d];
+      if (is_dynamic_dim(shape[d]))
+        r.dynamic_extent = true;
+      else
+        r.extent *= shape[d];
       r.keepdims_shape.push_back(1);
       if (keepdims) r.out_shape.push_back(1);
     } else {
@@ -86,7 +90,7 @@ void require_floating(const Tensor& x, std::string_view op) {
 }
 
 void reject_empty_extent(const Tensor& x, const Reduction& r, std::string_view op) {
-  if (r.extent == 0)
+  if (r.extent == 0 && !r.dynamic_extent)
     detail::fail(op, "reduction over a zero-size extent (shape {}, axes [{}]) has no identity",
                  x.shape(), fmt::join(r.attrs.axes, ","));
 }
@@ -98,7 +102,7 @@ Tensor reduce(Prim prim, const Tensor& x, const Reduction& r, DType out_dtype) {
 /// The values subtracted before exp() in the stable composites: max(x) over the reduced
 /// axes (kept as size-1 dims) where it is finite, else 0; all zeros for an empty extent.
 Tensor stable_shift(const Tensor& x, const std::vector<std::int64_t>& axes, const Reduction& r) {
-  if (r.extent == 0) return zeros(r.keepdims_shape, x.dtype());
+  if (r.extent == 0 && !r.dynamic_extent) return zeros(r.keepdims_shape, x.dtype());
   const Tensor m = kiln::max(x, axes, true);
   return where(isfinite(m), m, zeros_like(m));
 }
@@ -175,6 +179,12 @@ Tensor argmin(const Tensor& x) { return arg_extremum_flat(Prim::argmin, x, "argm
 Tensor mean(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
   const Reduction r = plan_reduction(x, axes, keepdims, "mean");
   require_floating(x, "mean");
+  if (r.dynamic_extent) {
+    // The count of reduced elements is known only when the traced function runs.
+    detail::Attrs attrs = r.attrs;
+    const Tensor count = detail::apply(Prim::dim_size, {x}, attrs, x.dtype(), Shape{});
+    return sum(x, axes, keepdims) / count;
+  }
   return sum(x, axes, keepdims) / static_cast<double>(r.extent);
 }
 Tensor mean(const Tensor& x) { return mean(x, every_axis(x, "mean")); }

@@ -41,6 +41,8 @@ using detail::check_defined;
 using detail::fail;
 using detail::normalize_axis;
 using detail::Prim;
+using detail::require_static_dim;
+using detail::require_static_shape;
 
 std::string format_ints(const std::vector<std::int64_t>& values) {
   return fmt::format("[{}]", fmt::join(values, ","));
@@ -60,10 +62,12 @@ std::int64_t checked_mul(std::int64_t a, std::int64_t b, const Shape& shape, std
 
 /// Element count of a shape of non-negative dims. The product of its nonzero dims must fit
 /// in int64 too, so that Shape::numel() never overflows on a shape an op made.
+/// Dynamic dims are skipped (their sizes are checked when the function runs).
 std::int64_t checked_numel(const Shape& shape, std::string_view op) {
   std::int64_t nonzero_product = 1;
   bool has_zero = false;
   for (auto d : shape) {
+    if (is_dynamic_dim(d)) continue;
     if (d == 0)
       has_zero = true;
     else
@@ -80,10 +84,7 @@ void check_allocatable(const Shape& shape, DType dtype, std::string_view op) {
     fail(op, "result {} of {} is too large to allocate", shape, dtype);
 }
 
-void check_dims_non_negative(const Shape& shape, std::string_view op) {
-  for (auto d : shape)
-    if (d < 0) fail(op, "negative dimension {} in shape {}", d, shape);
-}
+void check_dims_non_negative(const Shape& shape, std::string_view op) { detail::check_dims(shape, op); }
 
 /// Axis in [-(rank + 1), rank] (a position for a new axis) → [0, rank].
 std::size_t normalize_new_axis(std::int64_t axis, std::int64_t rank, std::string_view op) {
@@ -117,6 +118,15 @@ std::vector<AxisRange> whole_axes(const Shape& shape) {
 /// The AxisRange of `s` on an axis of `size` elements (see the bounds rule at the top).
 AxisRange resolve_slice(const Slice& s, std::int64_t axis, std::int64_t size, std::string_view op) {
   if (s.step == 0) fail(op, "step is 0 for axis {}", axis);
+  if (is_dynamic_dim(size)) {
+    // A dynamic axis can only be taken whole (its bounds are unknown while tracing).
+    if (s.step == 1 && (s.start == Slice::none || s.start == 0) && s.stop == Slice::none)
+      return {0, 1, size};
+    fail(op,
+         "axis {} is a dynamic dim ({}); only the whole axis can be sliced while tracing (give "
+         "it a static size in the input_signature)",
+         axis, detail::dim_text(size));
+  }
   const bool forward = s.step > 0;
   const auto resolve = [&](std::int64_t value, std::int64_t if_none, std::string_view what) {
     if (value == Slice::none) return if_none;
@@ -138,7 +148,8 @@ AxisRange resolve_slice(const Slice& s, std::int64_t axis, std::int64_t size, st
 Tensor slice_view(const Tensor& x, const std::vector<AxisRange>& ranges) {
   Shape out_shape;
   for (const auto& r : ranges) out_shape.push_back(r.count);
-  const bool empty = out_shape.numel() == 0;
+  bool empty = false;
+  for (auto d : out_shape) empty = empty || d == 0;
   detail::Attrs attrs;
   for (const auto& r : ranges) {
     attrs.ints.push_back(empty ? 0 : r.start);
@@ -186,6 +197,44 @@ Tensor tile_axes(const Tensor& x, const std::vector<std::size_t>& axes,
   return reshape_to(broadcast_view(reshape_to(x, grouped), expanded), result);
 }
 
+/// reshape while tracing with dynamic dims: the target must keep the input's dynamic dims
+/// (in any positions, e.g. taken from x.shape()) and its static dims must multiply to the same
+/// count; a -1 stands for the one leftover dynamic dim, or for the leftover static count.
+Shape reshape_dynamic(const Tensor& x, const Shape& shape, std::optional<std::size_t> inferred) {
+  const auto mismatch = [&] {
+    fail("reshape",
+         "cannot reshape {} into {}: with dynamic dims the target must keep each dynamic dim as "
+         "a whole dim and the static dims must have the same product",
+         x.shape(), shape);
+  };
+  detail::check_dims(x.shape(), "reshape");
+  Shape target = shape;
+  if (inferred) target[*inferred] = 1;
+  detail::check_dims(target, "reshape");
+  std::vector<std::int64_t> left;  // dynamic dims of x not (yet) found in the target
+  for (auto d : x.shape())
+    if (is_dynamic_dim(d)) left.push_back(d);
+  for (auto d : target) {
+    if (!is_dynamic_dim(d)) continue;
+    auto it = std::find(left.begin(), left.end(), d);
+    if (it == left.end()) mismatch();
+    left.erase(it);
+  }
+  const std::int64_t have = checked_numel(x.shape(), "reshape");
+  const std::int64_t known = checked_numel(target, "reshape");
+  if (inferred) {
+    if (left.size() == 1 && have == known) {
+      target[*inferred] = left.front();
+      return target;
+    }
+    if (!left.empty() || known == 0 || have % known != 0) mismatch();
+    target[*inferred] = have / known;
+    return target;
+  }
+  if (!left.empty() || have != known) mismatch();
+  return target;
+}
+
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
@@ -195,10 +244,12 @@ Tensor reshape(const Tensor& x, const Shape& shape) {
     if (shape[i] == -1) {
       if (inferred) fail("reshape", "more than one -1 in shape {}", shape);
       inferred = i;
-    } else if (shape[i] < 0) {
+    } else if (shape[i] < 0 && !is_dynamic_dim(shape[i])) {
       fail("reshape", "negative dimension {} in shape {}", shape[i], shape);
     }
   }
+  if (x.shape().has_dynamic_dims() || shape.has_dynamic_dims())
+    return reshape_to(x, reshape_dynamic(x, shape, inferred));
   const std::int64_t numel = x.size();
   const auto mismatch = [&] {
     fail("reshape", "cannot reshape {} ({} elements) into {}", x.shape(), numel, shape);
@@ -284,8 +335,11 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   const std::size_t lead = shape.size() - from.size();
   for (std::size_t i = 0; i < from.size(); ++i)
     if (from[i] != shape[lead + i] && from[i] != 1)
-      fail("broadcast_to", "cannot broadcast {} to {}: axis {} has size {}, not 1 or {}", from,
-           shape, i, from[i], shape[lead + i]);
+      fail("broadcast_to", "cannot broadcast {} to {}: axis {} has size {}, not 1 or {}{}", from,
+           shape, i, detail::dim_text(from[i]), detail::dim_text(shape[lead + i]),
+           is_dynamic_dim(from[i]) || is_dynamic_dim(shape[lead + i])
+               ? " (a dynamic dim matches only itself or 1)"
+               : "");
   checked_numel(shape, "broadcast_to");
   return broadcast_view(x, shape);
 }
@@ -296,6 +350,7 @@ Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis) {
   const Tensor& first = xs.front();
   if (first.ndim() == 0) fail("concat", "cannot join rank-0 tensors (use stack)");
   const auto a = static_cast<std::size_t>(normalize_axis(axis, first.ndim(), "concat"));
+  if (xs.size() > 1) require_static_dim(first.shape()[a], "concat", "the joined axis");
   Shape out_shape = first.shape();
   for (std::size_t i = 1; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
@@ -307,6 +362,7 @@ Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis) {
     if (!compatible)
       fail("concat", "shapes {} (tensor 0) and {} (tensor {}) differ outside axis {}",
            first.shape(), x.shape(), i, a);
+    require_static_dim(x.shape()[a], "concat", "the joined axis");
     if (__builtin_add_overflow(out_shape[a], x.shape()[a], &out_shape[a]))
       fail("concat", "result has too many elements along axis {}", a);
   }
@@ -346,6 +402,7 @@ Tensor stack(const std::vector<Tensor>& xs, std::int64_t axis) {
 std::vector<Tensor> unstack(const Tensor& x, std::int64_t axis) {
   check_defined(x, "unstack");
   const auto a = static_cast<std::size_t>(normalize_axis(axis, x.ndim(), "unstack"));
+  require_static_dim(x.shape()[a], "unstack", "the unstacked axis");
   Shape piece_shape = x.shape();
   piece_shape.erase(a);
   std::vector<Tensor> pieces;
@@ -358,6 +415,7 @@ std::vector<Tensor> unstack(const Tensor& x, std::int64_t axis) {
 std::vector<Tensor> split(const Tensor& x, std::int64_t sections, std::int64_t axis) {
   check_defined(x, "split");
   const auto a = static_cast<std::size_t>(normalize_axis(axis, x.ndim(), "split"));
+  require_static_dim(x.shape()[a], "split", "the split axis");
   const std::int64_t size = x.shape()[a];
   if (sections <= 0) fail("split", "sections must be positive, got {}", sections);
   if (size % sections != 0)
@@ -370,6 +428,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<std::int64_t>& size
                           std::int64_t axis) {
   check_defined(x, "split");
   const auto a = static_cast<std::size_t>(normalize_axis(axis, x.ndim(), "split"));
+  require_static_dim(x.shape()[a], "split", "the split axis");
   std::int64_t total = 0;
   for (auto size : sizes) {
     if (size < 0) fail("split", "negative size {} in sizes {}", size, format_ints(sizes));
@@ -442,6 +501,7 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64
     const auto [before, after] = widths[d];
     if (before < 0 || after < 0)
       fail("pad", "negative width ({}, {}) for axis {}", before, after, d);
+    if (before != 0 || after != 0) require_static_dim(out_shape[d], "pad", "a padded axis");
     if (__builtin_add_overflow(out_shape[d], before, &out_shape[d]) ||
         __builtin_add_overflow(out_shape[d], after, &out_shape[d]))
       fail("pad", "widths ({}, {}) make axis {} too large", before, after, d);
@@ -462,6 +522,7 @@ Tensor tile(const Tensor& x, const std::vector<std::int64_t>& reps) {
   for (std::size_t d = 0; d < reps.size(); ++d) {
     if (reps[d] < 0) fail("tile", "negative repetition {} for axis {}", reps[d], d);
     if (reps[d] != 1) tiled.push_back(d);
+    if (reps[d] != 1) require_static_shape(x.shape(), "tile", "the tiled shape");
     if (__builtin_mul_overflow(out_shape[d], reps[d], &out_shape[d]))
       fail("tile", "repeating {} by {} makes axis {} too large", x.shape(), format_ints(reps), d);
   }
