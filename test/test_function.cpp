@@ -38,9 +38,11 @@ TEST_CASE("a function traces once per signature and replays the cached graph", "
   CHECK(f.cache_size() == 2);
   auto cf = f.get_concrete_function(x, y);
   CHECK(f.tracing_count() == 2);
-  CHECK(cf.graph().num_nodes() == 6);  // 2 parameters, the constant 1, matmul, add, tanh
+  // 2 parameters, the constant 1, matmul, and add + tanh fused into one kernel.
+  CHECK(cf.graph().num_nodes() == 5);
   INFO(cf.graph().to_string());
   CHECK(cf.graph().to_string().find("matmul") != std::string::npos);
+  CHECK(cf.graph().to_string().find("fused[tanh((in0 + in1))]") != std::string::npos);
   CHECK(cf.graph().to_dot().rfind("digraph kiln {", 0) == 0);
 }
 

@@ -250,3 +250,18 @@ TEST_CASE("every op traced with all dims dynamic matches eager or names the dyna
   INFO(supported << " of " << total << " ops traced with every dim dynamic");
   CHECK(supported >= total * 3 / 4);
 }
+
+TEST_CASE("optimized and unoptimized plans agree on every op", "[function][ops][passes]") {
+  kiln::FunctionOptions plain;
+  plain.optimize = false;
+  for (const OpCase& c : cases()) {
+    INFO("op: " << c.name);
+    auto optimized = kiln::function([&c](const std::vector<Tensor>& v) { return c.f(v); });
+    auto unoptimized = kiln::function([&c](const std::vector<Tensor>& v) { return c.f(v); }, plain);
+    const Tensor a = optimized(c.args), b = unoptimized(c.args);
+    REQUIRE(a.dtype() == b.dtype());
+    REQUIRE(a.shape() == b.shape());
+    const Tensor diff = kiln::abs(kiln::cast(a, kiln::f64) - kiln::cast(b, kiln::f64));
+    CHECK(kiln::max(diff).item<double>() <= 1e-6);
+  }
+}

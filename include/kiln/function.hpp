@@ -41,8 +41,14 @@ struct FunctionOptions {
   /// Concrete functions kept per function before `on_limit` applies.
   int max_traces = 8;
   OnTraceLimit on_limit = OnTraceLimit::run_eagerly;
-  /// Run the graph passes (dead-code and common-subexpression elimination).
+  /// Run the graph passes. With false the plan runs the graph exactly as traced (for
+  /// debugging, and for tests that compare optimized against unoptimized results).
   bool optimize = true;
+  /// Individual passes, used when `optimize` is true (dead-code and common-subexpression
+  /// elimination always run then).
+  bool fold_constants = true;     ///< evaluate subgraphs that depend only on constants
+  bool simplify = true;           ///< x*1, x+0, transpose of transpose, reshape chains, ...
+  bool fuse_elementwise = true;   ///< one kernel per tree of elementwise ops
 };
 
 /// A traced graph (read-only view for introspection).

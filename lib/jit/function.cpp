@@ -391,7 +391,11 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   auto graph = std::make_shared<GraphData>(std::move(trace.graph()));
   if (options_.optimize) {
     eliminate_common_subexpressions(*graph);
+    if (options_.simplify) simplify_algebra(*graph);
+    if (options_.fold_constants && fold_constants(*graph) > 0)
+      eliminate_common_subexpressions(*graph);
     eliminate_dead_code(*graph);
+    if (options_.fuse_elementwise) fuse_elementwise(*graph);
   }
   auto cf = std::make_shared<ConcreteData>();
   cf->plan = build_plan(*graph);
@@ -414,7 +418,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     log_warning(fmt::format(
         "[{}] retracing: {} of the last {} calls traced a new graph ({} traces so far). Changed: "
         "{}. Retracing is expensive: mark varying dims dynamic (-1) in input_signature, pass "
-        "changing Python-like numbers as tensors, and avoid new static values per call",
+        "changing numbers as tensors, and avoid new static values per call",
         options_.name, traced, st.recent.size(), st.traces,
         describe_change(previous(st), args.describe())));
   }

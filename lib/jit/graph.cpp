@@ -54,6 +54,9 @@ std::string node_text(const GraphData& g, std::int32_t id) {
     case Node::Kind::assign:
       return fmt::format("{}:{} = assign '{}' {}", value_name(id), type,
                          g.variable_names[static_cast<std::size_t>(n.index)], ins.front());
+    case Node::Kind::fused:
+      return fmt::format("{}:{} = fused[{}] {}", value_name(id), type, n.program->text,
+                         fmt::join(ins, " "));
     case Node::Kind::primitive:
       break;
   }
@@ -106,6 +109,10 @@ std::string GraphData::to_dot() const {
       case Node::Kind::primitive:
         label = std::string(name(n.prim)) + attrs_text(n);
         break;
+      case Node::Kind::fused:
+        label = fmt::format("fused\\n{}", n.program->text);
+        style = ", style=filled, fillcolor=lightblue";
+        break;
     }
     out += fmt::format("  n{} [label=\"%{} {}\\n{}{}\"{}];\n", i, i, label, dtype_name(n.dtype),
                        n.shape.to_string(), style);
@@ -125,6 +132,10 @@ std::int64_t GraphData::bytes() const {
   for (const Node& n : nodes) {
     total += static_cast<std::int64_t>(n.inputs.capacity() * sizeof(std::int32_t) +
                                        n.attrs.ints.capacity() * sizeof(std::int64_t));
+    if (n.program)
+      total += static_cast<std::int64_t>(sizeof(FusedProgram) +
+                                         n.program->ops.capacity() * sizeof(FusedOp) +
+                                         n.program->text.capacity());
     if (n.kind == Node::Kind::constant && n.constant.defined())
       total += n.constant.size() * static_cast<std::int64_t>(dtype_size(n.constant.dtype()));
   }
@@ -162,6 +173,19 @@ std::vector<std::int32_t> identity(std::size_t n) {
 
 }  // namespace
 
+void replace_uses(GraphData& g, const std::vector<std::int32_t>& replacement) {
+  const auto resolve = [&](std::int32_t id) {
+    while (replacement[static_cast<std::size_t>(id)] != id)
+      id = replacement[static_cast<std::size_t>(id)];
+    return id;
+  };
+  for (Node& n : g.nodes)
+    for (auto& in : n.inputs) in = resolve(in);
+  for (auto& o : g.outputs) o = resolve(o);
+  for (auto& s : g.side_effects) s = resolve(s);
+  eliminate_dead_code(g);
+}
+
 std::size_t eliminate_dead_code(GraphData& g) {
   std::vector<bool> live(g.nodes.size(), false);
   std::vector<std::int32_t> stack(g.outputs.begin(), g.outputs.end());
@@ -193,7 +217,9 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
     for (auto& in : n.inputs) in = replacement[static_cast<std::size_t>(in)];
-    if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::assign) continue;
+    if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::assign ||
+        n.kind == Node::Kind::fused)
+      continue;
     const Attrs& a = n.attrs;
     Key key{static_cast<int>(n.kind),
             static_cast<int>(n.prim),

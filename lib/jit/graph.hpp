@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fused.hpp"
 #include "kernels/kernel.hpp"
 #include "kiln/tensor.hpp"
 
@@ -21,6 +22,7 @@ struct Node {
     variable,   // a variable's value, read when the function is called (index = variable slot)
     primitive,  // prim applied to inputs
     assign,     // new value of variable slot `index` (inputs[0]); a side effect, kept in order
+    fused,      // a fused elementwise program over inputs (made by fuse_elementwise)
   };
   Kind kind = Kind::primitive;
   Prim prim = Prim::add;
@@ -30,6 +32,7 @@ struct Node {
   Shape shape;
   Tensor constant;
   std::int32_t index = -1;
+  std::shared_ptr<const FusedProgram> program;  // fused nodes
 };
 
 /// A whole traced function: nodes in a valid execution order, its outputs and side effects.
@@ -54,5 +57,20 @@ std::size_t eliminate_dead_code(GraphData& g);
 /// Merges nodes that compute the same thing (same primitive, attributes and inputs; the same
 /// captured constant). Returns how many were merged.
 std::size_t eliminate_common_subexpressions(GraphData& g);
+/// Evaluates primitives whose inputs are all constants (static shapes, results up to
+/// max_folded_elements) and makes them constants. Returns how many were folded.
+inline constexpr std::int64_t max_folded_elements = std::int64_t{1} << 20;
+std::size_t fold_constants(GraphData& g);
+/// Algebraic identities: x*1, x+0, x-0, x/1, neg(neg x), transpose of transpose, reshape
+/// chains, reshape/broadcast/cast/slice that change nothing. Returns how many nodes were
+/// bypassed (they are removed when nothing else uses them).
+std::size_t simplify_algebra(GraphData& g);
+/// Groups chains and trees of elementwise primitives with one output shape into fused nodes
+/// (each intermediate used once, inside the group). Returns how many fused nodes were made.
+std::size_t fuse_elementwise(GraphData& g);
+
+/// Points every use of node i at replacement[i] (uses: inputs, outputs, side effects) and
+/// removes the nodes nothing needs any more.
+void replace_uses(GraphData& g, const std::vector<std::int32_t>& replacement);
 
 }  // namespace kiln::detail

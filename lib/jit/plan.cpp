@@ -90,6 +90,15 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
       case Node::Kind::assign:
         out = slots[static_cast<std::size_t>(node.inputs[0])];
         break;
+      case Node::Kind::fused: {
+        const Tensor** ins = small_inputs.data();
+        for (std::size_t i = 0; i < node.inputs.size(); ++i)
+          ins[i] = &slots[static_cast<std::size_t>(node.inputs[i])];
+        out = run_fused_program(*node.program,
+                                std::span<const Tensor* const>(ins, node.inputs.size()), node.dtype,
+                                shapes ? (*shapes)[static_cast<std::size_t>(step.node)] : node.shape);
+        break;
+      }
       case Node::Kind::primitive: {
         const Tensor** ins = small_inputs.data();
         if (node.inputs.size() > small_inputs.size()) {

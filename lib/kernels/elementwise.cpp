@@ -11,6 +11,7 @@
 
 #include "core/fail.hpp"
 #include "kernels/elementwise_table.hpp"
+#include "kernels/fused.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/strided_loop.hpp"
@@ -39,6 +40,10 @@ const ElementwiseRowTable& choose_rows() {
 
 void gather(const char* src, std::int64_t stride, std::size_t element_size, void* dst,
             std::int64_t n) {
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * element_size);
+    return;
+  }
   switch (element_size) {
     case 1:
       for (std::int64_t i = 0; i < n; ++i)
@@ -203,6 +208,190 @@ void run_ternary(const KernelCall& call) {
                  void* out, std::int64_t n) {
         fn(in[0], strides[0], in[1], strides[1], in[2], strides[2], out, n);
       });
+}
+
+void resolve_fused_program(FusedProgram& program) {
+  const ElementwiseRowTable& rows = elementwise_rows();
+  for (FusedOp& op : program.ops) {
+    const std::size_t in = dtype_index(op.in_dtype);
+    switch (info(op.prim).family) {
+      case Family::unary:
+        op.fn = op.prim == Prim::cast
+                    ? reinterpret_cast<const void*>(rows.cast[in][dtype_index(op.out_dtype)])
+                    : reinterpret_cast<const void*>(rows.unary[unary_row_index(op.prim)][in]);
+        break;
+      case Family::binary:
+        op.fn = reinterpret_cast<const void*>(rows.binary[binary_row_index(op.prim)][in]);
+        break;
+      case Family::ternary:
+        op.fn = reinterpret_cast<const void*>(rows.where[in]);
+        break;
+      default:
+        fail(name(op.prim), "is not elementwise and cannot be fused");
+    }
+    if (op.fn == nullptr) fail(name(op.prim), "no kernel for dtype {}", dtype_name(op.in_dtype));
+  }
+}
+
+namespace {
+
+/// How run_fused reads one input over a block of output elements.
+enum class FusedRead : std::uint8_t { flat, broadcast, gathered };
+
+}  // namespace
+
+void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, const ArrayRef& out) {
+  constexpr std::size_t N = max_fused_inputs;
+  const std::int64_t total = out.numel();
+  if (total == 0) return;
+  const std::size_t num_inputs = inputs.size();
+  // Coalesce the output with its inputs (unused positions repeat the output's strides).
+  std::array<const Shape*, N + 1> stride_sets{};
+  stride_sets[0] = &out.strides;
+  for (std::size_t k = 0; k < N; ++k)
+    stride_sets[k + 1] = k < num_inputs ? &inputs[k].strides : &out.strides;
+  const CoalescedDims<N + 1> dims = coalesce<N + 1>(out.shape, stride_sets);
+  const std::size_t rank = dims.rank;
+  std::array<FusedRead, N> how{};
+  std::array<const char*, N> base{};
+  std::array<std::int64_t, N> size{};
+  bool any_gathered = false;
+  for (std::size_t k = 0; k < num_inputs; ++k) {
+    base[k] = static_cast<const char*>(inputs[k].data);
+    size[k] = static_cast<std::int64_t>(dtype_size(inputs[k].dtype));
+    bool flat = true, broadcast = true;
+    for (std::size_t d = 0; d < rank; ++d) {
+      flat = flat && dims.strides[k + 1][d] == dims.strides[0][d];
+      broadcast = broadcast && dims.strides[k + 1][d] == 0;
+    }
+    how[k] = flat ? FusedRead::flat : broadcast ? FusedRead::broadcast : FusedRead::gathered;
+    any_gathered = any_gathered || how[k] == FusedRead::gathered;
+  }
+  char* out_base = static_cast<char*>(out.data);
+  const auto out_size = static_cast<std::int64_t>(dtype_size(out.dtype));
+
+  // Runs every instruction over `count` (<= fused_block) elements whose inputs are read at
+  // ptr[k] with element stride stride[k] (0 or 1), writing the output at dst.
+  const auto run_ops = [&](const std::array<const void*, N>& ptr,
+                           const std::array<std::int64_t, N>& stride, void* dst_out,
+                           std::int64_t count) {
+    alignas(64) std::uint64_t slots[max_fused_slots][fused_block];
+    const auto operand = [&](std::int16_t a, std::int64_t& s) -> const void* {
+      if (a < 0) {
+        s = 1;
+        return slots[-a - 1];
+      }
+      s = stride[static_cast<std::size_t>(a)];
+      return ptr[static_cast<std::size_t>(a)];
+    };
+    for (std::size_t i = 0; i < program.ops.size(); ++i) {
+      const FusedOp& op = program.ops[i];
+      void* dst = i + 1 == program.ops.size() ? dst_out : static_cast<void*>(slots[op.result_slot]);
+      std::int64_t s0 = 0, s1 = 0, s2 = 0;
+      switch (info(op.prim).family) {
+        case Family::unary: {
+          const void* a = operand(op.operands[0], s0);
+          reinterpret_cast<UnaryRowFn>(op.fn)(a, s0, dst, count);
+          break;
+        }
+        case Family::binary: {
+          const void* a = operand(op.operands[0], s0);
+          const void* b = operand(op.operands[1], s1);
+          reinterpret_cast<BinaryRowFn>(op.fn)(a, s0, b, s1, dst, count);
+          break;
+        }
+        default: {
+          const void* c = operand(op.operands[0], s0);
+          const void* a = operand(op.operands[1], s1);
+          const void* b = operand(op.operands[2], s2);
+          reinterpret_cast<WhereRowFn>(op.fn)(c, s0, a, s1, b, s2, dst, count);
+          break;
+        }
+      }
+    }
+  };
+
+  // Long rows: walk the output row by row (run_elementwise gathers inputs whose inner
+  // stride is not 0 or 1) and run the program on pieces of each row.
+  constexpr std::int64_t long_row = fused_block / 4;
+  if (!any_gathered || dims.shape[rank - 1] >= long_row) {
+    std::array<ArrayRef, N> padded;
+    for (std::size_t k = 0; k < N; ++k) padded[k] = inputs[k < num_inputs ? k : 0];
+    const Attrs no_attrs;
+    const KernelCall call{Prim::add, std::span<const ArrayRef>(padded), out, no_attrs};
+    run_elementwise<N>(call, [&](const std::array<const void*, N>& in,
+                                 const std::array<std::int64_t, N>& strides, void* out_row,
+                                 std::int64_t n) {
+      for (std::int64_t first = 0; first < n; first += fused_block) {
+        std::array<const void*, N> ptr{};
+        for (std::size_t k = 0; k < num_inputs; ++k)
+          ptr[k] = static_cast<const char*>(in[k]) + first * strides[k] * size[k];
+        run_ops(ptr, strides, static_cast<char*>(out_row) + first * out_size,
+                std::min(fused_block, n - first));
+      }
+    });
+    return;
+  }
+
+  // Short rows (views such as the gate slices of an LSTM): blocks of fused_block output
+  // elements across rows, with strided inputs gathered into contiguous scratch first.
+  const auto run_block = [&](std::int64_t first, std::int64_t count) {
+    alignas(64) std::uint64_t gathered[N][fused_block];
+    std::array<std::int64_t, Shape::max_rank> index{};
+    std::int64_t rest = first;
+    for (std::size_t d = rank; d-- > 0;) {
+      index[d] = rest % dims.shape[d];
+      rest /= dims.shape[d];
+    }
+    const std::size_t inner = rank - 1;
+    for (std::int64_t done = 0; done < count;) {
+      const std::int64_t run = std::min(dims.shape[inner] - index[inner], count - done);
+      for (std::size_t k = 0; k < num_inputs; ++k) {
+        if (how[k] != FusedRead::gathered) continue;
+        std::int64_t offset = 0;
+        for (std::size_t d = 0; d < rank; ++d) offset += index[d] * dims.strides[k + 1][d];
+        gather(base[k] + offset * size[k], dims.strides[k + 1][inner],
+               static_cast<std::size_t>(size[k]),
+               reinterpret_cast<char*>(gathered[k]) + done * size[k], run);
+      }
+      done += run;
+      index[inner] += run;
+      for (std::size_t d = inner; d > 0 && index[d] == dims.shape[d]; --d) {
+        index[d] = 0;
+        ++index[d - 1];
+      }
+    }
+    std::array<const void*, N> ptr{};
+    std::array<std::int64_t, N> stride{};
+    for (std::size_t k = 0; k < num_inputs; ++k) {
+      switch (how[k]) {
+        case FusedRead::flat:
+          ptr[k] = base[k] + first * size[k];
+          stride[k] = 1;
+          break;
+        case FusedRead::broadcast:
+          ptr[k] = base[k];
+          stride[k] = 0;
+          break;
+        default:
+          ptr[k] = gathered[k];
+          stride[k] = 1;
+          break;
+      }
+    }
+    run_ops(ptr, stride, out_base + first * out_size, count);
+  };
+  auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+    for (std::int64_t b = begin_block; b < end_block; ++b) {
+      const std::int64_t first = b * fused_block;
+      run_block(first, std::min(fused_block, total - first));
+    }
+  };
+  const std::int64_t blocks = (total + fused_block - 1) / fused_block;
+  if (total < parallel_min_elements || num_threads() == 1)
+    run_range(0, blocks);
+  else
+    parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_range);
 }
 
 }  // namespace kiln::detail

@@ -1,6 +1,7 @@
 #include "ops/dispatch.hpp"
 
 #include "autodiff/tape.hpp"
+#include "kernels/fused.hpp"
 #include "jit/trace.hpp"
 
 #include <array>
@@ -151,6 +152,23 @@ Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs&
       return std::move(*view);
   }
   return run_kernel(p, inputs, attrs, out_dtype, out_shape);
+}
+
+Tensor run_fused_program(const FusedProgram& program, std::span<const Tensor* const> inputs,
+                         DType out_dtype, const Shape& out_shape) {
+  Tensor out = empty(out_shape, out_dtype);
+  const TensorImpl& out_impl = *out.impl();
+  std::array<ArrayRef, max_fused_inputs> refs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const TensorImpl& impl = *inputs[i]->impl();
+    refs[i] = ArrayRef{impl.data(), impl.dtype, out_shape,
+                       impl.shape == out_shape
+                           ? impl.strides
+                           : broadcast_strides(impl.shape, impl.strides, out_shape)};
+  }
+  const ArrayRef out_ref{out_impl.data(), out_dtype, out_shape, out_impl.strides};
+  run_fused(program, std::span<const ArrayRef>(refs.data(), inputs.size()), out_ref);
+  return out;
 }
 
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,

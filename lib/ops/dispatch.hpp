@@ -24,6 +24,10 @@ Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, 
 /// executor of a compiled plan, which runs only when neither applies).
 Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
                      DType out_dtype, const Shape& out_shape);
+struct FusedProgram;
+/// Runs a fused elementwise program (see kernels/fused.hpp) on concrete inputs.
+Tensor run_fused_program(const FusedProgram& program, std::span<const Tensor* const> inputs,
+                         DType out_dtype, const Shape& out_shape);
 /// For a list of tensors (concat).
 Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape);

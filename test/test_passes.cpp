@@ -1,0 +1,198 @@
+// Graph passes, each on its own (graph in, graph out, expected structure), and end to end:
+// optimized and unoptimized functions give the same results.
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+#include <kiln/kiln.hpp>
+
+#include "jit/graph.hpp"
+#include "jit/trace.hpp"
+
+using kiln::Shape;
+using kiln::Tensor;
+using kiln::detail::GraphData;
+using kiln::detail::Node;
+
+namespace {
+
+/// Records fn over parameters of the given shapes (f32) into a graph, with no pass run.
+GraphData record(const std::vector<Shape>& shapes,
+                 const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn) {
+  kiln::detail::TraceContext trace("test", false);
+  {
+    kiln::detail::TraceScope scope(&trace);
+    std::vector<Tensor> params;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      params.push_back(trace.add_parameter(kiln::f32, shapes[i], static_cast<std::int32_t>(i)));
+    for (const Tensor& out : fn(params)) trace.graph().outputs.push_back(trace.node_of(out, "out"));
+  }
+  return std::move(trace.graph());
+}
+
+std::size_t count_kind(const GraphData& g, Node::Kind kind) {
+  std::size_t n = 0;
+  for (const Node& node : g.nodes) n += node.kind == kind ? 1 : 0;
+  return n;
+}
+
+std::size_t count_prim(const GraphData& g, kiln::detail::Prim p) {
+  std::size_t n = 0;
+  for (const Node& node : g.nodes) n += node.kind == Node::Kind::primitive && node.prim == p;
+  return n;
+}
+
+bool close(const Tensor& a, const Tensor& b, double tol = 1e-5) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() &&
+         kiln::max(kiln::abs(kiln::cast(a, kiln::f64) - kiln::cast(b, kiln::f64))).item<double>() <=
+             tol;
+}
+
+}  // namespace
+
+TEST_CASE("constant folding evaluates subgraphs of constants only", "[passes]") {
+  const Tensor w = kiln::tensor({1.f, 2.f, 3.f, 4.f}, {2, 2});
+  GraphData g = record({{2, 2}}, [&](const std::vector<Tensor>& p) {
+    const Tensor folded = kiln::transpose(w) * 2.f + 1.f;  // constants only
+    return std::vector<Tensor>{kiln::matmul(p[0], folded)};
+  });
+  REQUIRE(count_prim(g, kiln::detail::Prim::transpose) == 1);
+  CHECK(kiln::detail::fold_constants(g) == 3);
+  CHECK(count_prim(g, kiln::detail::Prim::transpose) == 0);
+  CHECK(count_prim(g, kiln::detail::Prim::matmul) == 1);
+  // The folded constant holds transpose(w) * 2 + 1.
+  for (const Node& n : g.nodes)
+    if (n.kind == Node::Kind::constant && n.shape == Shape{2, 2})
+      CHECK(n.constant.to_vector<float>() == std::vector<float>{3, 7, 5, 9});
+}
+
+TEST_CASE("algebraic simplification bypasses identities", "[passes]") {
+  using kiln::detail::Prim;
+  GraphData g = record({{2, 3}}, [](const std::vector<Tensor>& p) {
+    const Tensor& x = p[0];
+    Tensor y = (x * 1.f + 0.f) - 0.f;
+    y = y / 1.f;
+    y = kiln::neg(kiln::neg(y));
+    y = kiln::transpose(kiln::transpose(y, {1, 0}), {1, 0});
+    y = kiln::reshape(kiln::reshape(y, {3, 2}), {6});
+    y = kiln::cast(y, kiln::f32);
+    return std::vector<Tensor>{y, kiln::ones({2, 3}) * x};  // ones of x's shape: also x
+  });
+  kiln::detail::simplify_algebra(g);
+  INFO(g.to_string());
+  CHECK(count_prim(g, Prim::mul) == 0);
+  CHECK(count_prim(g, Prim::add) == 0);
+  CHECK(count_prim(g, Prim::sub) == 0);
+  CHECK(count_prim(g, Prim::div) == 0);
+  CHECK(count_prim(g, Prim::neg) == 0);
+  CHECK(count_prim(g, Prim::transpose) == 0);
+  CHECK(count_prim(g, Prim::reshape) == 1);  // [2,3] -> [6] directly
+  // x * ones broadcasting to a larger shape is not an identity.
+  GraphData h = record({{3}}, [](const std::vector<Tensor>& p) {
+    return std::vector<Tensor>{p[0] * kiln::ones({2, 3})};
+  });
+  kiln::detail::simplify_algebra(h);
+  CHECK(count_prim(h, Prim::mul) == 1);
+}
+
+TEST_CASE("elementwise fusion makes one kernel per tree with one output shape", "[passes]") {
+  GraphData g = record({{4, 8}, {8}}, [](const std::vector<Tensor>& p) {
+    const Tensor z = kiln::tanh(p[0] * 2.f + p[1]);  // fused: mul, add, tanh
+    const Tensor s = kiln::sum(z, {1});              // a reduction ends the group
+    return std::vector<Tensor>{kiln::sigmoid(s) * 0.5f, z};
+  });
+  kiln::detail::eliminate_dead_code(g);
+  CHECK(kiln::detail::fuse_elementwise(g) == 2);
+  INFO(g.to_string());
+  CHECK(count_kind(g, Node::Kind::fused) == 2);
+  CHECK(g.to_string().find("fused[tanh(((in0 * in1) + in2))]") != std::string::npos);
+  CHECK(g.to_string().find("fused[(sigmoid(in0) * in1)]") != std::string::npos);
+  // A value used twice stays a separate node (it is an input of both users).
+  GraphData shared = record({{4}}, [](const std::vector<Tensor>& p) {
+    const Tensor e = kiln::exp(p[0]);
+    return std::vector<Tensor>{e * e + 1.f};
+  });
+  kiln::detail::fuse_elementwise(shared);
+  CHECK(count_kind(shared, Node::Kind::fused) == 1);
+  CHECK(count_prim(shared, kiln::detail::Prim::exp) == 1);
+}
+
+TEST_CASE("fused kernels match unfused ones on every layout", "[passes]") {
+  // Each layout is a new signature: keep the expected retracing warnings out of the output.
+  kiln::set_log_sink([](const std::string&) {});
+  struct RestoreSink {
+    ~RestoreSink() { kiln::set_log_sink(nullptr); }
+  } restore;
+  kiln::FunctionOptions plain;
+  plain.optimize = false;
+  const auto expr = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    const Tensor gate = kiln::sigmoid(a) * kiln::tanh(b) + kiln::exp(-kiln::square(c));
+    return kiln::where(gate > 0.5f, gate, kiln::relu(a - c)) / (1.f + kiln::abs(b));
+  };
+  auto fused = kiln::function(expr);
+  auto unfused = kiln::function(expr, plain);
+  struct Layout {
+    std::string name;
+    Tensor a, b, c;
+  };
+  const auto u = [](const Shape& s, std::uint64_t seed) {
+    return kiln::random::uniform(s, -2, 2, seed);
+  };
+  const Tensor wide = u({32, 80}, 9);
+  std::vector<Layout> layouts = {
+      {"tiny", u({4}, 1), u({4}, 2), u({4}, 3)},
+      {"several blocks", u({1000}, 1), u({1000}, 2), u({1000}, 3)},
+      {"broadcast row and scalar", u({37, 65}, 4), u({65}, 5), u({}, 6)},
+      {"broadcast column", u({300, 3}, 4), u({300, 1}, 5), u({3}, 6)},
+      {"short strided rows", kiln::slice(wide, 1, 0, 20), kiln::slice(wide, 1, 20, 40),
+       kiln::slice(wide, 1, 60, 80)},
+      {"transposed", kiln::transpose(u({70, 90}, 7)), u({90, 70}, 8), u({90, 1}, 9)},
+      {"threaded", u({600, 512}, 10), u({512}, 11), u({600, 512}, 12)},
+  };
+  for (const Layout& l : layouts) {
+    INFO(l.name);
+    CHECK(close(fused(l.a, l.b, l.c), unfused(l.a, l.b, l.c)));
+    CHECK(close(fused(l.a, l.b, l.c), expr(l.a, l.b, l.c)));
+  }
+  CHECK(fused.get_concrete_function(layouts[0].a, layouts[0].b, layouts[0].c)
+            .graph()
+            .to_string()
+            .find("fused[") != std::string::npos);
+}
+
+TEST_CASE("fusion handles bool and integer values inside a group", "[passes]") {
+  const auto expr = [](const Tensor& a, const Tensor& b) {
+    return kiln::cast(a < b, kiln::i32) * 3 + kiln::cast(kiln::logical_not(a >= b), kiln::i32);
+  };
+  auto fused = kiln::function(expr);
+  const Tensor a = kiln::tensor({3, -7, 0, 12, 5, -1}, {2, 3});
+  const Tensor b = kiln::tensor({2, 3, -4, 5, 1, 7}, {2, 3});
+  CHECK(kiln::all(kiln::equal(fused(a, b), expr(a, b))).item<bool>());
+}
+
+TEST_CASE("each pass can be switched off", "[passes]") {
+  const Tensor w = kiln::tensor({1.f, 2.f}, {2});
+  const auto fn = [&](const Tensor& x) { return kiln::tanh(x * (w * 1.f) + 0.f); };
+  const auto nodes = [&](kiln::FunctionOptions o) {
+    auto f = kiln::function(fn, o);
+    return f.get_concrete_function(kiln::ones({3, 2})).graph().num_nodes();
+  };
+  kiln::FunctionOptions all;
+  kiln::FunctionOptions none;
+  none.optimize = false;
+  kiln::FunctionOptions no_fusion;
+  no_fusion.fuse_elementwise = false;
+  kiln::FunctionOptions no_fold = no_fusion;
+  no_fold.fold_constants = false;
+  kiln::FunctionOptions no_simplify = no_fold;
+  no_simplify.simplify = false;
+  // param, constant, fused(x * c, tanh)
+  CHECK(nodes(all) == 3);
+  // param, constant, mul, tanh
+  CHECK(nodes(no_fusion) == 4);
+  // param, w, mul(w, 1) is simplified away: param, w, mul, tanh
+  CHECK(nodes(no_fold) == 4);
+  // param, w, 1, w*1, mul, 0, add, tanh
+  CHECK(nodes(no_simplify) == 8);
+  CHECK(nodes(none) == 8);
+}
