@@ -62,66 +62,77 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
            "variables by reference and does not keep them alive",
            g.variable_names[i]);
   }
-  // Working slots come from a per-thread scratch vector (a plan never runs inside another on
-  // the same thread: nested functions inline while tracing).
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> scratch;
-  std::vector<Tensor>& slots = scratch;
-  slots.clear();
-  slots.resize(g.nodes.size());
+  // Working state comes from per-thread scratch vectors (a plan never runs inside another on
+  // the same thread: nested functions inline while tracing). `value[i]` is where node i's value
+  // is: an argument, a constant of the graph, or `owned[i]` for values computed by this call, so
+  // reading arguments and constants costs no reference counting.
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> owned_scratch;
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<const Tensor*> value_scratch;
+  std::vector<Tensor>& owned = owned_scratch;
+  std::vector<const Tensor*>& value = value_scratch;
+  owned.resize(g.nodes.size());
+  value.resize(g.nodes.size());
   struct ClearOnExit {
     std::vector<Tensor>& s;
-    ~ClearOnExit() { s.clear(); }
-  } clear_on_exit{slots};
+    ~ClearOnExit() {
+      for (Tensor& t : s) t = Tensor();
+    }
+  } clear_on_exit{owned};
   std::array<const Tensor*, 8> small_inputs{};
   std::vector<const Tensor*> many_inputs;
+  const auto shape_of = [&](std::int32_t id) -> const Shape& {
+    return shapes ? (*shapes)[static_cast<std::size_t>(id)]
+                  : g.nodes[static_cast<std::size_t>(id)].shape;
+  };
+  const auto gather_inputs = [&](const Node& node) {
+    const Tensor** ins = small_inputs.data();
+    if (node.inputs.size() > small_inputs.size()) {
+      many_inputs.resize(node.inputs.size());
+      ins = many_inputs.data();
+    }
+    for (std::size_t i = 0; i < node.inputs.size(); ++i)
+      ins[i] = value[static_cast<std::size_t>(node.inputs[i])];
+    return std::span<const Tensor* const>(ins, node.inputs.size());
+  };
   for (const PlanStep& step : plan.steps) {
-    const Node& node = g.nodes[static_cast<std::size_t>(step.node)];
-    Tensor& out = slots[static_cast<std::size_t>(step.node)];
+    const auto id = static_cast<std::size_t>(step.node);
+    const Node& node = g.nodes[id];
     switch (node.kind) {
       case Node::Kind::parameter:
-        out = args[static_cast<std::size_t>(node.index)];
+        value[id] = &args[static_cast<std::size_t>(node.index)];
         break;
       case Node::Kind::constant:
-        out = node.constant;
+        value[id] = &node.constant;
         break;
       case Node::Kind::variable:
-        out = vars[static_cast<std::size_t>(node.index)]->read();
+        owned[id] = vars[static_cast<std::size_t>(node.index)]->read();
+        value[id] = &owned[id];
         break;
       case Node::Kind::assign:
-        out = slots[static_cast<std::size_t>(node.inputs[0])];
+        owned[id] = *value[static_cast<std::size_t>(node.inputs[0])];
+        value[id] = &owned[id];
         break;
-      case Node::Kind::fused: {
-        const Tensor** ins = small_inputs.data();
-        for (std::size_t i = 0; i < node.inputs.size(); ++i)
-          ins[i] = &slots[static_cast<std::size_t>(node.inputs[i])];
-        out = run_fused_program(*node.program,
-                                std::span<const Tensor* const>(ins, node.inputs.size()), node.dtype,
-                                shapes ? (*shapes)[static_cast<std::size_t>(step.node)] : node.shape);
+      case Node::Kind::fused:
+        owned[id] = run_fused_program(*node.program, gather_inputs(node), node.dtype,
+                                      shape_of(step.node));
+        value[id] = &owned[id];
         break;
-      }
-      case Node::Kind::primitive: {
-        const Tensor** ins = small_inputs.data();
-        if (node.inputs.size() > small_inputs.size()) {
-          many_inputs.resize(node.inputs.size());
-          ins = many_inputs.data();
-        }
-        for (std::size_t i = 0; i < node.inputs.size(); ++i)
-          ins[i] = &slots[static_cast<std::size_t>(node.inputs[i])];
-        out = run_primitive(node.prim, std::span<const Tensor* const>(ins, node.inputs.size()), node.attrs,
-                    node.dtype, shapes ? (*shapes)[static_cast<std::size_t>(step.node)] : node.shape);
+      case Node::Kind::primitive:
+        owned[id] = run_primitive(node.prim, gather_inputs(node), node.attrs, node.dtype,
+                                  shape_of(step.node));
+        value[id] = &owned[id];
         break;
-      }
     }
-    for (auto r : step.release) slots[static_cast<std::size_t>(r)] = Tensor();
+    for (auto r : step.release) owned[static_cast<std::size_t>(r)] = Tensor();
   }
   for (auto s : g.side_effects) {
     const Node& node = g.nodes[static_cast<std::size_t>(s)];
     vars[static_cast<std::size_t>(node.index)]->write(
-        slots[static_cast<std::size_t>(s)].contiguous());
+        value[static_cast<std::size_t>(s)]->contiguous());
   }
   std::vector<Tensor> outputs;
   outputs.reserve(g.outputs.size());
-  for (auto o : g.outputs) outputs.push_back(slots[static_cast<std::size_t>(o)]);
+  for (auto o : g.outputs) outputs.push_back(*value[static_cast<std::size_t>(o)]);
   return outputs;
 }
 
