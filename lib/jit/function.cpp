@@ -293,6 +293,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   cf->descriptions = args.describe();
   cf->owned_variables = std::move(trace.created_variables());
   cf->counted_bytes = graph->bytes() + cf->plan.bytes();
+  trace.commit();  // nothing below can fail: keep what the trace registered
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
 
   std::lock_guard lock(st.mutex);
