@@ -103,8 +103,8 @@ TEST_CASE("orthogonal gives orthonormal rows or columns", "[init]") {
     const std::int64_t cols = shape.back();
     const std::int64_t rows = shape.numel() / cols;
     Tensor m = kiln::reshape(q, {rows, cols});
-    Tensor gram = rows >= cols ? kiln::matmul(kiln::transpose(m), m)
-                               : kiln::matmul(m, kiln::transpose(m));
+    Tensor gram =
+        rows >= cols ? kiln::matmul(kiln::transpose(m), m) : kiln::matmul(m, kiln::transpose(m));
     const std::int64_t n = std::min(rows, cols);
     Tensor expected = kiln::eye(n, -1, kiln::f64) * (gain * gain);
     CHECK(kiln::max(kiln::abs(gram - expected)).item<double>() < 1e-10);

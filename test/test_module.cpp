@@ -114,8 +114,7 @@ TEST_CASE("variable(path) finds variables and explains misses", "[module]") {
                     "(layers create theirs on their first call)");
 }
 
-TEST_CASE("get_weights / set_weights are in variables() order and all or nothing",
-          "[module]") {
+TEST_CASE("get_weights / set_weights are in variables() order and all or nothing", "[module]") {
   kiln::clear_session();
   Net net;
   net(kiln::ones({2, 3}));
@@ -378,8 +377,7 @@ Tensor lstm_layer(const Tensor& x, std::int64_t units, std::string_view scope) {
   Tensor h = kiln::zeros({batch, units}), c = kiln::zeros({batch, units});
   for (std::int64_t t = 0; t < steps; ++t) {
     Tensor xt = kiln::squeeze(kiln::slice(x, 1, t, t + 1), {1});
-    Tensor z = kiln::matmul(xt, kernel.value()) + kiln::matmul(h, recurrent.value()) +
-               bias.value();
+    Tensor z = kiln::matmul(xt, kernel.value()) + kiln::matmul(h, recurrent.value()) + bias.value();
     auto gates = kiln::split(z, 4, 1);
     c = kiln::sigmoid(gates[1]) * c + kiln::sigmoid(gates[0]) * kiln::tanh(gates[2]);
     h = kiln::sigmoid(gates[3]) * kiln::tanh(c);
@@ -445,13 +443,12 @@ TEST_CASE("scenario 3: two scopes, collections by scope, a frozen layer1", "[mod
   CHECK(names_of(kiln::global_variables("layer2")) ==
         std::vector<std::string>{"layer2/w", "layer2/b"});
   for (auto& v : kiln::global_variables("layer1")) v.set_trainable(false);  // freeze layer1
-  CHECK(names_of(kiln::trainable_variables()) ==
-        std::vector<std::string>{"layer2/w", "layer2/b"});
+  CHECK(names_of(kiln::trainable_variables()) == std::vector<std::string>{"layer2/w", "layer2/b"});
 
-  const auto layer1_before = kiln::get_variable("layer1/w", {3, 4}, kiln::init::zeros(),
-                                                Reuse::Yes).value();
-  const auto layer2_before = kiln::get_variable("layer2/w", {4, 1}, kiln::init::zeros(),
-                                                Reuse::Yes).value();
+  const auto layer1_before =
+      kiln::get_variable("layer1/w", {3, 4}, kiln::init::zeros(), Reuse::Yes).value();
+  const auto layer2_before =
+      kiln::get_variable("layer2/w", {4, 1}, kiln::init::zeros(), Reuse::Yes).value();
   // A traced SGD step over the trainable collection.
   auto train_step = kiln::function([](const Tensor& xb, const Tensor& yb) {
     auto all = kiln::global_variables();

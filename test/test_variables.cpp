@@ -76,7 +76,8 @@ TEST_CASE("name scopes prefix names and nest; automatic names are unique per sco
   CHECK(kiln::unique_name("dense") == "dense");
   CHECK(Variable(kiln::zeros({1})).name() == "Variable");
 
-  CHECK_THROWS_WITH(kiln::NameScope(""), "[NameScope] invalid scope name '': names must not be empty");
+  CHECK_THROWS_WITH(kiln::NameScope(""),
+                    "[NameScope] invalid scope name '': names must not be empty");
   CHECK_THROWS_WITH(kiln::NameScope("a//b"),
                     "[NameScope] invalid scope name 'a//b': path components must not be empty");
   CHECK_THROWS_WITH(kiln::unique_name("a/b"),
@@ -140,8 +141,7 @@ TEST_CASE("get_variable: Reuse::No, Yes and Auto", "[variables]") {
   CHECK(kiln::default_variable_store().size() == 3);
 }
 
-TEST_CASE("the store keeps its variables until cleared; clear_session resets it",
-          "[variables]") {
+TEST_CASE("the store keeps its variables until cleared; clear_session resets it", "[variables]") {
   kiln::clear_session();
   const auto baseline = kiln::memory_stats().live_bytes;
   std::weak_ptr<kiln::detail::VariableImpl> weak;
@@ -161,8 +161,7 @@ TEST_CASE("the store keeps its variables until cleared; clear_session resets it"
   CHECK(kiln::get_variable("big", {10}, kiln::init::zeros()).shape() == Shape{10});
 }
 
-TEST_CASE("collections hold weak references and match scopes by whole components",
-          "[variables]") {
+TEST_CASE("collections hold weak references and match scopes by whole components", "[variables]") {
   kiln::clear_session();
   const auto baseline = kiln::memory_stats().live_bytes;
   const auto before = kiln::global_variables().size();
@@ -173,7 +172,8 @@ TEST_CASE("collections hold weak references and match scopes by whole components
     Variable deep(kiln::zeros({5}), "layer1/sub/w");
     CHECK(names_of(kiln::global_variables("layer1")) ==
           std::vector<std::string>{"layer1/w", "layer1/b", "layer1/sub/w"});
-    CHECK(names_of(kiln::global_variables("layer1/")) == names_of(kiln::global_variables("layer1")));
+    CHECK(names_of(kiln::global_variables("layer1/")) ==
+          names_of(kiln::global_variables("layer1")));
     CHECK(names_of(kiln::trainable_variables("layer1")) ==
           std::vector<std::string>{"layer1/w", "layer1/sub/w"});
     CHECK(names_of(kiln::global_variables("layer10")) == std::vector<std::string>{"layer10/w"});
@@ -207,8 +207,7 @@ TEST_CASE("collections hold weak references and match scopes by whole components
   CHECK(kiln::memory_stats().live_bytes == baseline);
 }
 
-TEST_CASE("collections are safe while other threads create and destroy variables",
-          "[variables]") {
+TEST_CASE("collections are safe while other threads create and destroy variables", "[variables]") {
   kiln::clear_session();
   std::atomic<bool> stop{false};
   std::thread churn([&] {
@@ -244,9 +243,8 @@ TEST_CASE("get_variable inside a function: created in the first trace only", "[v
   CHECK(kiln::global_variables("fn").size() == 1);
 
   // Reuse::No in a retrace is the usual "already exists" error.
-  auto g = kiln::function([](const Tensor& x) {
-    return x + kiln::get_variable("g", {}, kiln::init::zeros()).value();
-  });
+  auto g = kiln::function(
+      [](const Tensor& x) { return x + kiln::get_variable("g", {}, kiln::init::zeros()).value(); });
   CHECK(same(g(x), x));
   CHECK_THROWS_WITH(g(kiln::ones({2})),
                     Catch::StartsWith("[get_variable] variable g already exists"));
@@ -255,9 +253,9 @@ TEST_CASE("get_variable inside a function: created in the first trace only", "[v
   int calls = 0;
   auto h = kiln::function([&](const Tensor& x) {
     ++calls;
-    return x + kiln::get_variable(fmt::format("h{}", x.size()), {}, kiln::init::zeros(),
-                                  Reuse::Auto)
-                   .value();
+    return x +
+           kiln::get_variable(fmt::format("h{}", x.size()), {}, kiln::init::zeros(), Reuse::Auto)
+               .value();
   });
   h(kiln::ones({1}));
   CHECK_THROWS_WITH(h(kiln::ones({2})), Catch::Contains("tried to create variable 'h2' while "

@@ -90,11 +90,11 @@ class Module {
   Module& add_module(std::string_view name, Module& child);
   /// Registers and owns `child` (kept alive as long as this module); returns it.
   template <class M>
-    requires std::derived_from<M, Module>
-  M& add_module(std::string_view name, std::shared_ptr<M> child) {
-    M& ref = *child;
-    add_owned_module(name, std::shared_ptr<Module>(std::move(child)));
-    return ref;
+  requires std::derived_from<M, Module> M& add_module(std::string_view name,
+                                                      std::shared_ptr<M> child) {
+    M* raw = child.get();
+    add_owned_module(name, std::shared_ptr<Module>(std::move(child)));  // throws if null
+    return *raw;
   }
 
   /// Every variable of the subtree, each once: this module's own in creation order, then each

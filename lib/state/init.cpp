@@ -66,9 +66,9 @@ Tensor orthogonal_value(const Shape& shape, DType dtype, double gain, std::uint6
   const std::size_t tall = std::max(rows, cols), narrow = std::min(rows, cols);
   // A standard normal [tall, narrow] matrix read column-major: column j is elements
   // [j*tall, (j+1)*tall) of the draw.
-  std::vector<double> a = random::normal(Shape{static_cast<std::int64_t>(tall * narrow)}, 0.0,
-                                         1.0, seed, f64)
-                              .to_vector<double>();
+  std::vector<double> a =
+      random::normal(Shape{static_cast<std::int64_t>(tall * narrow)}, 0.0, 1.0, seed, f64)
+          .to_vector<double>();
   orthonormalize_columns(a, tall, narrow);
   // Q (tall x narrow, column-major) is Q^T (narrow x tall) in row-major order.
   std::vector<double> out(rows * cols);

@@ -55,7 +55,8 @@ std::recursive_mutex& tree_mutex() {
 using TreeLock = std::lock_guard<std::recursive_mutex>;
 
 std::string state_path(const ModuleState& s) {
-  if (s.naming_parent != nullptr) return detail::join_path(state_path(*s.naming_parent), s.name_in_parent);
+  if (s.naming_parent != nullptr)
+    return detail::join_path(state_path(*s.naming_parent), s.name_in_parent);
   return detail::join_path(s.scope, s.name);
 }
 
@@ -95,9 +96,7 @@ bool reaches(const ModuleState& from, const ModuleState* target) {
                      [&](const detail::ModuleChild& c) { return reaches(*c.state, target); });
 }
 
-std::string_view first_component(std::string_view path) {
-  return path.substr(0, path.find('/'));
-}
+std::string_view first_component(std::string_view path) { return path.substr(0, path.find('/')); }
 
 const detail::ModuleVariable* find_own(const ModuleState& s, std::string_view name) {
   for (const auto& v : s.variables)
@@ -128,7 +127,8 @@ const Variable* resolve_relative_or_rooted(const ModuleState& s, std::string_vie
 
 // Depth-first walk: own variables, then children; each variable and module once.
 template <class Visit>
-void walk(const ModuleState& s, const std::string& prefix, std::unordered_set<const ModuleState*>& seen_modules,
+void walk(const ModuleState& s, const std::string& prefix,
+          std::unordered_set<const ModuleState*>& seen_modules,
           std::unordered_set<std::uint64_t>& seen_variables, const Visit& visit) {
   if (!seen_modules.insert(&s).second) return;
   for (const auto& v : s.variables)
@@ -167,7 +167,8 @@ std::string closest_paths(const ModuleState& s, std::string_view wanted) {
     std::string relative = path.substr(s.name.size() + 1);
     candidates.emplace_back(edit_distance(relative, wanted), std::move(relative));
   });
-  if (candidates.empty()) return "it has no variables yet (layers create theirs on their first call)";
+  if (candidates.empty())
+    return "it has no variables yet (layers create theirs on their first call)";
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string out = "closest: ";
@@ -186,9 +187,7 @@ void forget_parent(ModuleState& c, const ModuleState* parent) {
     c.name_in_parent.clear();
     for (ModuleState* p : c.parents) {
       if (auto entry = std::find_if(p->children.begin(), p->children.end(),
-                                           [&](const detail::ModuleChild& e) {
-                                             return e.state == &c;
-                                           });
+                                    [&](const detail::ModuleChild& e) { return e.state == &c; });
           entry != p->children.end()) {
         c.naming_parent = p;
         c.name_in_parent = entry->name;
@@ -254,8 +253,8 @@ Variable Module::add_variable(std::string_view name, const Shape& shape,
   if (const auto* existing = find_own(s, name)) {
     const Variable& v = existing->variable;
     if (v.shape() != shape || v.dtype() != dtype)
-      detail::fail("Module.add_variable", "variable {} exists as {} {}; requested {} {}",
-                   v.name(), v.dtype(), v.shape(), dtype, shape);
+      detail::fail("Module.add_variable", "variable {} exists as {} {}; requested {} {}", v.name(),
+                   v.dtype(), v.shape(), dtype, shape);
     return v;
   }
   if (find_child(s, first_component(name)) != nullptr)
@@ -265,7 +264,8 @@ Variable Module::add_variable(std::string_view name, const Shape& shape,
   std::string full = detail::join_path(state_path(s), name);
   detail::check_variable_creation_allowed(full);
   Tensor initial = initializer(shape, dtype);
-  Variable v = detail::create_variable(initial, std::move(full), trainable && !effectively_frozen(s));
+  Variable v =
+      detail::create_variable(initial, std::move(full), trainable && !effectively_frozen(s));
   s.variables.push_back({std::string(name), v, trainable});
   if (detail::TraceContext* trace = detail::current_trace()) {
     // If the trace fails, the module forgets the variable it created (a failed trace leaves
@@ -292,16 +292,14 @@ Module& Module::add_module(std::string_view name, Module& child) {
     detail::fail("Module.add_module", "{} already has a child named '{}' (module '{}')",
                  parent_path, name, existing->state->name);
   if (std::find(c.parents.begin(), c.parents.end(), &s) != c.parents.end())
-    detail::fail("Module.add_module", "module '{}' is already a child of {}", c.name,
-                 parent_path);
+    detail::fail("Module.add_module", "module '{}' is already a child of {}", c.name, parent_path);
   for (const auto& v : s.variables)
     if (first_component(v.name) == name)
       detail::fail("Module.add_module", "{} cannot add child '{}': it has a variable '{}'",
                    parent_path, name, v.name);
   if (reaches(c, &s))
-    detail::fail("Module.add_module",
-                 "adding '{}' to {} would make a cycle ({} is inside '{}')", name, parent_path,
-                 parent_path, c.name);
+    detail::fail("Module.add_module", "adding '{}' to {} would make a cycle ({} is inside '{}')",
+                 name, parent_path, parent_path, c.name);
   s.children.push_back({std::string(name), &c, nullptr});
   c.parents.push_back(&s);
   if (c.naming_parent == nullptr) {
@@ -312,19 +310,20 @@ Module& Module::add_module(std::string_view name, Module& child) {
   sync_trainable(c);
   if (detail::TraceContext* trace = detail::current_trace()) {
     // A failed trace also undoes registrations it made (a layer adding a child lazily).
-    trace->on_failure([parent = std::weak_ptr(state_), child_state = std::weak_ptr(child.state_)]() noexcept {
-      TreeLock undo_lock(tree_mutex());
-      auto p = parent.lock();
-      auto c = child_state.lock();
-      if (!p || !c) return;
-      std::shared_ptr<Module> owned;  // released after the links are consistent
-      auto it = std::find_if(p->children.begin(), p->children.end(),
-                             [&](const detail::ModuleChild& e) { return e.state == c.get(); });
-      if (it == p->children.end()) return;
-      owned = std::move(it->owned);
-      p->children.erase(it);
-      forget_parent(*c, p.get());
-    });
+    trace->on_failure(
+        [parent = std::weak_ptr(state_), child_state = std::weak_ptr(child.state_)]() noexcept {
+          TreeLock undo_lock(tree_mutex());
+          auto p = parent.lock();
+          auto c = child_state.lock();
+          if (!p || !c) return;
+          std::shared_ptr<Module> owned;  // released after the links are consistent
+          auto it = std::find_if(p->children.begin(), p->children.end(),
+                                 [&](const detail::ModuleChild& e) { return e.state == c.get(); });
+          if (it == p->children.end()) return;
+          owned = std::move(it->owned);
+          p->children.erase(it);
+          forget_parent(*c, p.get());
+        });
   }
   return child;
 }

@@ -26,8 +26,9 @@ void check_name(std::string_view op, std::string_view what, std::string_view nam
                 bool allow_slash) {
   if (name.empty()) fail(op, "invalid {} '': names must not be empty", what);
   if (!allow_slash && name.find('/') != std::string_view::npos)
-    fail(op, "invalid {} '{}': it must not contain '/' (use a NameScope or a child module for "
-             "hierarchy)",
+    fail(op,
+         "invalid {} '{}': it must not contain '/' (use a NameScope or a child module for "
+         "hierarchy)",
          what, name);
   if (name.front() == '/' || name.back() == '/' || name.find("//") != std::string_view::npos)
     fail(op, "invalid {} '{}': path components must not be empty", what, name);

@@ -77,8 +77,7 @@ void check_variable_creation_allowed(std::string_view name) {
 }
 
 Variable create_variable(const Tensor& initial, std::string name, bool trainable) {
-  if (!initial.defined())
-    fail("Variable", "variable '{}' needs a defined initial value", name);
+  if (!initial.defined()) fail("Variable", "variable '{}' needs a defined initial value", name);
   check_variable_creation_allowed(name);
   TraceContext* trace = current_trace();
   if (trace != nullptr && initial.impl()->is_symbolic())

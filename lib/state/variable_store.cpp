@@ -28,9 +28,12 @@ constexpr std::string_view op = "get_variable";
 
 const char* reuse_name(Reuse reuse) {
   switch (reuse) {
-    case Reuse::No: return "Reuse::No";
-    case Reuse::Yes: return "Reuse::Yes";
-    case Reuse::Auto: return "Reuse::Auto";
+    case Reuse::No:
+      return "Reuse::No";
+    case Reuse::Yes:
+      return "Reuse::Yes";
+    case Reuse::Auto:
+      return "Reuse::Auto";
   }
   return "Reuse(?)";
 }
@@ -54,8 +57,8 @@ VariableStore::VariableStore() : state_(std::make_shared<detail::VariableStoreSt
 VariableStore::~VariableStore() = default;
 
 Variable VariableStore::get_variable(std::string_view name, const Shape& shape,
-                                     const init::Initializer& initializer, Reuse reuse,
-                                     DType dtype, bool trainable) {
+                                     const init::Initializer& initializer, Reuse reuse, DType dtype,
+                                     bool trainable) {
   detail::check_name(op, "variable name", name, /*allow_slash*/ true);
   std::string full = scoped_name(name);
   auto& st = *state_;
