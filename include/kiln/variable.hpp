@@ -47,6 +47,9 @@ class Variable {
   const std::string& name() const;
   /// Whether optimizers should update it. Module::freeze() clears it for a subtree.
   bool trainable() const;
+  /// Sets the flag. For a variable created by a kiln::Module, the module recomputes the flag
+  /// (from the trainability given to add_variable and whether a containing module is frozen)
+  /// on freeze(), unfreeze() and registration; use those for module variables.
   void set_trainable(bool trainable) const;
   DType dtype() const;
   const Shape& shape() const;
