@@ -28,7 +28,13 @@ Tensor normal(const Shape& shape, double mean = 0.0, double stddev = 1.0, DType 
 Tensor uniform(const Shape& shape, double low = 0.0, double high = 1.0, DType dtype = f32);
 Tensor truncated_normal(const Shape& shape, double mean = 0.0, double stddev = 1.0,
                         DType dtype = f32);
-/// Restarts the global stream.
+/// Restarts the global stream from `seed` (the stream starts from 0 at program start).
 void set_global_seed(std::uint64_t seed);
+/// The seed the global stream was last started from (0 unless set_global_seed was called).
+/// kiln::clear_session() restarts the stream from it.
+std::uint64_t global_seed();
+/// Takes the next seed of the global stream (what the unseeded overloads and unseeded
+/// initializers use); thread-safe.
+std::uint64_t next_seed();
 
 }  // namespace kiln::random

@@ -1,10 +1,13 @@
 #pragma once
 /// @file variable.hpp
-/// kiln::Variable: a named, mutable slot holding a tensor value.
+/// kiln::Variable: a named, mutable slot holding a tensor value, and the collections of all
+/// live variables.
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "kiln/tensor.hpp"
 
@@ -18,12 +21,19 @@ struct VariableImpl;
 /// unique identity, which kiln::function's cache keys on. Assignments must keep the dtype and
 /// shape. Inside a traced function, reading a variable is bound at call time (by reference),
 /// and assign* become ordered side effects of the compiled graph.
+///
+/// A variable always holds a value (it is created from one), so it cannot be read
+/// uninitialized. It lives while any handle to it lives (a kiln::Module, the variable store
+/// and a concrete function that created it hold handles); the collections below only observe.
 class Variable {
  public:
   /// An empty handle (no variable); most methods throw on it.
   Variable() = default;
-  /// A new variable holding `initial` (which must be defined).
-  explicit Variable(const Tensor& initial, std::string name = "Variable", bool trainable = true);
+  /// A new variable holding `initial` (which must be defined and concrete). Its name is
+  /// `name` prefixed with the current kiln::NameScope ("layer1/w"); without a name it gets an
+  /// automatic one, unique in the scope: "Variable", "Variable_1", ... (see unique_name).
+  /// Inside a kiln::function, variables may be created only during its first trace.
+  explicit Variable(const Tensor& initial, std::string name = {}, bool trainable = true);
 
   bool defined() const { return impl_ != nullptr; }
   /// The current value (a symbolic read while tracing).
@@ -32,8 +42,14 @@ class Variable {
   void assign_add(const Tensor& delta) const;
   void assign_sub(const Tensor& delta) const;
 
+  /// The full name, e.g. "net/l1/kernel". Stable unless the variable belongs to a
+  /// kiln::Module that is registered under a new parent (its path changes, and so its name).
   const std::string& name() const;
+  /// Whether optimizers should update it. Module::freeze() clears it for a subtree.
   bool trainable() const;
+  /// Sets the flag. For a variable created by a kiln::Module, the module recomputes the flag
+  /// (from the trainability given to add_variable and whether a containing module is frozen)
+  /// on freeze(), unfreeze() and registration; use those for module variables.
   void set_trainable(bool trainable) const;
   DType dtype() const;
   const Shape& shape() const;
@@ -49,5 +65,14 @@ class Variable {
  private:
   std::shared_ptr<detail::VariableImpl> impl_;
 };
+
+/// Every live variable, in creation order, whose name lies under `scope_prefix` by whole path
+/// components: "layer1" selects "layer1/w" and "layer1/sub/b" but not "layer10/w"; "" selects
+/// all. The registry behind this holds weak references: a destroyed variable leaves it, and
+/// the registry never keeps a variable (or its memory) alive. The returned handles are a
+/// snapshot and do keep their variables alive while you hold them.
+std::vector<Variable> global_variables(std::string_view scope_prefix = "");
+/// Like global_variables, keeping only variables whose trainable() is true.
+std::vector<Variable> trainable_variables(std::string_view scope_prefix = "");
 
 }  // namespace kiln

@@ -405,6 +405,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   cf->owned_variables = std::move(trace.created_variables());
   cf->symbol_sources = std::move(symbol_sources);
   cf->counted_bytes = graph->bytes() + cf->plan.bytes();
+  trace.commit();  // nothing below can fail: keep what the trace registered
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
 
   std::lock_guard lock(st.mutex);

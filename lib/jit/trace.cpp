@@ -23,6 +23,10 @@ TraceContext::TraceContext(std::string function_name, bool allow_variable_creati
       function_name_(std::move(function_name)),
       allow_variable_creation_(allow_variable_creation) {}
 
+TraceContext::~TraceContext() {
+  for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
+}
+
 std::int32_t TraceContext::add_node(Node n) {
   graph_.nodes.push_back(std::move(n));
   return static_cast<std::int32_t>(graph_.nodes.size() - 1);

@@ -3,6 +3,7 @@
 // computing, and tensors are symbolic (shape and dtype, no buffer).
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <unordered_map>
 
@@ -17,6 +18,10 @@ class TraceContext {
   /// `allow_variable_creation`: whether variables may be created while this trace runs (only
   /// during a function's first trace). `function_name` is used in messages.
   TraceContext(std::string function_name, bool allow_variable_creation);
+  /// Runs the on_failure actions (newest first) unless commit() was called.
+  ~TraceContext();
+  TraceContext(const TraceContext&) = delete;
+  TraceContext& operator=(const TraceContext&) = delete;
 
   std::uint64_t id() const { return id_; }
   GraphData& graph() { return graph_; }
@@ -37,6 +42,12 @@ class TraceContext {
   void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value);
   /// Variables created while this trace ran (released if the trace fails).
   std::vector<std::shared_ptr<VariableImpl>>& created_variables() { return created_; }
+  /// Registers `undo` to run if this trace fails (ends without commit()): it reverts
+  /// bookkeeping done while tracing, such as a module or variable store recording a variable
+  /// the trace created, so that a failed trace leaves no trace. `undo` must not throw.
+  void on_failure(std::function<void()> undo) { undo_.push_back(std::move(undo)); }
+  /// The trace succeeded: its on_failure actions are dropped.
+  void commit() { undo_.clear(); }
   /// Marks t (an output of the traced function) and returns its node.
   std::int32_t node_of(const Tensor& t, const char* what);
 
@@ -54,6 +65,7 @@ class TraceContext {
   std::unordered_map<const VariableImpl*, std::int32_t> slots_;
   std::vector<std::int32_t> current_value_;  // per variable slot: node of its current value
   std::vector<std::shared_ptr<VariableImpl>> created_;
+  std::vector<std::function<void()>> undo_;
 };
 
 /// The trace being recorded on this thread, or null.

@@ -149,6 +149,7 @@ Tensor uniform_tensor(const Shape& shape, double low, double high, std::uint64_t
 // The global stream: a SplitMix64 sequence whose state advances atomically per call.
 constexpr std::uint64_t splitmix_increment = 0x9E3779B97F4A7C15ull;
 std::atomic<std::uint64_t> global_stream_state{0};
+std::atomic<std::uint64_t> global_stream_start{0};
 
 std::uint64_t next_global_seed() {
   std::uint64_t z = global_stream_state.fetch_add(splitmix_increment, std::memory_order_relaxed) +
@@ -192,7 +193,12 @@ Tensor truncated_normal(const Shape& shape, double mean, double stddev, DType dt
 }
 
 void set_global_seed(std::uint64_t seed) {
+  global_stream_start.store(seed, std::memory_order_relaxed);
   global_stream_state.store(seed, std::memory_order_relaxed);
 }
+
+std::uint64_t global_seed() { return global_stream_start.load(std::memory_order_relaxed); }
+
+std::uint64_t next_seed() { return next_global_seed(); }
 
 }  // namespace kiln::random

@@ -1,11 +1,15 @@
 #include "kiln/variable.hpp"
 
 #include <atomic>
+#include <map>
+#include <mutex>
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "jit/trace.hpp"
+#include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
+#include "state/names.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln {
@@ -13,7 +17,46 @@ namespace kiln {
 namespace detail {
 
 namespace {
+
 std::atomic<std::uint64_t> next_variable_id{1};
+
+// The registry behind the collections: every live variable by id (ids grow with creation, so
+// the map is in creation order). Entries are removed by ~VariableImpl under the mutex, so
+// while the mutex is held every listed object is still intact (its destructor, if running,
+// waits for the mutex before its members go). Nothing that could release a variable may run
+// while the mutex is held.
+struct Registration {
+  VariableImpl* impl;
+  std::weak_ptr<VariableImpl> weak;
+};
+std::mutex registry_mutex;
+std::map<std::uint64_t, Registration>& registry() {
+  static auto* map = new std::map<std::uint64_t, Registration>;
+  return *map;
+}
+
+std::vector<Variable> collect(std::string_view scope_prefix, bool trainable_only) {
+  std::vector<Variable> out;
+  std::lock_guard lock(registry_mutex);
+  for (const auto& [id, reg] : registry()) {
+    if (!path_has_prefix(reg.impl->name, scope_prefix)) continue;
+    if (trainable_only && !reg.impl->trainable.load()) continue;
+    if (auto strong = reg.weak.lock()) out.emplace_back(std::move(strong));
+  }
+  return out;
+}
+
+}  // namespace
+
+VariableImpl::~VariableImpl() {
+  if (id == 0) return;
+  std::lock_guard lock(registry_mutex);
+  registry().erase(id);
+}
+
+void rename_variable(VariableImpl& v, std::string name) {
+  std::lock_guard lock(registry_mutex);
+  v.name = std::move(name);
 }
 
 void check_assignable(const VariableImpl& v, const Tensor& t, const char* op) {
@@ -21,6 +64,40 @@ void check_assignable(const VariableImpl& v, const Tensor& t, const char* op) {
   if (t.dtype() != v.dtype || t.shape() != v.shape)
     fail(op, "variable '{}' is {} {}; the new value is {} {}", v.name, dtype_name(v.dtype), v.shape,
          dtype_name(t.dtype()), t.shape());
+}
+
+void check_variable_creation_allowed(std::string_view name) {
+  TraceContext* trace = current_trace();
+  if (trace == nullptr || trace->allow_variable_creation()) return;
+  fail(trace->function_name(),
+       "tried to create variable '{}' while retracing. Variables may be created only during a "
+       "function's first trace; create it outside the function or on the first call (layers do "
+       "this lazily), and reuse it afterwards",
+       name);
+}
+
+Variable create_variable(const Tensor& initial, std::string name, bool trainable) {
+  if (!initial.defined()) fail("Variable", "variable '{}' needs a defined initial value", name);
+  check_variable_creation_allowed(name);
+  TraceContext* trace = current_trace();
+  if (trace != nullptr && initial.impl()->is_symbolic())
+    fail(trace->function_name(),
+         "the initial value of variable '{}' depends on the function's arguments; initial "
+         "values are computed eagerly, once (use an initializer or a constant)",
+         name);
+  auto impl = std::make_shared<VariableImpl>();
+  impl->name = std::move(name);
+  impl->dtype = initial.dtype();
+  impl->shape = initial.shape();
+  impl->trainable = trainable;
+  impl->value = initial.contiguous();
+  {
+    std::lock_guard lock(registry_mutex);
+    impl->id = next_variable_id.fetch_add(1);
+    registry().emplace(impl->id, Registration{impl.get(), impl});
+  }
+  if (trace != nullptr) trace->created_variables().push_back(impl);
+  return Variable(std::move(impl));
 }
 
 }  // namespace detail
@@ -34,31 +111,8 @@ const detail::VariableImpl& checked(const std::shared_ptr<detail::VariableImpl>&
 }  // namespace
 
 Variable::Variable(const Tensor& initial, std::string name, bool trainable) {
-  if (!initial.defined())
-    detail::fail("Variable", "variable '{}' needs a defined initial value", name);
-  detail::TraceContext* trace = detail::current_trace();
-  if (trace != nullptr) {
-    if (!trace->allow_variable_creation())
-      detail::fail(trace->function_name(),
-                   "tried to create variable '{}' while retracing. Variables may be created only "
-                   "during a function's first trace; create it outside the function or on the "
-                   "first call (layers do this lazily), and reuse it afterwards",
-                   name);
-    if (initial.impl()->is_symbolic())
-      detail::fail(trace->function_name(),
-                   "the initial value of variable '{}' depends on the function's arguments; "
-                   "initial values are computed eagerly, once (use an initializer or a constant)",
-                   name);
-  }
-  auto impl = std::make_shared<detail::VariableImpl>();
-  impl->id = detail::next_variable_id.fetch_add(1);
-  impl->name = std::move(name);
-  impl->dtype = initial.dtype();
-  impl->shape = initial.shape();
-  impl->trainable = trainable;
-  impl->value = initial.contiguous();
-  if (trace != nullptr) trace->created_variables().push_back(impl);
-  impl_ = std::move(impl);
+  std::string full = name.empty() ? scoped_name(unique_name("Variable")) : scoped_name(name);
+  *this = detail::create_variable(initial, std::move(full), trainable);
 }
 
 Tensor Variable::value() const {
@@ -96,5 +150,13 @@ void Variable::set_trainable(bool trainable) const {
 DType Variable::dtype() const { return checked(impl_, "Variable.dtype").dtype; }
 const Shape& Variable::shape() const { return checked(impl_, "Variable.shape").shape; }
 std::uint64_t Variable::id() const { return checked(impl_, "Variable.id").id; }
+
+std::vector<Variable> global_variables(std::string_view scope_prefix) {
+  return detail::collect(scope_prefix, false);
+}
+
+std::vector<Variable> trainable_variables(std::string_view scope_prefix) {
+  return detail::collect(scope_prefix, true);
+}
 
 }  // namespace kiln
