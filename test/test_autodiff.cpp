@@ -436,3 +436,58 @@ TEST_CASE("sigmoid_cross_entropy is stable for large logits", "[autodiff]") {
   CHECK_THROWS_WITH(kiln::sigmoid_cross_entropy(logits, kiln::tensor({1, 2})),
                     Catch::StartsWith("[sigmoid_cross_entropy] dtypes differ"));
 }
+
+TEST_CASE("tapes watch the trainable variables they see read", "[autodiff][variables]") {
+  kiln::Variable w(kiln::tensor({1.f, 2.f, 3.f}, {3}), "w");
+  kiln::Variable frozen(kiln::tensor({2.f}, {1}), "frozen", /*trainable*/ false);
+  kiln::Variable unused(kiln::zeros({2, 2}), "unused");
+  const Tensor x = kiln::tensor({4.f, 5.f, 6.f}, {3});
+  kiln::GradientTape tape({.persistent = true});
+  const Tensor loss = kiln::sum(kiln::square(w.value() * x) * frozen.value());
+  // d/dw sum(2 (w x)^2) = 4 w x^2
+  const auto g = tape.gradient(loss, {w, frozen, unused});
+  CHECK(g[0].to_vector<float>() == std::vector<float>{64, 200, 432});
+  CHECK(g[1].to_vector<float>() == std::vector<float>{0});  // not trainable: not watched
+  CHECK(g[2].shape() == Shape{2, 2});
+  CHECK(kiln::sum(g[2]).item<float>() == 0.f);
+  REQUIRE(tape.watched_variables().size() == 1);
+  CHECK(tape.watched_variables()[0] == w);
+
+  kiln::GradientTape explicit_tape({.watch_accessed_variables = false});
+  explicit_tape.watch(frozen);
+  const Tensor y = kiln::sum(w.value() * frozen.value() * frozen.value());
+  const auto gy = explicit_tape.gradient(y, {frozen, w});
+  CHECK(gy[0].to_vector<float>() == std::vector<float>{2 * 2 * 6});  // d/df sum(w) f^2 = 2 f sum(w)
+  CHECK(gy[1].to_vector<float>() == std::vector<float>{0, 0, 0});    // not watched
+}
+
+TEST_CASE("a variable read before and after an assignment gets both gradients",
+          "[autodiff][variables]") {
+  kiln::Variable v(kiln::tensor({3.f}, {1}), "v");
+  kiln::GradientTape tape;
+  const Tensor first = v.value() * 2.f;
+  v.assign(kiln::tensor({5.f}, {1}));
+  const Tensor second = v.value() * 7.f;
+  CHECK(tape.gradient(kiln::sum(first + second), {v})[0].item<float>() == 9.f);
+}
+
+TEST_CASE("a traced train step takes gradients with respect to variables",
+          "[autodiff][variables][function]") {
+  const auto init = kiln::random::normal({4, 2}, 0, 1, 3);
+  kiln::Variable traced_w(init, "traced_w"), eager_w(init, "eager_w");
+  const Tensor x = kiln::random::normal({8, 4}, 0, 1, 4), y = kiln::random::normal({8, 2}, 0, 1, 5);
+  const auto step = [&](const kiln::Variable& w) {
+    kiln::GradientTape tape;
+    const Tensor loss = kiln::mean(kiln::square(kiln::matmul(x, w.value()) - y));
+    const auto grads = tape.gradient(loss, {w});
+    w.assign_sub(grads[0] * 0.1f);
+    return loss;
+  };
+  auto traced = kiln::function([&] { return step(traced_w); });
+  for (int i = 0; i < 5; ++i) {
+    const Tensor a = traced(), b = step(eager_w);
+    CHECK(std::abs(a.item<float>() - b.item<float>()) < 1e-5f);
+  }
+  CHECK(kiln::max(kiln::abs(traced_w.value() - eager_w.value())).item<float>() < 1e-5f);
+  CHECK(traced.tracing_count() == 1);
+}

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kiln/tensor.hpp"
+#include "kiln/variable.hpp"
 
 namespace kiln {
 
@@ -28,6 +29,9 @@ struct TapeOptions {
   /// Allow several gradient() calls. A non-persistent tape releases everything it recorded
   /// after its first gradient() call, and a second call is an error.
   bool persistent = false;
+  /// Watch every trainable variable read with Variable::value() while the tape records (as
+  /// TensorFlow's tapes do), so gradient(target, variables) needs no watch() calls.
+  bool watch_accessed_variables = true;
 };
 
 /// Records differentiable ops while alive (RAII). Tapes nest: inner tapes and outer tapes record
@@ -44,6 +48,8 @@ class GradientTape {
   /// Starts tracking t: ops that use t (directly or indirectly) are recorded.
   /// t must have a floating dtype.
   void watch(const Tensor& t);
+  /// Watches v (trainable or not): its reads while the tape records are tracked.
+  void watch(const Variable& v);
 
   /// d target / d source for each source, as tensors of the sources' shapes. `target` must be a
   /// scalar (one element) unless `output_gradient` (of target's shape) is given. A source the
@@ -53,6 +59,13 @@ class GradientTape {
   /// Single-source form.
   Tensor gradient(const Tensor& target, const Tensor& source,
                   const Tensor& output_gradient = Tensor());
+  /// d target / d variable for each variable: the sum over the values read from it while the
+  /// tape recorded (see TapeOptions::watch_accessed_variables). A variable that was not read
+  /// gets zeros of its shape.
+  std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& variables,
+                               const Tensor& output_gradient = Tensor());
+  /// The variables this tape watched, in order of first read.
+  std::vector<Variable> watched_variables() const;
 
   /// Pauses / resumes recording on this tape (e.g. for bookkeeping ops).
   void stop_recording();

@@ -63,6 +63,25 @@ class PauseAllTapes {
 
 }  // namespace
 
+namespace {
+/// Tracks `value` on `tape` as a read of v.
+void track_variable_read(TapeState& tape, const Variable& v, const Tensor& value) {
+  if (!is_floating(value.dtype())) return;
+  if (tape.tracked.insert(value.impl().get()).second) tape.watched.push_back(value);
+  auto [reads, first] = tape.variable_reads.try_emplace(v.id());
+  if (first) tape.variables.push_back(v);
+  for (const Tensor& t : reads->second)
+    if (t.impl() == value.impl()) return;
+  reads->second.push_back(value);
+}
+}  // namespace
+
+void note_variable_read(const Variable& v, const Tensor& value) {
+  for (TapeState* tape : tape_stack)
+    if (tape->recording && tape->options.watch_accessed_variables && v.trainable())
+      track_variable_read(*tape, v, value);
+}
+
 void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output) {
   if (!is_floating(output.dtype()) || !is_differentiable(p)) return;
   for (TapeState* tape : tape_stack) {
@@ -109,6 +128,54 @@ void GradientTape::watch(const Tensor& t) {
                  "cannot watch a tensor of dtype {}: gradients need f32 or f64",
                  dtype_name(t.dtype()));
   if (state_->tracked.insert(t.impl().get()).second) state_->watched.push_back(t);
+}
+
+void GradientTape::watch(const Variable& v) {
+  if (!v.defined()) detail::fail("GradientTape.watch", "empty Variable handle");
+  if (state_->released)
+    detail::fail("GradientTape.watch", "the tape was released by its gradient() call");
+  if (!is_floating(v.dtype()))
+    detail::fail("GradientTape.watch",
+                 "cannot watch variable '{}' of dtype {}: gradients need f32 or f64", v.name(),
+                 dtype_name(v.dtype()));
+  const Tensor value = v.value();
+  detail::track_variable_read(*state_, v, value);
+}
+
+std::vector<Variable> GradientTape::watched_variables() const { return state_->variables; }
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target,
+                                           const std::vector<Variable>& variables,
+                                           const Tensor& output_gradient) {
+  constexpr const char* op = "GradientTape.gradient";
+  std::vector<Tensor> sources;
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // per variable: first source, count
+  for (std::size_t i = 0; i < variables.size(); ++i) {
+    const Variable& v = variables[i];
+    if (!v.defined()) detail::fail(op, "variable {} is an empty Variable handle", i);
+    if (!is_floating(v.dtype()))
+      detail::fail(op, "variable '{}' has dtype {}; gradients exist only for f32 and f64", v.name(),
+                   dtype_name(v.dtype()));
+    const std::size_t first = sources.size();
+    auto found = state_->variable_reads.find(v.id());
+    if (found != state_->variable_reads.end())
+      sources.insert(sources.end(), found->second.begin(), found->second.end());
+    ranges.emplace_back(first, sources.size() - first);
+  }
+  const std::vector<Tensor> grads = gradient(target, sources, output_gradient);
+  std::vector<Tensor> result;
+  result.reserve(variables.size());
+  for (std::size_t i = 0; i < variables.size(); ++i) {
+    const auto [first, count] = ranges[i];
+    if (count == 0) {
+      result.push_back(zeros(variables[i].shape(), variables[i].dtype()));
+      continue;
+    }
+    Tensor sum = grads[first];
+    for (std::size_t k = 1; k < count; ++k) sum = add(sum, grads[first + k]);
+    result.push_back(sum);
+  }
+  return result;
 }
 
 void GradientTape::stop_recording() { detail::set_recording(*state_, false); }
@@ -189,6 +256,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
     tape.entries.clear();
     tape.tracked.clear();
     tape.watched.clear();
+    tape.variables.clear();
+    tape.variable_reads.clear();
   }
   return result;
 }

@@ -2,6 +2,7 @@
 // Tape internals: what apply() records and what gradient() walks back.
 
 #include <span>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -28,6 +29,10 @@ struct TapeState {
   std::unordered_set<const TensorImpl*> tracked;
   std::vector<Tensor> watched;  // keeps watched tensors (and so their identity) alive
   std::vector<TapeEntry> entries;
+  // Variables watched while recording, in order of first read, and the values read from each
+  // (by variable id).
+  std::vector<Variable> variables;
+  std::unordered_map<std::uint64_t, std::vector<Tensor>> variable_reads;
 };
 
 /// Number of tapes recording on this thread; apply() checks it before anything else.
@@ -41,6 +46,10 @@ void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Te
 /// The vector-Jacobian rule of a primitive entry: one gradient per input (undefined where the
 /// input gets none). Written with kiln ops.
 std::vector<Tensor> primitive_vjp(const TapeEntry& entry, const Tensor& output_gradient);
+
+/// Called by Variable::value() while some tape records: recording tapes that watch accessed
+/// variables track `value` as a read of v.
+void note_variable_read(const Variable& v, const Tensor& value);
 
 /// True for primitives that carry gradients (at least to one input).
 bool is_differentiable(Prim p);

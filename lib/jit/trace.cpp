@@ -107,6 +107,7 @@ std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v)
   graph_.variables.push_back(v);
   graph_.variable_names.push_back(v->name);
   current_value_.push_back(-1);
+  current_tensor_.emplace_back();
   slots_.emplace(v.get(), slot);
   return slot;
 }
@@ -122,7 +123,9 @@ Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
     n.index = slot;
     cur = add_node(std::move(n));
   }
-  return symbolic(cur);
+  Tensor& tensor = current_tensor_[static_cast<std::size_t>(slot)];
+  if (!tensor.defined()) tensor = symbolic(cur);
+  return tensor;
 }
 
 void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) {
@@ -136,6 +139,7 @@ void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const
   const std::int32_t id = add_node(std::move(n));
   graph_.side_effects.push_back(id);
   current_value_[static_cast<std::size_t>(slot)] = id;
+  current_tensor_[static_cast<std::size_t>(slot)] = Tensor();
 }
 
 }  // namespace kiln::detail

@@ -64,6 +64,9 @@ class TraceContext {
   std::unordered_map<const TensorImpl*, std::int32_t> constants_;
   std::unordered_map<const VariableImpl*, std::int32_t> slots_;
   std::vector<std::int32_t> current_value_;  // per variable slot: node of its current value
+  // Per variable slot: the symbolic tensor reads return until the next assignment (one tensor,
+  // so gradient tapes see every read of the same value as the same tensor).
+  std::vector<Tensor> current_tensor_;
   std::vector<std::shared_ptr<VariableImpl>> created_;
   std::vector<std::function<void()>> undo_;
 };

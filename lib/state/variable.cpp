@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "jit/trace.hpp"
@@ -117,8 +118,10 @@ Variable::Variable(const Tensor& initial, std::string name, bool trainable) {
 
 Tensor Variable::value() const {
   const auto& v = checked(impl_, "Variable.value");
-  if (detail::TraceContext* trace = detail::current_trace()) return trace->read_variable(impl_);
-  return v.read();
+  detail::TraceContext* trace = detail::current_trace();
+  Tensor value = trace != nullptr ? trace->read_variable(impl_) : v.read();
+  if (detail::any_tape_recording()) detail::note_variable_read(*this, value);
+  return value;
 }
 
 void Variable::assign(const Tensor& value) const {
