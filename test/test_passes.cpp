@@ -148,6 +148,7 @@ TEST_CASE("fused kernels match unfused ones on every layout", "[passes]") {
        kiln::slice(wide, 1, 60, 80)},
       {"transposed", kiln::transpose(u({70, 90}, 7)), u({90, 70}, 8), u({90, 1}, 9)},
       {"threaded", u({600, 512}, 10), u({512}, 11), u({600, 512}, 12)},
+      {"long rows", u({3, 5000}, 13), u({5000}, 14), u({3, 1}, 15)},
   };
   for (const Layout& l : layouts) {
     INFO(l.name);

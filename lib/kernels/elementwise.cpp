@@ -62,6 +62,17 @@ void gather(const char* src, std::int64_t stride, std::size_t element_size, void
   }
 }
 
+/// Copies n elements of element_size bytes, `stride` elements apart, to contiguous dst:
+/// gather() for the short runs of fused kernels.
+inline void copy_run(const char* src, std::int64_t stride, std::int64_t element_size, void* dst,
+                     std::int64_t n) {
+  if (stride == 1) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n * element_size));
+    return;
+  }
+  gather(src, stride, static_cast<std::size_t>(element_size), dst, n);
+}
+
 /// Runs row(inputs, input_strides, out, n) over the whole output: inputs with inner
 /// stride 0 or 1 are passed straight through, others are gathered into a stack buffer
 /// first. Large outputs are split along their outermost dim across the thread pool.
@@ -267,6 +278,10 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     how[k] = flat ? FusedRead::flat : broadcast ? FusedRead::broadcast : FusedRead::gathered;
     any_gathered = any_gathered || how[k] == FusedRead::gathered;
   }
+  std::array<std::size_t, N> gathered_inputs{};
+  std::size_t num_gathered = 0;
+  for (std::size_t k = 0; k < num_inputs; ++k)
+    if (how[k] == FusedRead::gathered) gathered_inputs[num_gathered++] = k;
   char* out_base = static_cast<char*>(out.data);
   const auto out_size = static_cast<std::int64_t>(dtype_size(out.dtype));
 
@@ -311,10 +326,12 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     }
   };
 
-  // Long rows: walk the output row by row (run_elementwise gathers inputs whose inner
-  // stride is not 0 or 1) and run the program on pieces of each row.
-  constexpr std::int64_t long_row = fused_block / 4;
-  if (!any_gathered || dims.shape[rank - 1] >= long_row) {
+  // Very long rows with inputs that are neither flat nor a single broadcast value: walk the
+  // output row by row (run_elementwise reads inner stride 0 or 1 in place and gathers others),
+  // saving the copies of blocked mode. Shorter rows go blockwise: walking rows costs a few
+  // hundred instructions per row, more than gathering a short row.
+  constexpr std::int64_t long_row = 2048;
+  if (any_gathered && dims.shape[rank - 1] >= long_row) {
     std::array<ArrayRef, N> padded;
     for (std::size_t k = 0; k < N; ++k) padded[k] = inputs[k < num_inputs ? k : 0];
     const Attrs no_attrs;
@@ -333,32 +350,52 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     return;
   }
 
-  // Short rows (views such as the gate slices of an LSTM): blocks of fused_block output
-  // elements across rows, with strided inputs gathered into contiguous scratch first.
+  // Blocks of fused_block output elements in row-major order (across rows: views such as the
+  // gate slices of an LSTM), with strided inputs gathered into contiguous scratch first.
   const auto run_block = [&](std::int64_t first, std::int64_t count) {
     alignas(64) std::uint64_t gathered[N][fused_block];
-    std::array<std::int64_t, Shape::max_rank> index{};
-    std::int64_t rest = first;
-    for (std::size_t d = rank; d-- > 0;) {
-      index[d] = rest % dims.shape[d];
-      rest /= dims.shape[d];
-    }
-    const std::size_t inner = rank - 1;
-    for (std::int64_t done = 0; done < count;) {
-      const std::int64_t run = std::min(dims.shape[inner] - index[inner], count - done);
-      for (std::size_t k = 0; k < num_inputs; ++k) {
-        if (how[k] != FusedRead::gathered) continue;
-        std::int64_t offset = 0;
-        for (std::size_t d = 0; d < rank; ++d) offset += index[d] * dims.strides[k + 1][d];
-        gather(base[k] + offset * size[k], dims.strides[k + 1][inner],
-               static_cast<std::size_t>(size[k]),
-               reinterpret_cast<char*>(gathered[k]) + done * size[k], run);
+    if (num_gathered > 0) {
+      // Walk the block's elements row by row; each gathered input keeps a pointer to the start
+      // of its current row, moved by one outer stride per row (recomputed only on a carry).
+      std::array<std::int64_t, Shape::max_rank> index{};
+      std::int64_t rest = first;
+      for (std::size_t d = rank; d-- > 0;) {
+        index[d] = rest % dims.shape[d];
+        rest /= dims.shape[d];
       }
-      done += run;
-      index[inner] += run;
-      for (std::size_t d = inner; d > 0 && index[d] == dims.shape[d]; --d) {
-        index[d] = 0;
-        ++index[d - 1];
+      const std::size_t inner = rank - 1;
+      std::array<const char*, N> row{};
+      const auto find_rows = [&] {
+        for (std::size_t g = 0; g < num_gathered; ++g) {
+          const std::size_t k = gathered_inputs[g];
+          std::int64_t offset = 0;
+          for (std::size_t d = 0; d < inner; ++d) offset += index[d] * dims.strides[k + 1][d];
+          row[k] = base[k] + offset * size[k];
+        }
+      };
+      find_rows();
+      for (std::int64_t done = 0; done < count;) {
+        const std::int64_t run = std::min(dims.shape[inner] - index[inner], count - done);
+        for (std::size_t g = 0; g < num_gathered; ++g) {
+          const std::size_t k = gathered_inputs[g];
+          const std::int64_t step = dims.strides[k + 1][inner];
+          copy_run(row[k] + index[inner] * step * size[k], step, size[k],
+                   reinterpret_cast<char*>(gathered[k]) + done * size[k], run);
+        }
+        done += run;
+        index[inner] += run;
+        if (index[inner] < dims.shape[inner] || done == count) continue;
+        index[inner] = 0;
+        std::size_t d = inner;
+        while (d > 0 && ++index[d - 1] == dims.shape[d - 1]) index[--d] = 0;
+        if (inner > 0 && d == inner) {
+          for (std::size_t g = 0; g < num_gathered; ++g) {
+            const std::size_t k = gathered_inputs[g];
+            row[k] += dims.strides[k + 1][inner - 1] * size[k];
+          }
+        } else {
+          find_rows();
+        }
       }
     }
     std::array<const void*, N> ptr{};
