@@ -11,6 +11,7 @@
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "state/names.hpp"
+#include "state/deferred_restore.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln {
@@ -92,6 +93,16 @@ Variable create_variable(const Tensor& initial, std::string name, bool trainable
   impl->shape = initial.shape();
   impl->trainable = trainable;
   impl->value = initial.contiguous();
+  // A checkpoint restored before this variable existed queued its value (deferred restore).
+  if (std::optional<Tensor> restored = take_deferred_restore(impl->name)) {
+    if (restored->dtype() != impl->dtype || restored->shape() != impl->shape)
+      fail("Variable",
+           "the checkpoint value restored for '{}' is {} {}, but the variable is created as {} "
+           "{}",
+           impl->name, dtype_name(restored->dtype()), restored->shape(), dtype_name(impl->dtype),
+           impl->shape);
+    impl->value = restored->contiguous();
+  }
   {
     std::lock_guard lock(registry_mutex);
     impl->id = next_variable_id.fetch_add(1);

@@ -1,0 +1,99 @@
+#pragma once
+/// @file checkpoint.hpp
+/// Saving and loading a model's weights by variable path, and checkpoints of several objects
+/// (models, optimizers, counters) with deferred restore.
+///
+/// Loading assigns values to the existing variables in place: no graph nodes, no retrace, no
+/// new variables, no lasting memory. A kiln::function that reads the variables sees the new
+/// values on its next call.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/io.hpp"
+#include "kiln/module.hpp"
+#include "kiln/variable.hpp"
+
+namespace kiln {
+
+/// Writes every variable of `module` to a file, keyed by its path from the module
+/// (`net/l1/kernel`, as Module::named_variables gives). The format follows the extension:
+/// `.npz` writes NumPy's archive, anything else safetensors. The write is atomic.
+void save_weights(const Module& module, const std::filesystem::path& path,
+                  const io::Metadata& metadata = {});
+
+struct LoadWeightsOptions {
+  /// Every variable must be in the file and every key of the file must be a variable, with
+  /// matching dtype and shape; otherwise one error lists every problem and nothing changes.
+  /// When false, what matches is loaded and the rest is reported in LoadWeightsResult.
+  bool strict = true;
+  /// Maps a key of the file to a variable path of the module (for weights named by another
+  /// framework, e.g. "encoder.layer.0.weight" -> "net/l1/kernel"). Return an empty string to
+  /// skip a key. The identity when unset.
+  std::function<std::string(const std::string&)> key_map;
+};
+
+struct LoadWeightsResult {
+  std::vector<std::string> loaded;      ///< variable paths assigned
+  std::vector<std::string> missing;     ///< variable paths the file did not provide
+  std::vector<std::string> unexpected;  ///< file keys (after key_map) that are no variable
+  std::vector<std::string> mismatched;  ///< "path: file f32 [3,4], variable f32 [4,3]"
+};
+
+/// Assigns the values in `path` (safetensors, .npz or .npy detected from the file) to the
+/// variables of `module` by path. Validates everything before assigning anything; with strict
+/// options any problem is an error that lists them all and changes nothing. Cannot be called
+/// while a function is being traced.
+LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path,
+                               const LoadWeightsOptions& options = {});
+
+struct CheckpointOptions {
+  /// Checkpoint files kept by save(): older ones are deleted (0 keeps all).
+  int keep_last = 5;
+};
+
+/// A set of named objects saved and restored together: modules (a model, an optimizer whose
+/// slots are variables) and single variables (a step counter). File keys are
+/// "<object name>/<variable path>".
+///
+/// save(prefix) writes "<prefix>-<n>.safetensors" with n counting up from the newest existing
+/// file, atomically, and keeps the last `keep_last` files. restore(prefix) reads the newest
+/// such file (or `prefix` itself when it is a file). Values whose variables do not exist yet
+/// (layers that build on their first call) are queued by path and assigned when the variables
+/// are created; assert_consumed() throws if any queued value is still waiting.
+class Checkpoint {
+ public:
+  using Objects = std::vector<std::pair<std::string, Module*>>;
+  explicit Checkpoint(Objects objects, CheckpointOptions options = {});
+  ~Checkpoint();
+  Checkpoint(const Checkpoint&) = delete;
+  Checkpoint& operator=(const Checkpoint&) = delete;
+
+  /// Also saves and restores `variable` under `name` (e.g. a step counter).
+  Checkpoint& track(const std::string& name, const Variable& variable);
+
+  /// Writes a new checkpoint file; returns its path.
+  std::filesystem::path save(const std::filesystem::path& prefix);
+  /// Restores from the newest checkpoint of `prefix` (or the file `prefix`). Every key must
+  /// belong to a tracked object and match dtype and shape where the variable exists; otherwise
+  /// nothing changes. Returns the file read.
+  std::filesystem::path restore(const std::filesystem::path& prefix);
+  /// The newest checkpoint file of `prefix`, or an empty path when there is none.
+  static std::filesystem::path latest(const std::filesystem::path& prefix);
+
+  /// Paths ("model/net/l2/kernel") of restored values still waiting for their variables.
+  std::vector<std::string> pending() const;
+  /// Throws, listing them, if restored values are still waiting for their variables.
+  void assert_consumed() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,237 @@
+// save_weights / load_weights and kiln::Checkpoint: in-place, all-or-nothing, deferred restore,
+// and no growth when weights are loaded into a cached function over and over.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <kiln/checkpoint.hpp>
+#include <kiln/kiln.hpp>
+
+using kiln::Shape;
+using kiln::Tensor;
+
+namespace {
+
+/// A dense layer that builds on its first call (input size from the input), like nn layers.
+struct LazyDense : kiln::Module {
+  std::int64_t units;
+  explicit LazyDense(std::string name, std::int64_t u) : Module(std::move(name)), units(u) {}
+  Tensor operator()(const Tensor& x) {
+    const auto in = x.shape()[x.ndim() - 1];
+    const auto w = add_variable("kernel", {in, units}, kiln::init::glorot_uniform(7));
+    const auto b = add_variable("bias", {units}, kiln::init::zeros());
+    return kiln::matmul(x, w.value()) + b.value();
+  }
+};
+
+struct Net : kiln::Module {
+  LazyDense l1{"l1", 8}, l2{"l2", 3};
+  Net() : Module("net") {
+    add_module("l1", l1);
+    add_module("l2", l2);
+  }
+  Tensor operator()(const Tensor& x) { return l2(kiln::tanh(l1(x))); }
+};
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() /
+           ("kiln-ckpt-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+bool same(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && kiln::all(kiln::equal(a, b)).item<bool>();
+}
+
+std::int64_t rss_pages() {
+  std::ifstream statm("/proc/self/statm");
+  std::int64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident;
+}
+
+}  // namespace
+
+TEST_CASE("save_weights and load_weights round trip by variable path", "[checkpoint]") {
+  TempDir dir;
+  const Tensor x = kiln::random::normal({4, 5}, 0, 1, 1);
+  for (const char* file : {"w.safetensors", "w.npz"}) {
+    INFO(file);
+    Net a, b;
+    const Tensor ya = a(x);
+    b(x);  // built, different values (the seeds are equal, so perturb b)
+    b.l1.variable("kernel").assign_add(kiln::ones({5, 8}));
+    kiln::save_weights(a, dir.path / file);
+    const auto inspected = kiln::io::inspect(dir.path / file);
+    CHECK(inspected.size() == 4);
+    const auto result = kiln::load_weights(b, dir.path / file);
+    CHECK(result.loaded.size() == 4);
+    CHECK(result.missing.empty());
+    CHECK(same(b(x), ya));
+  }
+}
+
+TEST_CASE("strict loading reports every problem and changes nothing", "[checkpoint]") {
+  TempDir dir;
+  const Tensor x = kiln::ones({2, 5});
+  Net net;
+  net(x);
+  const auto before = net.get_weights();
+  std::map<std::string, Tensor> values = {
+      {"net/l1/kernel", kiln::zeros({5, 8})},        // fine
+      {"net/l1/bias", kiln::zeros({9})},             // wrong shape
+      {"net/l3/kernel", kiln::zeros({2, 2})},        // no such variable
+  };  // net/l2/* missing
+  kiln::io::save_safetensors(dir.path / "bad.safetensors", values);
+  try {
+    kiln::load_weights(net, dir.path / "bad.safetensors");
+    FAIL("load_weights accepted a mismatched file");
+  } catch (const kiln::Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("[load_weights]") == 0);
+    CHECK(what.find("nothing was assigned") != std::string::npos);
+    CHECK(what.find("missing from the file (2): net/l2/bias, net/l2/kernel") != std::string::npos);
+    CHECK(what.find("unexpected in the file (1): net/l3/kernel") != std::string::npos);
+    CHECK(what.find("net/l1/bias: file f32 [9], variable f32 [8]") != std::string::npos);
+  }
+  const auto after = net.get_weights();
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(same(before[i], after[i]));
+
+  const auto partial = kiln::load_weights(net, dir.path / "bad.safetensors", {.strict = false});
+  CHECK(partial.loaded == std::vector<std::string>{"net/l1/kernel"});
+  CHECK(partial.unexpected == std::vector<std::string>{"net/l3/kernel"});
+  CHECK(partial.missing.size() == 2);
+  CHECK(partial.mismatched.size() == 1);
+  CHECK(kiln::sum(kiln::abs(net.variable("l1/kernel").value())).item<float>() == 0.f);
+}
+
+TEST_CASE("a key map loads weights named by another framework", "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({1, 5}));
+  std::map<std::string, Tensor> torch_names = {
+      {"fc1.weight", kiln::full({5, 8}, 1.0)}, {"fc1.bias", kiln::full({8}, 2.0)},
+      {"fc2.weight", kiln::full({8, 3}, 3.0)}, {"fc2.bias", kiln::full({3}, 4.0)},
+      {"num_batches_tracked", kiln::scalar(0.0)}};
+  kiln::io::save_safetensors(dir.path / "torch.safetensors", torch_names);
+  const auto map = [](const std::string& key) -> std::string {
+    if (key == "num_batches_tracked") return "";  // skipped
+    const std::string layer = key.substr(0, 3) == "fc1" ? "l1" : "l2";
+    return "net/" + layer + (key.find("weight") != std::string::npos ? "/kernel" : "/bias");
+  };
+  const auto result = kiln::load_weights(net, dir.path / "torch.safetensors", {.key_map = map});
+  CHECK(result.loaded.size() == 4);
+  CHECK(net.variable("l2/bias").value().to_vector<float>() == std::vector<float>{4, 4, 4});
+}
+
+TEST_CASE("loading weights into a cached function: no retrace, nothing grows", "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  const Tensor x = kiln::random::normal({4, 5}, 0, 1, 2);
+  auto forward = kiln::function([&](const Tensor& in) { return net(in); });
+  forward(x);
+  Net other;
+  other(x);
+  other.l2.variable("bias").assign(kiln::full({3}, 5.0));
+  kiln::save_weights(other, dir.path / "other.safetensors");
+  kiln::save_weights(net, dir.path / "mine.safetensors");
+  const auto nodes = forward.get_concrete_function(x).graph().num_nodes();
+
+  kiln::load_weights(net, dir.path / "other.safetensors");
+  CHECK(same(forward(x), other(x)));
+  CHECK(forward.tracing_count() == 1);
+  CHECK(forward.get_concrete_function(x).graph().num_nodes() == nodes);
+
+  const auto variables = kiln::global_variables().size();
+  const auto stats = kiln::memory_stats();
+  const auto rss = rss_pages();
+  for (int i = 0; i < 1000; ++i) {
+    kiln::load_weights(net, dir.path / (i % 2 == 0 ? "mine.safetensors" : "other.safetensors"));
+    forward(x);
+  }
+  const auto after = kiln::memory_stats();
+  CHECK(forward.tracing_count() == 1);
+  CHECK(kiln::global_variables().size() == variables);
+  CHECK(after.live_bytes == stats.live_bytes);
+  CHECK(after.live_tensors == stats.live_tensors);
+  CHECK(after.live_graph_nodes == stats.live_graph_nodes);
+  CHECK(rss_pages() - rss < 256);  // under 1 MiB of 4 KiB pages
+}
+
+TEST_CASE("checkpoints keep the last files and restore the newest", "[checkpoint]") {
+  TempDir dir;
+  const Tensor x = kiln::ones({2, 5});
+  Net net;
+  net(x);
+  kiln::Variable step(kiln::scalar(0.0, kiln::i64), "step", false);
+  kiln::Checkpoint ckpt({{"model", &net}}, {.keep_last = 2});
+  ckpt.track("step", step);
+  const auto prefix = dir.path / "run" / "ckpt";
+  for (int i = 1; i <= 3; ++i) {
+    step.assign(kiln::scalar(static_cast<double>(i), kiln::i64));
+    net.l2.variable("bias").assign(kiln::full({3}, static_cast<double>(i)));
+    ckpt.save(prefix);
+  }
+  CHECK(!std::filesystem::exists(prefix.string() + "-1.safetensors"));
+  CHECK(std::filesystem::exists(prefix.string() + "-2.safetensors"));
+  CHECK(kiln::Checkpoint::latest(prefix) == prefix.string() + "-3.safetensors");
+
+  net.l2.variable("bias").assign(kiln::zeros({3}));
+  step.assign(kiln::scalar(0.0, kiln::i64));
+  ckpt.restore(prefix);
+  CHECK(step.value().item<std::int64_t>() == 3);
+  CHECK(net.l2.variable("bias").value().to_vector<float>() == std::vector<float>{3, 3, 3});
+  ckpt.restore(prefix.string() + "-2.safetensors");
+  CHECK(step.value().item<std::int64_t>() == 2);
+}
+
+TEST_CASE("restoring before a lazy layer builds defers the values", "[checkpoint]") {
+  TempDir dir;
+  const Tensor x = kiln::random::normal({3, 5}, 0, 1, 4);
+  Net trained;
+  trained(x);
+  trained.l1.variable("kernel").assign_add(kiln::ones({5, 8}));
+  const Tensor expected = trained(x);
+  kiln::Checkpoint({{"model", &trained}}).save(dir.path / "ckpt");
+
+  Net fresh;  // not built: it has no variables yet
+  kiln::Checkpoint ckpt({{"model", &fresh}});
+  ckpt.restore(dir.path / "ckpt");
+  CHECK(ckpt.pending().size() == 4);
+  CHECK_THROWS_WITH(ckpt.assert_consumed(),
+                    Catch::Contains("4 restored values were never used"));
+  // The first call builds the layers (here inside a traced function) with the saved values.
+  auto forward = kiln::function([&](const Tensor& in) { return fresh(in); });
+  CHECK(same(forward(x), expected));
+  CHECK(ckpt.pending().empty());
+  CHECK_NOTHROW(ckpt.assert_consumed());
+}
+
+TEST_CASE("a checkpoint with a foreign key restores nothing", "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({1, 5}));
+  const auto before = net.get_weights();
+  kiln::io::save_safetensors(dir.path / "x.safetensors",
+                             {{"model/net/l1/kernel", kiln::zeros({5, 8})},
+                              {"optimizer/adam/iterations", kiln::scalar(1.0)}});
+  kiln::Checkpoint ckpt({{"model", &net}});
+  CHECK_THROWS_WITH(ckpt.restore(dir.path / "x.safetensors"),
+                    Catch::Contains("'optimizer/adam/iterations' belongs to no object"));
+  CHECK(same(net.get_weights()[0], before[0]));
+  CHECK_THROWS_WITH(ckpt.restore(dir.path / "none"), Catch::Contains("no checkpoint"));
+}
