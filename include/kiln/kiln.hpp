@@ -8,6 +8,7 @@
 #include "kiln/error.hpp"
 #include "kiln/format.hpp"
 #include "kiln/function.hpp"
+#include "kiln/io.hpp"
 #include "kiln/memory.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
