@@ -347,6 +347,12 @@ TEST_CASE("npz: broken archives and members", "[io]") {
                "the member has 8 bytes of data, but '<f4' [3] needs 12");
   expect_error(io_test::make_zip({{"a.npy", npy(dict("<f4", "(1152921504606846975,)"))}}),
                Loader::npz, "needs 4611686018427387900");
+  // A version 1.0 header of length 0 (found by fuzz_npz: the header ends before the prefix).
+  expect_error(
+      io_test::make_zip({{"a.npy", Bytes{0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0, '{', '}'}}}),
+      Loader::npz, "(member 'a.npy'): bad .npy header at byte 0: the header ends too early");
+  expect_error(io_test::make_zip({{"a.npy", Bytes{0x93, 'N', 'U', 'M', 'P', 'Y', 2, 0, 0}}}),
+               Loader::npz, "(member 'a.npy'): truncated .npy file (9 bytes)");
   io_test::ZipMember encrypted{"e.npy", small_npy()};
   encrypted.flags = 1;
   expect_error(io_test::make_zip({encrypted}), Loader::npz, "member 'e.npy' is encrypted");

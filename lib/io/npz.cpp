@@ -152,9 +152,17 @@ std::pair<MemberFile, NpyHeader> open_member(zip_t* archive, const Member& membe
                                              const std::string& op, const std::string& source) {
   MemberFile file(zip_fopen_index(archive, member.index, 0));
   if (!file) fail(op, "{}: cannot open the member: {}", source, zip_strerror(archive));
-  std::vector<std::byte> header(std::min<std::uint64_t>(npy_prefix_bytes, member.size));
+  // Magic and version first: they say how wide the length field is (2 or 4 bytes), so that
+  // nothing past the header is read here.
+  std::vector<std::byte> header(std::min<std::uint64_t>(8, member.size));
   read_exact(file.get(), header.data(), header.size(), op, source);
+  if (header.size() == 8) {
+    const std::uint64_t field = std::to_integer<int>(header[6]) == 1 ? 2 : 4;
+    header.resize(8 + std::min<std::uint64_t>(field, member.size - 8));
+    read_exact(file.get(), header.data() + 8, header.size() - 8, op, source);
+  }
   const std::uint64_t header_size = npy_header_size(header, op, source);
+  if (header_size < header.size()) fail(op, "{}: .npy header length field is inconsistent", source);
   if (header_size > member.size)
     fail(op, "{}: .npy header of {} bytes is longer than the member ({} bytes)", source,
          header_size, member.size);
