@@ -66,12 +66,15 @@ TEST_CASE("NumPy's .npy files load", "[io]") {
 
 TEST_CASE("NumPy's .npz archives load: stored and deflated members", "[io]") {
   const auto mixed = io::load_npz(fixture("np_mixed.npz"));
-  REQUIRE(mixed.size() == 3);
+  REQUIRE(mixed.size() == 5);
   check_values<float>(mixed.at("stored"), kiln::f32, {2, 3}, {0, 1, 2, 3, 4, 5});
   std::vector<std::int64_t> hundred(100);
   for (int i = 0; i < 100; ++i) hundred[static_cast<std::size_t>(i)] = i;
   check_values<std::int64_t>(mixed.at("deflated"), kiln::i64, {100}, hundred);
   check_values<double>(mixed.at("layer1/kernel"), kiln::f64, {2, 2}, {0, 1, 2, 3});
+  // Fortran order (decoded in place) and big-endian half (decoded through a copy) in members.
+  check_values<float>(mixed.at("fortran"), kiln::f32, {2, 3}, {0, 1, 2, 3, 4, 5});
+  check_values<float>(mixed.at("half"), kiln::f32, {2}, {1.5f, -.25f});
 
   const auto savez = io::load_npz(fixture("np_savez.npz"));
   check_values<float>(savez.at("a"), kiln::f32, {2, 3}, {-2.5f, -1.5f, -.5f, .5f, 1.5f, 2.5f});

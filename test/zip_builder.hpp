@@ -86,4 +86,52 @@ inline std::vector<std::uint8_t> make_zip(const std::vector<ZipMember>& members)
   return out;
 }
 
+/// Two stored members whose data overlaps: "a.npy"'s data quotes "b.npy"'s local header and
+/// data (the overlapping-file zip bomb, with no compression).
+inline std::vector<std::uint8_t> make_overlapping_zip(const std::vector<std::uint8_t>& inner) {
+  auto local = [](const std::string& name, const std::vector<std::uint8_t>& data) {
+    std::vector<std::uint8_t> v;
+    append_le(v, 0x04034b50, 4);
+    for (std::uint64_t field : {20, 0, 0, 0, 0x21}) append_le(v, field, 2);
+    append_le(v, crc32(0, data.data(), static_cast<uInt>(data.size())), 4);
+    append_le(v, data.size(), 4);
+    append_le(v, data.size(), 4);
+    append_le(v, name.size(), 2);
+    append_le(v, 0, 2);
+    append(v, name);
+    return v;
+  };
+  auto central = [](const std::string& name, const std::vector<std::uint8_t>& data,
+                    std::uint64_t offset) {
+    std::vector<std::uint8_t> v;
+    append_le(v, 0x02014b50, 4);
+    for (std::uint64_t field : {20, 20, 0, 0, 0, 0x21}) append_le(v, field, 2);
+    append_le(v, crc32(0, data.data(), static_cast<uInt>(data.size())), 4);
+    append_le(v, data.size(), 4);
+    append_le(v, data.size(), 4);
+    append_le(v, name.size(), 2);
+    for (int i = 0; i < 4; ++i) append_le(v, 0, 2);
+    append_le(v, 0, 4);
+    append_le(v, offset, 4);
+    append(v, name);
+    return v;
+  };
+  std::vector<std::uint8_t> outer = local("b.npy", inner);
+  outer.insert(outer.end(), inner.begin(), inner.end());
+  std::vector<std::uint8_t> out = local("a.npy", outer);
+  const std::uint64_t inner_offset = out.size();
+  out.insert(out.end(), outer.begin(), outer.end());
+  const std::uint64_t central_offset = out.size();
+  auto directory = central("a.npy", outer, 0);
+  const auto second = central("b.npy", inner, inner_offset);
+  directory.insert(directory.end(), second.begin(), second.end());
+  out.insert(out.end(), directory.begin(), directory.end());
+  append_le(out, 0x06054b50, 4);
+  for (std::uint64_t field : {0, 0, 2, 2}) append_le(out, field, 2);
+  append_le(out, directory.size(), 4);
+  append_le(out, central_offset, 4);
+  append_le(out, 0, 2);
+  return out;
+}
+
 }  // namespace io_test

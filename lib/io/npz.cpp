@@ -83,6 +83,7 @@ std::vector<Member> list_members(zip_t* archive, std::uint64_t file_size, const 
   if (count < 0) fail(op, "{}: cannot list the archive: {}", source, zip_strerror(archive));
   std::vector<Member> members;
   std::set<std::string> names;
+  std::uint64_t compressed_total = 0;
   for (zip_int64_t i = 0; i < count; ++i) {
     zip_stat_t st;
     zip_stat_init(&st);
@@ -120,6 +121,14 @@ std::vector<Member> list_members(zip_t* archive, std::uint64_t file_size, const 
     if (st.comp_method == ZIP_CM_STORE ? st.size != st.comp_size : st.size > limit)
       fail(op, "{}: member '{}' claims {} bytes from {} stored bytes, which its method cannot do",
            source, m, st.size, st.comp_size);
+    // Members whose data overlaps (a known zip bomb) would claim more bytes than the archive
+    // holds; without overlap, all the decompressed data is bounded by the deflate ratio.
+    compressed_total += st.comp_size;
+    if (compressed_total > file_size)
+      fail(op,
+           "{}: the members' compressed data adds up to more than the archive's {} bytes "
+           "(overlapping members)",
+           source, file_size);
     members.push_back(std::move(member));
   }
   return members;

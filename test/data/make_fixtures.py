@@ -69,6 +69,12 @@ def main(out):
         z.writestr(zipfile.ZipInfo("layer1/kernel.npy", (1980, 1, 1, 0, 0, 0)),
                    npy_bytes(np.arange(4, dtype=np.float64).reshape(2, 2)),
                    compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr(zipfile.ZipInfo("fortran.npy", (1980, 1, 1, 0, 0, 0)),
+                   npy_bytes(np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3))),
+                   compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr(zipfile.ZipInfo("half.npy", (1980, 1, 1, 0, 0, 0)),
+                   npy_bytes(np.array([1.5, -0.25], dtype=">f2")),
+                   compress_type=zipfile.ZIP_STORED)
     np.savez(os.path.join(out, "np_savez.npz"), a=arrays["f32"], b=arrays["bool"])
     np.savez_compressed(os.path.join(out, "np_savez_compressed.npz"), a=arrays["f32"],
                         c=arrays["i64"], s=arrays["scalar"])
