@@ -48,9 +48,10 @@ using Metadata = std::map<std::string, std::string>;
 
 /// Writes `tensors` to a safetensors file. Tensors must be defined and concrete (not symbolic
 /// tensors of a function being traced); views are written in row-major order. Names may be
-/// any non-empty string except "__metadata__". Tensors are laid out as the reference
+/// any non-empty UTF-8 string except "__metadata__". Tensors are laid out as the reference
 /// implementation does (by descending dtype alignment, then by name), so the file is
-/// byte-for-byte what `safetensors.numpy.save_file` writes for the same arrays and metadata.
+/// byte-for-byte what `safetensors.numpy.save_file` writes for the same arrays and metadata
+/// (with several metadata entries the reference uses hash order; kiln sorts them by key).
 /// `metadata` becomes the `__metadata__` entry (omitted when empty).
 void save_safetensors(const std::filesystem::path& path,
                       const std::map<std::string, Tensor>& tensors, const Metadata& metadata = {});
