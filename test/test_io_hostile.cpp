@@ -114,6 +114,9 @@ TEST_CASE("safetensors: dtypes, shapes and sizes that disagree", "[io]") {
                "has rank 9, more than kiln's maximum rank 8");
   expect_error(st(one("F32", "[4294967296,4294967296]", "[0,4]"), zeros(4)), Loader::safetensors,
                "the element count overflows 64 bits");
+  // Empty, but the other dims' product (a stride) overflows (found by fuzz_npy).
+  expect_error(st(one("F32", "[0,4294967296,4294967296]", "[0,0]")), Loader::safetensors,
+               "the element count overflows 64 bits");
   expect_error(st(one("F32", "[99999999999999999999]", "[0,4]"), zeros(4)), Loader::safetensors,
                "not a non-negative integer");
   expect_error(st(one("F32", "[2,2]", "[0,12]"), zeros(12)), Loader::safetensors,
@@ -236,6 +239,8 @@ TEST_CASE("npy: header dicts are validated strictly", "[io]") {
   expect_error(npy(dict("<f4", "(99999999999999999999,)"), four), Loader::npy,
                "dimension too large");
   expect_error(npy(dict("<f4", "(4294967296, 4294967296)"), four), Loader::npy,
+               "the element count overflows 64 bits");
+  expect_error(npy(dict("<f2", "(44074, 0, 694, 2, 67, 9696, 6, 39949672963)")), Loader::npy,
                "the element count overflows 64 bits");
   expect_error(npy(dict("<f4", "(1,1,1,1,1,1,1,1,1)"), four), Loader::npy,
                "more than kiln's maximum rank 8");

@@ -168,18 +168,25 @@ CheckedShape check_shape(std::span<const std::uint64_t> dims, std::size_t elemen
         fmt::format("rank {} exceeds kiln's maximum rank {}", dims.size(), Shape::max_rank);
     return result;
   }
-  std::uint64_t count = 1;
+  // The product of the non-zero dims bounds every stride, so it must fit in int64 even when a
+  // zero dim makes the tensor empty.
+  constexpr auto int64_max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  std::uint64_t span = 1;
+  bool has_zero = false;
   for (auto d : dims) {
-    if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    if (d > int64_max) {
       result.error = fmt::format("dimension {} is too large", d);
       return result;
     }
-    if (__builtin_mul_overflow(count, d, &count)) {
+    if (d == 0)
+      has_zero = true;
+    else if (__builtin_mul_overflow(span, d, &span) || span > int64_max) {
       result.error = "the element count overflows 64 bits";
       return result;
     }
     result.shape.push_back(static_cast<std::int64_t>(d));
   }
+  const std::uint64_t count = has_zero ? 0 : span;
   if (__builtin_mul_overflow(count, static_cast<std::uint64_t>(element_bytes), &result.bytes))
     result.error = "the byte size overflows 64 bits";
   return result;
