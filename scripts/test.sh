@@ -49,6 +49,16 @@ run_build() {
   ninja -C "$dir" >"$logdir/build-$dir.log" 2>&1 || { tail -n 80 "$logdir/build-$dir.log"; return 1; }
 }
 
+# NumPy and safetensors in a private environment, for the interop test (it skips, with a
+# warning, when they cannot be installed, e.g. offline).
+if python_path=$(bash scripts/python-env.sh 2>"$logdir/python-env.log" | tail -n 1) &&
+  [ -x "$python_path" ]; then
+  export KILN_PYTHON=$python_path
+else
+  echo "warning: no Python environment with numpy and safetensors (interop test skipped)"
+  tail -n 5 "$logdir/python-env.log"
+fi
+
 for variant in release asan; do
   if [ "$variant" = release ]; then
     dir=build

@@ -141,3 +141,13 @@ TEST_CASE("memory_stats counts live tensors and bytes and returns to baseline", 
   CHECK(after.live_buffers == before.live_buffers);
   CHECK(after.live_bytes == before.live_bytes);
 }
+
+TEST_CASE("Empty shapes whose other dims overflow are rejected, not given overflowing strides",
+          "[core]") {
+  // Found by fuzzing the .npy reader: numel is 0, but the strides would overflow int64.
+  const std::int64_t big = std::int64_t{1} << 40;
+  CHECK_THROWS_WITH(detail::empty(Shape{0, big, big}, kiln::f32),
+                    "[empty] shape [0,1099511627776,1099511627776] has too many elements");
+  CHECK_THROWS_AS(kiln::zeros({big, 0, big}), kiln::Error);
+  CHECK(detail::empty(Shape{0, big}, kiln::f32).size() == 0);
+}

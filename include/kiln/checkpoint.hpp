@@ -35,7 +35,7 @@ struct LoadWeightsOptions {
   /// Maps a key of the file to a variable path of the module (for weights named by another
   /// framework, e.g. "encoder.layer.0.weight" -> "net/l1/kernel"). Return an empty string to
   /// skip a key. The identity when unset.
-  std::function<std::string(const std::string&)> key_map;
+  std::function<std::string(const std::string&)> key_map = nullptr;
 };
 
 struct LoadWeightsResult {

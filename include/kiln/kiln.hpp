@@ -3,12 +3,14 @@
 /// Everything public in kiln. (The xtensor interop header kiln/xtensor.hpp is opt-in.)
 
 #include "kiln/autodiff.hpp"
+#include "kiln/checkpoint.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
 #include "kiln/format.hpp"
 #include "kiln/function.hpp"
 #include "kiln/init.hpp"
+#include "kiln/io.hpp"
 #include "kiln/memory.hpp"
 #include "kiln/module.hpp"
 #include "kiln/name_scope.hpp"

@@ -41,11 +41,15 @@ void check_concrete(const TensorImpl& t, const char* op) {
 }
 
 Tensor empty(const Shape& shape, DType dtype) {
+  // `span`, the product of the non-zero dims, bounds the strides: it must not overflow even
+  // when a zero dim makes the tensor empty.
   std::int64_t n = 1;
+  std::int64_t span = 1;
   bool overflow = false;
   for (auto d : shape) {
     if (d < 0) fail("empty", "negative dimension in shape {}", shape);
     overflow = overflow || __builtin_mul_overflow(n, d, &n);
+    if (d != 0) overflow = overflow || __builtin_mul_overflow(span, d, &span);
   }
   if (overflow || n > (std::int64_t{1} << 50))
     fail("empty", "shape {} has too many elements", shape);
