@@ -3,7 +3,8 @@
 set -euo pipefail
 packages=(g++ meson ninja-build pkg-config cmake
           libfmt-dev xtensor-dev libxsimd-dev catch2 libopenblas-dev libxsmm-dev
-          nlohmann-json3-dev libzip-dev zlib1g-dev)
+          nlohmann-json3-dev libzip-dev zlib1g-dev
+          clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtime: scripts/fuzz.sh
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
