@@ -83,6 +83,7 @@ for variant in release asan; do
   check "$variant-bench-function-smoke" "$dir/bench/kiln_bench_function" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
+  check "$variant-checkpoint-example" "$dir/examples/checkpoint"
 done
 
 echo "== install and consumers"

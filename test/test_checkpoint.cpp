@@ -136,6 +136,19 @@ TEST_CASE("a key map loads weights named by another framework", "[checkpoint]") 
   const auto result = kiln::load_weights(net, dir.path / "torch.safetensors", {.key_map = map});
   CHECK(result.loaded.size() == 4);
   CHECK(net.variable("l2/bias").value().to_vector<float>() == std::vector<float>{4, 4, 4});
+  // PyTorch's Linear stores [out, in]: a transform transposes while loading.
+  kiln::io::save_safetensors(dir.path / "linear.safetensors",
+                             {{"fc1.weight", kiln::reshape(kiln::arange(40, kiln::f32), {8, 5})},
+                              {"fc1.bias", kiln::zeros({8})},
+                              {"fc2.weight", kiln::zeros({3, 8})},
+                              {"fc2.bias", kiln::zeros({3})}});
+  const auto transposed = kiln::load_weights(
+      net, dir.path / "linear.safetensors",
+      {.key_map = map, .transform = [](const std::string& key, const Tensor& v) {
+         return key.find("weight") != std::string::npos ? kiln::transpose(v) : v;
+       }});
+  CHECK(transposed.loaded.size() == 4);
+  CHECK(net.variable("l1/kernel").value().to_vector<float>()[1] == 5.f);  // [0][1] = w[1][0]
 }
 
 TEST_CASE("loading weights into a cached function: no retrace, nothing grows", "[checkpoint]") {

@@ -36,6 +36,9 @@ struct LoadWeightsOptions {
   /// framework, e.g. "encoder.layer.0.weight" -> "net/l1/kernel"). Return an empty string to
   /// skip a key. The identity when unset.
   std::function<std::string(const std::string&)> key_map = nullptr;
+  /// Converts a value before it is checked and assigned, given its file key (e.g. transpose
+  /// PyTorch's Linear weights, stored [out, in], into kiln's [in, out] kernels).
+  std::function<Tensor(const std::string& key, const Tensor& value)> transform = nullptr;
 };
 
 struct LoadWeightsResult {

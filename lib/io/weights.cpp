@@ -75,9 +75,13 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
   };
   std::vector<Assignment> assignments;
   std::set<std::string> provided;
-  for (const auto& [key, value] : file) {
+  for (const auto& [key, stored] : file) {
     const std::string target = options.key_map ? options.key_map(key) : key;
     if (target.empty()) continue;  // skipped by the key map
+    const Tensor value = options.transform ? options.transform(key, stored) : stored;
+    if (!value.defined())
+      detail::fail(op, "{}: the transform returned an undefined tensor for '{}'", path.string(),
+                   key);
     auto found = variables.find(target);
     if (found == variables.end()) {
       result.unexpected.push_back(target == key ? key : fmt::format("{} (from {})", target, key));
