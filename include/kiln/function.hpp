@@ -240,8 +240,8 @@ class FunctionCore {
   /// The concrete function for this call (tracing with `trace` on a miss), or null with
   /// mode = run_eagerly when the call must run eagerly.
   std::shared_ptr<const ConcreteData> lookup(const ArgPack& args, Mode& mode, TraceFnRef trace);
-  /// Runs a concrete function on the call's tensors; returns flat outputs.
-  std::vector<Tensor> execute(const ConcreteData& cf, const ArgPack& args) const;
+  /// Runs a concrete function on the call's tensors; fills `outputs` (flat, cleared first).
+  void execute(const ConcreteData& cf, const ArgPack& args, std::vector<Tensor>& outputs) const;
   const std::vector<std::size_t>& vector_sizes(const ConcreteData& cf) const;
 
   int tracing_count() const;
@@ -291,7 +291,13 @@ class Function {
     auto tracer = make_tracer<R>(args...);
     auto cf = core_->lookup(pack, mode, tracer);
     if (mode == detail::FunctionCore::Mode::run_eagerly) return (*f_)(args...);
-    const std::vector<Tensor> flat = core_->execute(*cf, pack);
+    // Outputs also go through a per-thread vector (no allocation per call once warm).
+    thread_local std::vector<Tensor> flat;
+    struct ReleaseOutputs {
+      std::vector<Tensor>& v;
+      ~ReleaseOutputs() { v.clear(); }
+    } release_outputs{flat};
+    core_->execute(*cf, pack, flat);
     std::size_t pos = 0, size_pos = 0;
     return detail::Rebuild<R>::from(flat, core_->vector_sizes(*cf), pos, size_pos);
   }

@@ -427,10 +427,14 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   return cf;
 }
 
-std::vector<Tensor> FunctionCore::execute(const ConcreteData& cf, const ArgPack& args) const {
-  if (cf.symbol_sources.empty()) return run_plan(cf.plan, *cf.graph, args.tensors, options_.name);
+void FunctionCore::execute(const ConcreteData& cf, const ArgPack& args,
+                           std::vector<Tensor>& outputs) const {
+  if (cf.symbol_sources.empty()) {
+    run_plan(cf.plan, *cf.graph, args.tensors, options_.name, outputs);
+    return;
+  }
   const auto shapes = cf.shapes_for(args.tensors);
-  return run_plan(cf.plan, *cf.graph, args.tensors, options_.name, shapes.get());
+  run_plan(cf.plan, *cf.graph, args.tensors, options_.name, outputs, shapes.get());
 }
 
 const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& cf) const {

@@ -49,8 +49,9 @@ std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_
   return shapes;
 }
 
-std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
-                             const std::string& function_name, const std::vector<Shape>* shapes) {
+void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
+              const std::string& function_name, std::vector<Tensor>& outputs,
+              const std::vector<Shape>* shapes) {
   // Bind variables first: a destroyed variable fails the call before anything runs.
   std::vector<std::shared_ptr<VariableImpl>> vars;
   vars.reserve(g.variables.size());
@@ -130,10 +131,8 @@ std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::ve
     vars[static_cast<std::size_t>(node.index)]->write(
         value[static_cast<std::size_t>(s)]->contiguous());
   }
-  std::vector<Tensor> outputs;
-  outputs.reserve(g.outputs.size());
+  outputs.clear();
   for (auto o : g.outputs) outputs.push_back(*value[static_cast<std::size_t>(o)]);
-  return outputs;
 }
 
 }  // namespace kiln::detail

@@ -24,13 +24,13 @@ struct Plan {
 /// Schedules the graph's nodes (already in a valid order) and computes value lifetimes.
 Plan build_plan(const GraphData& g);
 
-/// Runs the plan on the call's tensor arguments; returns the outputs. Variable reads are
+/// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads are
 /// bound now; assignments are applied after every step succeeded, in program order.
 /// `shapes`, when given, holds each node's shape for this call (a graph with dynamic dims);
 /// otherwise the nodes' own shapes are used.
-std::vector<Tensor> run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
-                             const std::string& function_name,
-                             const std::vector<Shape>* shapes = nullptr);
+void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
+              const std::string& function_name, std::vector<Tensor>& outputs,
+              const std::vector<Shape>* shapes = nullptr);
 
 /// Every node's shape with dynamic dim i replaced by values[i].
 std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values);
