@@ -93,6 +93,7 @@ bool is_differentiable(Prim p) {
     case Prim::argmax:
     case Prim::argmin:
     case Prim::dim_size:
+    case Prim::random_uniform:
       return false;
     default:
       return true;
