@@ -121,12 +121,12 @@ struct SGDOptions {
   double momentum = 0.0;
   bool nesterov = false;
   /// Scale each gradient whose L2 norm exceeds this down to that norm (Keras's clipnorm).
-  std::optional<double> clipnorm;
+  std::optional<double> clipnorm = {};
   /// Scale all gradients together when their global L2 norm exceeds this (Keras's
   /// global_clipnorm, TensorFlow's clip_by_global_norm). Applied after clipnorm.
-  std::optional<double> global_clipnorm;
+  std::optional<double> global_clipnorm = {};
   /// Empty: an automatic name (see the class).
-  std::string name;
+  std::string name = {};
 };
 
 /// Stochastic gradient descent, Keras's formulation: without momentum var -= lr * g; with it,
@@ -151,12 +151,12 @@ struct AdamOptions {
   double beta2 = 0.999;
   double epsilon = 1e-7;
   /// Scale each gradient whose L2 norm exceeds this down to that norm (Keras's clipnorm).
-  std::optional<double> clipnorm;
+  std::optional<double> clipnorm = {};
   /// Scale all gradients together when their global L2 norm exceeds this (Keras's
   /// global_clipnorm, TensorFlow's clip_by_global_norm). Applied after clipnorm.
-  std::optional<double> global_clipnorm;
+  std::optional<double> global_clipnorm = {};
   /// Empty: an automatic name (see the class).
-  std::string name;
+  std::string name = {};
 };
 
 /// Adam (Kingma & Ba), Keras's formulation: m += (g - m)(1 - beta1), v += (g^2 - v)(1 - beta2),
@@ -181,12 +181,12 @@ struct RMSpropOptions {
   double momentum = 0.0;
   double epsilon = 1e-7;
   /// Scale each gradient whose L2 norm exceeds this down to that norm (Keras's clipnorm).
-  std::optional<double> clipnorm;
+  std::optional<double> clipnorm = {};
   /// Scale all gradients together when their global L2 norm exceeds this (Keras's
   /// global_clipnorm, TensorFlow's clip_by_global_norm). Applied after clipnorm.
-  std::optional<double> global_clipnorm;
+  std::optional<double> global_clipnorm = {};
   /// Empty: an automatic name (see the class).
-  std::string name;
+  std::string name = {};
 };
 
 /// RMSprop, Keras's formulation: velocity = rho velocity + (1 - rho) g^2, increment =

@@ -28,7 +28,7 @@ using LossFn = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred)>
 /// A named per-batch statistic (y_true, y_pred) -> scalar: the mean over the batch's samples.
 /// Epoch values are averages weighted by batch size.
 struct Metric {
-  std::string name;
+  std::string name = {};
   LossFn fn;
 };
 
@@ -48,19 +48,19 @@ struct FitOptions {
   bool shuffle = true;
   /// Seed of the shuffles; without one, fit takes kiln::random::next_seed() (repeatable after
   /// kiln::random::set_global_seed).
-  std::optional<std::uint64_t> seed;
+  std::optional<std::uint64_t> seed = {};
   /// 0: silent. 1: a progress bar (loss, samples/s) on a terminal, one line per epoch
   /// otherwise. 2: one line per epoch. Output goes to standard output.
   int verbose = 1;
-  std::vector<Metric> metrics;
+  std::vector<Metric> metrics = {};
 };
 
 /// What fit returns: per-epoch averages (weighted by batch size) and counters.
 struct History {
-  std::vector<double> loss;
-  std::map<std::string, std::vector<double>> metrics;
+  std::vector<double> loss = {};
+  std::map<std::string, std::vector<double>> metrics = {};
   /// Wall time per epoch, seconds.
-  std::vector<double> seconds;
+  std::vector<double> seconds = {};
   /// How many times the train step was traced (1 for any run).
   int traces = 0;
 };
@@ -69,12 +69,12 @@ struct EvaluateOptions {
   std::int64_t batch_size = 32;
   /// 0: silent; 1 or 2: one summary line.
   int verbose = 0;
-  std::vector<Metric> metrics;
+  std::vector<Metric> metrics = {};
 };
 
 struct EvaluateResult {
   double loss = 0;
-  std::map<std::string, double> metrics;
+  std::map<std::string, double> metrics = {};
 };
 
 struct PredictOptions {

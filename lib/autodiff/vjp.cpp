@@ -253,8 +253,17 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
     case Prim::matmul: {
       const Tensor& a = x(0);
       const Tensor& b = x(1);
-      return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()),
-              unbroadcast(matmul(swap_last_two(a), g), b.shape())};
+      Tensor grad_b;
+      if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
+        // One matrix b shared by a batch of a's: d b = sum over the batch of a_i^T g_i, which
+        // is a single [k, batch*m] x [batch*m, n] product (instead of a batched product of
+        // batch [k, n] matrices reduced afterwards).
+        const std::int64_t k = a.dim(-1), n = g.dim(-1);
+        grad_b = matmul(transpose(reshape(a, {-1, k})), reshape(g, {-1, n}));
+      } else {
+        grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
+      }
+      return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
     }
     default:
       return std::vector<Tensor>(in.size());

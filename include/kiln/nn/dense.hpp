@@ -15,7 +15,7 @@ struct DenseOptions {
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer bias_initializer = init::zeros();
   /// Empty: an automatic name ("dense", "dense_1", ...).
-  std::string name;
+  std::string name = {};
 };
 
 /// activation(x @ kernel + bias), with kernel [in, units] and bias [units], created on the first
@@ -43,7 +43,7 @@ class Dense : public Layer {
 struct EmbeddingOptions {
   /// Keras's default: uniform in [-0.05, 0.05).
   init::Initializer embeddings_initializer = init::random_uniform(-0.05, 0.05);
-  std::string name;
+  std::string name = {};
 };
 
 /// A lookup table: integer indices of any shape -> indices.shape + [dim], rows of the variable

@@ -38,7 +38,7 @@ struct LSTMCellOptions {
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();
-  std::string name;
+  std::string name = {};
 };
 
 /// One LSTM step (variables as in the file comment): [batch, F] input and state -> new state.
@@ -77,7 +77,7 @@ struct LSTMOptions {
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();
-  std::string name;
+  std::string name = {};
 };
 
 /// An LSTM over [batch, time, features] sequences (see the file comment).
@@ -115,7 +115,7 @@ struct GRUOptions {
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();
-  std::string name;
+  std::string name = {};
 };
 
 /// A GRU over [batch, time, features] sequences (Keras's reset_after = true variant; see the
