@@ -173,6 +173,30 @@ TEST_CASE("Embedding looks rows up", "[nn][layers]") {
   CHECK(kiln::sum(kiln::slice(g, 0, 4, 5)).item<float>() == 0.f);
 }
 
+TEST_CASE("gather's gradient traces with a dynamic batch of indices", "[nn][layers][gradient]") {
+  kiln::clear_session();
+  nn::Embedding emb(6, 3);
+  const Tensor data = kiln::random::normal({3, 6, 2}, 0, 1, 14);
+  const auto grads = [&](const Tensor& ids) {
+    kiln::GradientTape tape({.persistent = true});
+    tape.watch(data);
+    const Tensor loss =
+        kiln::sum(kiln::square(emb(ids))) + kiln::sum(kiln::square(kiln::gather(data, ids, 1)));
+    auto g = tape.gradient(loss, std::vector<Variable>{emb.embeddings()});
+    g.push_back(tape.gradient(loss, std::vector<Tensor>{data})[0]);
+    return g;
+  };
+  auto f = kiln::function(grads, dynamic_batch({kiln::TensorSpec({-1, 4}, kiln::i32)}));
+  for (std::int64_t batch : {2, 5}) {
+    const Tensor ids = kiln::cast(kiln::random::uniform({batch, 4}, 0, 6, 15), kiln::i32);
+    const auto traced = f(ids);
+    const auto eager = grads(ids);
+    CHECK(max_diff(traced[0], eager[0]) < 1e-5);
+    CHECK(max_diff(traced[1], eager[1]) < 1e-5);
+  }
+  CHECK(f.tracing_count() == 1);
+}
+
 TEST_CASE("LSTMCell: one step equals the Keras equations on its variables", "[nn][layers]") {
   kiln::clear_session();
   nn::LSTMCell cell(5);
