@@ -81,6 +81,7 @@ for variant in release asan; do
   fi
   check "$variant-bench-smoke" "$dir/bench/kiln_bench" --quick
   check "$variant-bench-function-smoke" "$dir/bench/kiln_bench_function" --quick
+  check "$variant-bench-train-smoke" "$dir/bench/kiln_bench_train" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"

@@ -84,6 +84,12 @@ class Module {
                         const init::Initializer& initializer, bool trainable = true,
                         DType dtype = f32);
 
+  /// Removes this module's own variable `name` (the local name given to add_variable), so a
+  /// later add_variable with that name creates a new one. Returns whether it existed. The
+  /// variable lives on while other handles hold it. For modules whose set of variables follows
+  /// something else, e.g. an optimizer dropping the slots of a variable that was destroyed.
+  bool remove_variable(std::string_view name);
+
   /// Registers `child` under `name` (one path component, unique among this module's children
   /// and variables) without owning it, and returns it. Throws for a duplicate name, a child
   /// already registered here, or a registration that would make a cycle.

@@ -23,6 +23,17 @@ Tensor uniform(const Shape& shape, double low, double high, std::uint64_t seed, 
 Tensor truncated_normal(const Shape& shape, double mean, double stddev, std::uint64_t seed,
                         DType dtype = f32);
 
+/// Uniform samples in [low, high) (f32 or f64) determined by `key`, an i64 tensor of shape [2]
+/// holding (seed, counter): the same key always gives the same values, and with counter 0 they
+/// equal uniform(shape, low, high, seed) for [low, high) = [0, 1) (other ranges scale those samples,
+/// so rounding may reach `high`). Unlike the functions above, this is an op: inside a
+/// kiln::function it becomes a graph node whose key is read at every call, so a cached graph
+/// draws new values when the key changes (e.g. a key built from a counter Variable that the
+/// graph increments, which is how kiln::nn::Dropout gets a new mask per call). `shape` may
+/// hold dynamic dims while tracing.
+Tensor stateless_uniform(const Shape& shape, const Tensor& key, double low = 0.0,
+                         double high = 1.0, DType dtype = f32);
+
 /// Overloads without a seed draw from a global stream: each call takes the next seed.
 Tensor normal(const Shape& shape, double mean = 0.0, double stddev = 1.0, DType dtype = f32);
 Tensor uniform(const Shape& shape, double low = 0.0, double high = 1.0, DType dtype = f32);

@@ -265,7 +265,12 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
 Tensor stop_gradient(const Tensor& x) {
   detail::check_defined(x, "stop_gradient");
   const auto& impl = *x.impl();
-  return detail::make_view(x, impl.shape, impl.strides, impl.offset);
+  Tensor out = detail::make_view(x, impl.shape, impl.strides, impl.offset);
+  // While tracing, the new handle names the same graph value (tapes tell tensors apart by
+  // handle, so it is still cut from the gradient).
+  out.impl()->trace_id = impl.trace_id;
+  out.impl()->node = impl.node;
+  return out;
 }
 
 namespace detail {

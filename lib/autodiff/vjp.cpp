@@ -93,6 +93,7 @@ bool is_differentiable(Prim p) {
     case Prim::argmax:
     case Prim::argmin:
     case Prim::dim_size:
+    case Prim::random_uniform:
       return false;
     default:
       return true;
@@ -242,8 +243,23 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       std::int64_t pre = 1, post = 1;
       for (std::size_t i = 0; i < axis; ++i) pre *= data.shape()[i];
       for (std::size_t i = axis + 1; i < data.shape().size(); ++i) post *= data.shape()[i];
-      const std::int64_t m = indices.size();
       Tensor wrapped = where(indices < 0, indices + dim, indices);
+      const Shape& is = indices.shape();
+      if (is.has_dynamic_dims() && !data.shape().has_dynamic_dims() && !is.empty() &&
+          is_dynamic_dim(is[0]) &&
+          !Shape(std::span<const std::int64_t>(is.begin() + 1, is.end())).has_dynamic_dims()) {
+        // Indices [s, r...] with a dynamic leading dim s (a batch of token ids): the products
+        // that merge s with other dims cannot be formed while tracing, so contract per s and sum:
+        // grad[p, j, q] = sum over (s, r) of hot[s, r, j] * g[p, s, r, q].
+        std::int64_t rest = 1;
+        for (std::size_t i = 1; i < is.size(); ++i) rest *= is[i];
+        Tensor hot = one_hot(reshape(wrapped, {-1, rest}), dim, data.dtype());   // [s, r, dim]
+        Tensor g4 = transpose(reshape(g, {pre, -1, rest, post}), {1, 2, 0, 3});  // [s, r, p, q]
+        Tensor per_s = matmul(transpose(hot, {0, 2, 1}), reshape(g4, {-1, rest, pre * post}));
+        Tensor summed = reshape(sum(per_s, {0}), {dim, pre, post});  // [dim, p, q]
+        return {reshape(transpose(summed, {1, 0, 2}), data.shape()), Tensor()};
+      }
+      const std::int64_t m = indices.size();
       Tensor hot = one_hot(reshape(wrapped, {m}), dim, data.dtype());  // [m, dim]
       Tensor gm = reshape(g, {pre, m, post});
       return {reshape(matmul(transpose(hot), gm), data.shape()), Tensor()};
@@ -252,8 +268,17 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
     case Prim::matmul: {
       const Tensor& a = x(0);
       const Tensor& b = x(1);
-      return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()),
-              unbroadcast(matmul(swap_last_two(a), g), b.shape())};
+      Tensor grad_b;
+      if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
+        // One matrix b shared by a batch of a's: d b = sum over the batch of a_i^T g_i, which
+        // is a single [k, batch*m] x [batch*m, n] product (instead of a batched product of
+        // batch [k, n] matrices reduced afterwards).
+        const std::int64_t k = a.dim(-1), n = g.dim(-1);
+        grad_b = matmul(transpose(reshape(a, {-1, k})), reshape(g, {-1, n}));
+      } else {
+        grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
+      }
+      return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
     }
     default:
       return std::vector<Tensor>(in.size());

@@ -62,8 +62,9 @@ std::size_t eliminate_common_subexpressions(GraphData& g);
 inline constexpr std::int64_t max_folded_elements = std::int64_t{1} << 20;
 std::size_t fold_constants(GraphData& g);
 /// Algebraic identities: x*1, x+0, x-0, x/1, neg(neg x), transpose of transpose, reshape
-/// chains, reshape/broadcast/cast/slice that change nothing. Returns how many nodes were
-/// bypassed (they are removed when nothing else uses them).
+/// chains, reshape/broadcast/cast/slice that change nothing, and a sum of zero-pads that tile
+/// one axis (the gradient of split) rewritten as one concat. Returns how many nodes were
+/// bypassed or rewritten (bypassed ones are removed when nothing else uses them).
 std::size_t simplify_algebra(GraphData& g);
 /// Groups chains and trees of elementwise primitives with one output shape into fused nodes
 /// (each intermediate used once, inside the group). Returns how many fused nodes were made.

@@ -114,11 +114,23 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
         value[id] = &owned[id];
         break;
       case Node::Kind::fused:
-        owned[id] = run_fused_program(*node.program, gather_inputs(node), node.dtype,
-                                      shape_of(step.node));
+        owned[id] =
+            run_fused_program(*node.program, gather_inputs(node), node.dtype, shape_of(step.node));
         value[id] = &owned[id];
         break;
       case Node::Kind::primitive:
+        if (!is_elementwise(node.prim) && info(node.prim).family != Family::movement &&
+            node.prim != Prim::dim_size) {
+          // Kernels of these families read contiguous inputs; a view (e.g. the transpose of a
+          // weight in a backward pass) is copied once here and the copy serves every later use,
+          // instead of one copy per consuming kernel.
+          for (auto in : node.inputs) {
+            const auto i = static_cast<std::size_t>(in);
+            if (value[i]->impl()->is_contiguous()) continue;
+            owned[i] = value[i]->contiguous();
+            value[i] = &owned[i];
+          }
+        }
         owned[id] = run_primitive(node.prim, gather_inputs(node), node.attrs, node.dtype,
                                   shape_of(step.node));
         value[id] = &owned[id];

@@ -30,6 +30,76 @@ bool constant_equals(const Node& n, double value) {
   return std::all_of(values.begin(), values.end(), [&](double v) { return v == value; });
 }
 
+/// How many times each node is used (as an input, an output or a side effect).
+std::vector<std::int32_t> use_counts(const GraphData& g) {
+  std::vector<std::int32_t> uses(g.nodes.size(), 0);
+  for (const Node& n : g.nodes)
+    for (auto in : n.inputs) ++uses[static_cast<std::size_t>(in)];
+  for (auto o : g.outputs) ++uses[static_cast<std::size_t>(o)];
+  for (auto s : g.side_effects) ++uses[static_cast<std::size_t>(s)];
+  return uses;
+}
+
+/// A sum of zero-pads along one axis whose ranges tile that axis is a concatenation:
+/// add(pad(a, [0, 96]), pad(b, [32, 64]), ...) -> concat(a, b, ...). This is the gradient of
+/// split (one pad per slice, summed by the tape), e.g. of an LSTM's gates and of its time steps:
+/// one copy instead of a full-size pad per part plus the adds. Rewrites add node `root` in
+/// place; the adds of the tree (each used once) and the pads become dead. Returns whether it did.
+bool concat_tiled_pads(GraphData& g, std::size_t root, const std::vector<std::int32_t>& uses) {
+  const Node& top = g.nodes[root];
+  std::vector<std::int32_t> leaves, stack{top.inputs[0], top.inputs[1]};
+  while (!stack.empty()) {
+    const std::int32_t id = stack.back();
+    stack.pop_back();
+    const Node& n = g.nodes[static_cast<std::size_t>(id)];
+    if (n.kind == Node::Kind::primitive && n.prim == Prim::add &&
+        uses[static_cast<std::size_t>(id)] == 1 && n.shape == top.shape && n.dtype == top.dtype) {
+      stack.push_back(n.inputs[0]);
+      stack.push_back(n.inputs[1]);
+    } else {
+      leaves.push_back(id);
+    }
+  }
+  struct Part {
+    std::int64_t begin, end;
+    std::int32_t input;
+  };
+  std::vector<Part> parts;
+  std::int64_t axis = -1;
+  for (auto id : leaves) {
+    const Node& p = g.nodes[static_cast<std::size_t>(id)];
+    if (p.kind != Node::Kind::primitive || p.prim != Prim::pad || p.attrs.value != 0.0 ||
+        p.shape != top.shape || p.dtype != top.dtype)
+      return false;
+    std::int64_t padded_axis = -1;
+    for (std::size_t d = 0; d < p.shape.size(); ++d) {
+      if (p.attrs.ints[2 * d] == 0 && p.attrs.ints[2 * d + 1] == 0) continue;
+      if (padded_axis >= 0) return false;  // padded along two axes
+      padded_axis = static_cast<std::int64_t>(d);
+    }
+    if (padded_axis < 0 || (axis >= 0 && padded_axis != axis)) return false;
+    axis = padded_axis;
+    const auto a = static_cast<std::size_t>(axis);
+    if (is_dynamic_dim(p.shape[a])) return false;
+    parts.push_back({p.attrs.ints[2 * a], p.shape[a] - p.attrs.ints[2 * a + 1], p.inputs[0]});
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& x, const Part& y) { return x.begin < y.begin; });
+  std::int64_t covered = 0;
+  for (const Part& part : parts) {
+    if (part.begin != covered) return false;  // a gap or an overlap
+    covered = part.end;
+  }
+  if (covered != top.shape[static_cast<std::size_t>(axis)]) return false;
+  Node& n = g.nodes[root];
+  n.prim = Prim::concat;
+  n.attrs = Attrs{};
+  n.attrs.axis = axis;
+  n.inputs.clear();
+  for (const Part& part : parts) n.inputs.push_back(part.input);
+  return true;
+}
+
 }  // namespace
 
 std::size_t fold_constants(GraphData& g) {
@@ -39,8 +109,8 @@ std::size_t fold_constants(GraphData& g) {
     if (n.kind != Node::Kind::primitive || n.inputs.empty() || !is_static(n)) continue;
     bool all_constant = true;
     for (auto in : n.inputs)
-      all_constant = all_constant && g.nodes[static_cast<std::size_t>(in)].kind ==
-                                         Node::Kind::constant;
+      all_constant =
+          all_constant && g.nodes[static_cast<std::size_t>(in)].kind == Node::Kind::constant;
     if (!all_constant || n.shape.numel() > max_folded_elements) continue;
     inputs.clear();
     for (auto in : n.inputs) inputs.push_back(&g.nodes[static_cast<std::size_t>(in)].constant);
@@ -57,6 +127,7 @@ std::size_t fold_constants(GraphData& g) {
 
 std::size_t simplify_algebra(GraphData& g) {
   std::vector<std::int32_t> replacement = identity_map(g.nodes.size());
+  const std::vector<std::int32_t> uses = use_counts(g);
   std::size_t simplified = 0;
   const auto node = [&](std::int32_t id) -> Node& { return g.nodes[static_cast<std::size_t>(id)]; };
   const auto bypass = [&](std::size_t i, std::int32_t to) {
@@ -75,6 +146,10 @@ std::size_t simplify_algebra(GraphData& g) {
     switch (n.prim) {
       case Prim::mul:
       case Prim::add: {
+        if (n.prim == Prim::add && concat_tiled_pads(g, i, uses)) {
+          ++simplified;
+          break;
+        }
         const double identity = n.prim == Prim::mul ? 1.0 : 0.0;
         const std::int32_t a = n.inputs[0], b = n.inputs[1];
         if (constant_equals(node(b), identity) && same_as(a))

@@ -10,6 +10,8 @@
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "kernels/parallel.hpp"
+#include "kiln/ops.hpp"
+#include "ops/dispatch.hpp"
 #include "ops/philox.hpp"
 
 namespace kiln::random {
@@ -190,6 +192,26 @@ Tensor uniform(const Shape& shape, double low, double high, DType dtype) {
 Tensor truncated_normal(const Shape& shape, double mean, double stddev, DType dtype) {
   check_normal(truncated_normal_op, shape, mean, stddev, dtype);
   return truncated_normal(shape, mean, stddev, next_global_seed(), dtype);
+}
+
+Tensor stateless_uniform(const Shape& shape, const Tensor& key, double low, double high,
+                         DType dtype) {
+  constexpr std::string_view op = "random.stateless_uniform";
+  detail::check_defined(key, op, 0);
+  if (key.dtype() != DType::i64 || key.shape() != Shape{2})
+    detail::fail(op, "key must be i64 [2] (seed, counter), got {} {}", dtype_name(key.dtype()),
+                 key.shape());
+  if (!is_floating(dtype)) detail::fail(op, "dtype must be f32 or f64, got {}", dtype_name(dtype));
+  if (shape.has_dynamic_dims())
+    detail::check_dims(shape, op);
+  else
+    check_dtype_and_shape(op, shape, dtype);
+  check_parameter(op, "low", low, dtype);
+  check_parameter(op, "high", high, dtype);
+  if (low > high) detail::fail(op, "low {} is greater than high {}", low, high);
+  Tensor unit = detail::apply(detail::Prim::random_uniform, {key}, detail::Attrs{}, dtype, shape);
+  if (low == 0.0 && high == 1.0) return unit;
+  return unit * (high - low) + low;
 }
 
 void set_global_seed(std::uint64_t seed) {

@@ -7,7 +7,7 @@
 
 namespace kiln::detail {
 
-enum class Family : std::uint8_t { unary, binary, ternary, reduce, movement, linalg };
+enum class Family : std::uint8_t { unary, binary, ternary, reduce, movement, linalg, random };
 
 enum class Prim : std::uint16_t {
 #define KILN_PRIMITIVE(name, arity, family) name,
@@ -33,7 +33,7 @@ inline constexpr std::array<PrimitiveInfo, num_primitives> primitive_table{{
 #undef KILN_PRIMITIVE
 }};
 
-static_assert(primitive_table.size() == static_cast<std::size_t>(Prim::matmul) + 1,
+static_assert(primitive_table.size() == static_cast<std::size_t>(Prim::random_uniform) + 1,
               "primitives.def: table and enum disagree");
 
 constexpr const PrimitiveInfo& info(Prim p) { return primitive_table[static_cast<std::size_t>(p)]; }

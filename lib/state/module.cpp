@@ -280,6 +280,19 @@ Variable Module::add_variable(std::string_view name, const Shape& shape,
   return v;
 }
 
+bool Module::remove_variable(std::string_view name) {
+  Variable removed;  // released after the lock
+  TreeLock lock(tree_mutex());
+  if (!state_) detail::fail("Module.remove_variable", "this module was moved from");
+  auto& vars = state_->variables;
+  auto it = std::find_if(vars.begin(), vars.end(),
+                         [&](const detail::ModuleVariable& v) { return v.name == name; });
+  if (it == vars.end()) return false;
+  removed = std::move(it->variable);
+  vars.erase(it);
+  return true;
+}
+
 Module& Module::add_module(std::string_view name, Module& child) {
   TreeLock lock(tree_mutex());
   if (!state_) detail::fail("Module.add_module", "this module was moved from");

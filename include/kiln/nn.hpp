@@ -1,0 +1,10 @@
+#pragma once
+/// @file nn.hpp
+/// Layers (kiln::nn) and losses (kiln::nn::losses).
+
+#include "kiln/nn/dense.hpp"
+#include "kiln/nn/dropout.hpp"
+#include "kiln/nn/layer.hpp"
+#include "kiln/nn/losses.hpp"
+#include "kiln/nn/recurrent.hpp"
+#include "kiln/nn/sequential.hpp"

@@ -1,0 +1,77 @@
+#pragma once
+/// @file nn/layer.hpp
+/// The base of kiln's layers, activations, and the learning phase (training or inference).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kiln/init.hpp"
+#include "kiln/module.hpp"
+#include "kiln/tensor.hpp"
+#include "kiln/variable.hpp"
+
+namespace kiln::nn {
+
+/// Elementwise (softmax: along the last axis) function applied to a layer's output.
+enum class Activation { none, relu, sigmoid, tanh, softmax };
+
+/// a(x): x itself for Activation::none.
+Tensor activate(Activation a, const Tensor& x);
+/// "none", "relu", "sigmoid", "tanh", "softmax".
+std::string_view activation_name(Activation a);
+
+/// Whether layers run in training mode on this thread (false by default). Only nn::Dropout
+/// behaves differently. train::fit sets it for its train step and clears it for evaluate and
+/// predict.
+///
+/// Inside a kiln::function the phase in effect while tracing is baked into the graph (it is
+/// not part of the cache key), so a function that must run in both phases should take the
+/// phase as a static argument and set it inside:
+/// `kiln::function([&](const Tensor& x, bool training) { LearningPhaseScope s(training); ... })`.
+bool learning_phase();
+
+/// RAII: sets the learning phase of this thread while alive, restoring the previous one after.
+class LearningPhaseScope {
+ public:
+  explicit LearningPhaseScope(bool training);
+  ~LearningPhaseScope();
+  LearningPhaseScope(const LearningPhaseScope&) = delete;
+  LearningPhaseScope& operator=(const LearningPhaseScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+/// A module with a one-tensor forward call, which is what nn::Sequential chains. Layers build
+/// lazily: their variables are created on the first call, sized from the input (its last
+/// dim), and found again on every later call. A later call with an input of another size is a
+/// kiln::Error naming the layer's path and both sizes ("[nn.Dense] net/out was built for
+/// inputs with last dim 32; called with f32 [16,8]").
+///
+/// A layer without an explicit name takes an automatic one ("dense", "dense_1", ...; see
+/// kiln::unique_name); registered under a parent, its variables take the parent's path and the
+/// registration name instead ("net/l1/kernel").
+class Layer : public Module {
+ public:
+  /// The layer's forward computation.
+  virtual Tensor operator()(const Tensor& x) = 0;
+
+ protected:
+  /// `name` as given, or unique_name(default_name) when empty.
+  Layer(std::string_view default_name, std::string name);
+
+  /// The variable `name` with the given shape, created on the first call. Its dim 0 is the
+  /// input size (the last dim of x): if the variable exists with another shape, throws the
+  /// "[op] <path> was built for inputs with last dim N; called with ..." error.
+  Variable input_weight(std::string_view op, const Tensor& x, std::string_view name,
+                        const Shape& shape, const init::Initializer& initializer);
+  /// A variable whose shape does not depend on the input (created once, found after).
+  Variable weight(std::string_view name, const Shape& shape, const init::Initializer& initializer,
+                  bool trainable = true, DType dtype = f32);
+  /// The last dim of x, checking that x is defined, floating, of rank >= min_rank and that the
+  /// last dim is static.
+  std::int64_t input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,143 @@
+#pragma once
+/// @file nn/recurrent.hpp
+/// Recurrent layers with Keras's weight layout, so weights map to and from other frameworks.
+///
+/// LSTM (gate order i, f, c, o; `units` = U, input size F):
+///   kernel [F, 4U], recurrent_kernel [U, 4U], bias [4U]
+///   z = x_t @ kernel + h @ recurrent_kernel + bias, split into z_i, z_f, z_c, z_o
+///   i = sigmoid(z_i), f = sigmoid(z_f), o = sigmoid(z_o)
+///   c' = f * c + i * tanh(z_c),  h' = o * tanh(c')
+/// GRU (Keras's reset_after = true; gate order z, r, h):
+///   kernel [F, 3U], recurrent_kernel [U, 3U], bias [2, 3U] (row 0 input bias, row 1 recurrent)
+///   x_z, x_r, x_h = split(x_t @ kernel + bias[0]);  r_z, r_r, r_h = split(h @ recurrent_kernel
+///   + bias[1]);  z = sigmoid(x_z + r_z),  r = sigmoid(x_r + r_r),  n = tanh(x_h + r * r_h)
+///   h' = z * h + (1 - z) * n
+///
+/// Sequence layers take [batch, time, features] inputs and unroll over the time dimension,
+/// which must be static (the batch may be a dynamic dim of a kiln::function). The kernel is
+/// applied to all time steps in one matmul; only h @ recurrent_kernel runs per step.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/init.hpp"
+#include "kiln/nn/layer.hpp"
+
+namespace kiln::nn {
+
+/// Hidden and cell state of an LSTM step, each [batch, units].
+struct LSTMState {
+  Tensor h;
+  Tensor c;
+};
+
+struct LSTMCellOptions {
+  /// Initialize the forget gate's bias to 1 (the bias initializer fills the other gates).
+  bool unit_forget_bias = true;
+  init::Initializer kernel_initializer = init::glorot_uniform();
+  init::Initializer recurrent_initializer = init::orthogonal();
+  init::Initializer bias_initializer = init::zeros();
+  std::string name = {};
+};
+
+/// One LSTM step (variables as in the file comment): [batch, F] input and state -> new state.
+class LSTMCell : public Layer {
+ public:
+  explicit LSTMCell(std::int64_t units, LSTMCellOptions options = {});
+
+  /// One step from `state`.
+  LSTMState operator()(const Tensor& x, const LSTMState& state);
+  /// One step from the zero state; returns h.
+  Tensor operator()(const Tensor& x) override;
+
+  std::int64_t units() const { return units_; }
+  Variable kernel() const;
+  Variable recurrent_kernel() const;
+  Variable bias() const;
+
+ private:
+  std::int64_t units_;
+  LSTMCellOptions options_;
+};
+
+struct LSTMOptions {
+  /// Output every step's h ([batch, time, units]) instead of the last one ([batch, units]).
+  bool return_sequences = false;
+  /// call() also returns the final h and c: {output, h, c}.
+  bool return_state = false;
+  /// Process the sequence from the last step to the first (the output sequence is then in
+  /// processing order, i.e. reversed, as in Keras).
+  bool go_backwards = false;
+  /// Carry the final state of a call over as the initial state of the next one, in the
+  /// non-trainable variables state_h and state_c ([batch, units], created on the first call,
+  /// which needs a static batch; later calls must use the same batch). reset_states() zeroes them.
+  bool stateful = false;
+  bool unit_forget_bias = true;
+  init::Initializer kernel_initializer = init::glorot_uniform();
+  init::Initializer recurrent_initializer = init::orthogonal();
+  init::Initializer bias_initializer = init::zeros();
+  std::string name = {};
+};
+
+/// An LSTM over [batch, time, features] sequences (see the file comment).
+class LSTM : public Layer {
+ public:
+  explicit LSTM(std::int64_t units, LSTMOptions options = {});
+
+  /// The output: [batch, units], or [batch, time, units] with return_sequences.
+  Tensor operator()(const Tensor& x) override;
+  /// {output} or, with return_state, {output, h, c}. `initial_state` is empty (zeros, or the
+  /// carried state when stateful) or {h, c}, each [batch, units].
+  std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  /// Zeroes the carried state of a stateful layer (nothing to do otherwise or before the first
+  /// call).
+  void reset_states();
+
+  std::int64_t units() const { return units_; }
+  const LSTMOptions& options() const { return options_; }
+  Variable kernel() const;
+  Variable recurrent_kernel() const;
+  Variable bias() const;
+
+ private:
+  std::int64_t units_;
+  LSTMOptions options_;
+};
+
+struct GRUOptions {
+  bool return_sequences = false;
+  /// call() also returns the final h: {output, h}.
+  bool return_state = false;
+  bool go_backwards = false;
+  /// As for LSTMOptions::stateful (one state variable, state_h).
+  bool stateful = false;
+  init::Initializer kernel_initializer = init::glorot_uniform();
+  init::Initializer recurrent_initializer = init::orthogonal();
+  init::Initializer bias_initializer = init::zeros();
+  std::string name = {};
+};
+
+/// A GRU over [batch, time, features] sequences (Keras's reset_after = true variant; see the
+/// file comment).
+class GRU : public Layer {
+ public:
+  explicit GRU(std::int64_t units, GRUOptions options = {});
+
+  Tensor operator()(const Tensor& x) override;
+  /// {output} or, with return_state, {output, h}; `initial_state` is empty or {h}.
+  std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  void reset_states();
+
+  std::int64_t units() const { return units_; }
+  const GRUOptions& options() const { return options_; }
+  Variable kernel() const;
+  Variable recurrent_kernel() const;
+  Variable bias() const;
+
+ private:
+  std::int64_t units_;
+  GRUOptions options_;
+};
+
+}  // namespace kiln::nn

@@ -1,0 +1,129 @@
+#pragma once
+/// @file train.hpp
+/// The training loop (kiln::train): fit, evaluate, predict, and metrics.
+///
+/// Each runs a kiln::function whose input_signature marks the batch dim dynamic, so a whole
+/// fit traces its step exactly once, the last partial batch included. The train step is one
+/// graph: forward, loss, metrics, backward (GradientTape inside the trace) and the optimizer's
+/// update. fit sets nn::learning_phase() to training inside its step; evaluate and predict run
+/// in inference mode. The functions live only for the call, so nothing stays cached after it.
+
+#include <concepts>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/module.hpp"
+#include "kiln/optim.hpp"
+#include "kiln/tensor.hpp"
+
+namespace kiln::train {
+
+/// loss(y_true, y_pred) -> scalar tensor (see kiln::nn::losses).
+using LossFn = std::function<Tensor(const Tensor& y_true, const Tensor& y_pred)>;
+
+/// A named per-batch statistic (y_true, y_pred) -> scalar: the mean over the batch's samples.
+/// Epoch values are averages weighted by batch size.
+struct Metric {
+  std::string name = {};
+  LossFn fn;
+};
+
+namespace metrics {
+/// Fraction of samples where (y_pred > threshold) equals (y_true > 0.5).
+Metric binary_accuracy(double threshold = 0.5);
+/// Fraction where argmax(y_pred, -1) equals argmax(y_true, -1) (one-hot labels).
+Metric categorical_accuracy();
+/// Fraction where argmax(y_pred, -1) equals the integer label.
+Metric sparse_categorical_accuracy();
+}  // namespace metrics
+
+struct FitOptions {
+  int epochs = 1;
+  std::int64_t batch_size = 32;
+  /// Shuffle the samples at the start of every epoch.
+  bool shuffle = true;
+  /// Seed of the shuffles; without one, fit takes kiln::random::next_seed() (repeatable after
+  /// kiln::random::set_global_seed).
+  std::optional<std::uint64_t> seed = {};
+  /// 0: silent. 1: a progress bar (loss, samples/s) on a terminal, one line per epoch
+  /// otherwise. 2: one line per epoch. Output goes to standard output.
+  int verbose = 1;
+  std::vector<Metric> metrics = {};
+};
+
+/// What fit returns: per-epoch averages (weighted by batch size) and counters.
+struct History {
+  std::vector<double> loss = {};
+  std::map<std::string, std::vector<double>> metrics = {};
+  /// Wall time per epoch, seconds.
+  std::vector<double> seconds = {};
+  /// How many times the train step was traced (1 for any run).
+  int traces = 0;
+};
+
+struct EvaluateOptions {
+  std::int64_t batch_size = 32;
+  /// 0: silent; 1 or 2: one summary line.
+  int verbose = 0;
+  std::vector<Metric> metrics = {};
+};
+
+struct EvaluateResult {
+  double loss = 0;
+  std::map<std::string, double> metrics = {};
+};
+
+struct PredictOptions {
+  std::int64_t batch_size = 32;
+};
+
+namespace detail {
+/// A model as the loop sees it: its module (for trainable_variables) and its forward call.
+struct ModelRef {
+  Module& module;
+  std::function<Tensor(const Tensor&)> forward;
+};
+History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& loss, const Tensor& x,
+            const Tensor& y, const FitOptions& options);
+EvaluateResult evaluate(const ModelRef& model, const LossFn& loss, const Tensor& x, const Tensor& y,
+                        const EvaluateOptions& options);
+Tensor predict(const ModelRef& model, const Tensor& x, const PredictOptions& options);
+}  // namespace detail
+
+/// A model: a kiln::Module callable as model(x) -> y (a layer, a Sequential, your own struct).
+template <class M>
+concept Model = std::derived_from<M, Module> && requires(M& m, const Tensor& x) {
+  { m(x) } -> std::convertible_to<Tensor>;
+};
+
+/// Trains `model` on (x, y) for options.epochs epochs of batches along dim 0 (the last batch
+/// may be smaller): per batch, loss(y, model(x)) is differentiated with respect to
+/// model.trainable_variables() and `optimizer` applies the gradients. Returns the history.
+/// x and y must have the same size along dim 0 (> 0).
+template <Model M>
+History fit(M& model, optim::Optimizer& optimizer, const LossFn& loss, const Tensor& x,
+            const Tensor& y, const FitOptions& options = {}) {
+  return detail::fit({model, [&model](const Tensor& t) -> Tensor { return model(t); }}, optimizer,
+                     loss, x, y, options);
+}
+
+/// The loss (and metrics) over (x, y), in batches, in inference mode.
+template <Model M>
+EvaluateResult evaluate(M& model, const LossFn& loss, const Tensor& x, const Tensor& y,
+                        const EvaluateOptions& options = {}) {
+  return detail::evaluate({model, [&model](const Tensor& t) -> Tensor { return model(t); }}, loss,
+                          x, y, options);
+}
+
+/// model(x) computed in batches in inference mode, concatenated along dim 0.
+template <Model M>
+Tensor predict(M& model, const Tensor& x, const PredictOptions& options = {}) {
+  return detail::predict({model, [&model](const Tensor& t) -> Tensor { return model(t); }}, x,
+                         options);
+}
+
+}  // namespace kiln::train

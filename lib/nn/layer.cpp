@@ -1,0 +1,94 @@
+// Layer base: lazily built variables with input-size checks, activations, learning phase.
+#include "kiln/nn/layer.hpp"
+
+#include "core/fail.hpp"
+#include "kiln/name_scope.hpp"
+#include "kiln/ops.hpp"
+#include "ops/dispatch.hpp"
+
+namespace kiln::nn {
+
+namespace {
+thread_local bool training_phase = false;
+}  // namespace
+
+Tensor activate(Activation a, const Tensor& x) {
+  switch (a) {
+    case Activation::none:
+      return x;
+    case Activation::relu:
+      return relu(x);
+    case Activation::sigmoid:
+      return sigmoid(x);
+    case Activation::tanh:
+      return tanh(x);
+    case Activation::softmax:
+      return softmax(x, -1);
+  }
+  detail::fail("nn.activate", "unknown activation {}", static_cast<int>(a));
+}
+
+std::string_view activation_name(Activation a) {
+  switch (a) {
+    case Activation::none:
+      return "none";
+    case Activation::relu:
+      return "relu";
+    case Activation::sigmoid:
+      return "sigmoid";
+    case Activation::tanh:
+      return "tanh";
+    case Activation::softmax:
+      return "softmax";
+  }
+  return "unknown";
+}
+
+bool learning_phase() { return training_phase; }
+
+LearningPhaseScope::LearningPhaseScope(bool training) : previous_(training_phase) {
+  training_phase = training;
+}
+LearningPhaseScope::~LearningPhaseScope() { training_phase = previous_; }
+
+Layer::Layer(std::string_view default_name, std::string name)
+    : Module(name.empty() ? unique_name(default_name) : std::move(name)) {}
+
+std::int64_t Layer::input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const {
+  if (!x.defined()) detail::fail(op, "{}: the input is an undefined tensor", path());
+  if (!is_floating(x.dtype()))
+    detail::fail(op, "{}: needs f32 or f64 inputs, got {} {}", path(), dtype_name(x.dtype()),
+                 x.shape());
+  if (x.ndim() < min_rank)
+    detail::fail(op, "{}: needs inputs of rank >= {}, got {} {}", path(), min_rank,
+                 dtype_name(x.dtype()), x.shape());
+  const std::int64_t size = x.dim(-1);
+  if (is_dynamic_dim(size))
+    detail::fail(op,
+                 "{}: the last dim of the input {} is dynamic; layers size their variables "
+                 "from it, so it must be static",
+                 path(), x.shape());
+  return size;
+}
+
+Variable Layer::input_weight(std::string_view op, const Tensor& x, std::string_view name,
+                             const Shape& shape, const init::Initializer& initializer) {
+  if (has_variable(name)) {
+    Variable v = variable(name);
+    if (v.shape() != shape || v.dtype() != x.dtype())
+      detail::fail(op,
+                   "{} was built for {} inputs with last dim {}; called with {} {} (variable {} "
+                   "is {} {})",
+                   path(), dtype_name(v.dtype()), v.shape()[0], dtype_name(x.dtype()), x.shape(),
+                   v.name(), dtype_name(v.dtype()), v.shape());
+    return v;
+  }
+  return add_variable(name, shape, initializer, /*trainable*/ true, x.dtype());
+}
+
+Variable Layer::weight(std::string_view name, const Shape& shape,
+                       const init::Initializer& initializer, bool trainable, DType dtype) {
+  return add_variable(name, shape, initializer, trainable, dtype);
+}
+
+}  // namespace kiln::nn
