@@ -248,3 +248,30 @@ TEST_CASE("a checkpoint with a foreign key restores nothing", "[checkpoint]") {
   CHECK(same(net.get_weights()[0], before[0]));
   CHECK_THROWS_WITH(ckpt.restore(dir.path / "none"), Catch::Contains("no checkpoint"));
 }
+
+TEST_CASE("a checkpoint saves and restores optimizer slots with the model", "[checkpoint]") {
+  TempDir dir;
+  const Tensor x = kiln::random::normal({8, 5}, 0, 1, 6), y = kiln::random::normal({8, 3}, 0, 1, 7);
+  kiln::nn::Dense model(3, kiln::nn::Activation::none, {.name = "model_dense"});
+  kiln::optim::Adam adam({.learning_rate = 0.01});
+  const auto step = [&] {
+    kiln::GradientTape tape;
+    const Tensor loss = kiln::mean(kiln::square(model(x) - y));
+    adam.apply(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
+    return loss;
+  };
+  for (int i = 0; i < 3; ++i) step();
+  kiln::Checkpoint ckpt({{"model", &model}, {"optimizer", &adam}});
+  ckpt.save(dir.path / "ckpt");
+  const auto saved_model = model.get_weights();
+  const auto saved_optimizer = adam.get_weights();
+  REQUIRE(saved_optimizer.size() >= 4);  // m and v of kernel and bias (and the counter)
+  const Tensor next_loss = step();       // what the 4th step gives from the saved state
+  step();
+  ckpt.restore(dir.path / "ckpt");
+  for (std::size_t i = 0; i < saved_model.size(); ++i)
+    CHECK(same(model.get_weights()[i], saved_model[i]));
+  for (std::size_t i = 0; i < saved_optimizer.size(); ++i)
+    CHECK(same(adam.get_weights()[i], saved_optimizer[i]));
+  CHECK(step().item<float>() == next_loss.item<float>());
+}
