@@ -1,10 +1,12 @@
 // kiln::function benchmarks: per-call overhead of a cached function, the unrolled 5-step RNN and
 // LSTM (batch 32, input 10, hidden 20) eager against traced, and the first-call cost (trace +
-// optimize + plan). Usage: kiln_bench_function [--quick]
+// optimize + plan). Usage: kiln_bench_function [--quick] [--json]
 #include <fmt/format.h>
 
 #include <chrono>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include <kiln/kiln.hpp>
 
@@ -48,49 +50,94 @@ Tensor lstm(const Weights& p, const Tensor& xs) {
   return h;
 }
 
-double us(double seconds) { return seconds * 1e6; }
+/// One benchmark's figures: seconds per call eager and traced (0: not measured).
+struct Result {
+  std::string key;    // stable name for --json
+  std::string label;  // table row
+  double eager = 0, traced = 0;
+};
+
+void print_table(const std::vector<Result>& results, std::size_t lstm_nodes) {
+  fmt::print("{:<48} {:>12} {:>12} {:>8}\n", "benchmark", "eager", "traced", "ratio");
+  fmt::print("{}\n", std::string(84, '-'));
+  for (const Result& r : results) {
+    const bool nano = r.traced < 1e-6;
+    const double scale = nano ? 1e9 : r.eager == 0 ? 1e3 : 1e6;
+    const char* unit = nano ? "ns" : r.eager == 0 ? "ms" : "us";
+    const std::string eager = r.eager == 0 ? "-" : fmt::format("{:.1f} {}", r.eager * scale, unit);
+    const std::string ratio = r.eager == 0 ? "" : fmt::format("{:.2f}", r.traced / r.eager);
+    fmt::print("{:<48} {:>12} {:>9.{}f} {} {:>8}\n", r.label, eager, r.traced * scale,
+               r.eager == 0 ? 2 : 1, unit, ratio);
+  }
+  fmt::print("\nLSTM graph: {} nodes after optimization\n", lstm_nodes);
+}
+
+void print_json(const std::vector<Result>& results, std::size_t lstm_nodes, bool quick) {
+  using kiln::bench::json_string;
+  fmt::print(
+      "{{\"program\": \"kiln_bench_function\", \"quick\": {}, \"lstm_nodes\": {}, \"rows\": [",
+      quick, lstm_nodes);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    fmt::print("{}\n  {{\"name\": {}, \"label\": {}, \"eager_s\": {}, \"traced_s\": {}}}",
+               i == 0 ? "" : ",", json_string(r.key), json_string(r.label), r.eager, r.traced);
+  }
+  fmt::print("\n]}}\n");
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::string_view(argv[1]) == "--quick";
+  bool quick = false, json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--json") {
+      json = true;
+    } else {
+      fmt::print(stderr,
+                 "usage: kiln_bench_function [--quick] [--json]\n  --quick  one short iteration "
+                 "of each benchmark (a smoke test)\n  --json   print the results as JSON\n");
+      return arg == "--help" || arg == "-h" ? 0 : 2;
+    }
+  }
   const TimingPlan plan = quick ? TimingPlan::quick() : TimingPlan{};
-  fmt::print("kiln_bench_function{}: median of {} samples\n\n", quick ? " --quick" : "",
-             plan.samples);
-  fmt::print("{:<44} {:>12} {:>12} {:>8}\n", "benchmark", "eager", "traced", "ratio");
-  fmt::print("{}\n", std::string(80, '-'));
+  if (!json)
+    fmt::print("kiln_bench_function{}: median of {} samples\n\n", quick ? " --quick" : "",
+               plan.samples);
+  std::vector<Result> results;
 
   const Tensor a = kiln::tensor({1.f, 2.f, 3.f, 4.f}), b = kiln::tensor({0.5f, 0.5f, 0.5f, 0.5f});
   auto add = kiln::function([](const Tensor& x, const Tensor& y) { return x + y; });
   add(a, b);
-  const double eager_add = measure(plan, [&] { kiln::add(a, b); }).median;
-  const double traced_add = measure(plan, [&] { add(a, b); }).median;
-  fmt::print("{:<44} {:>9.0f} ns {:>9.0f} ns {:>8.2f}\n",
-             "1-op call, 4 f32 (target traced < 300 ns)", eager_add * 1e9, traced_add * 1e9,
-             traced_add / eager_add);
+  results.push_back({"add4", "1-op call, 4 f32 (target traced < 300 ns)",
+                     measure(plan, [&] { kiln::add(a, b); }).median,
+                     measure(plan, [&] { add(a, b); }).median});
 
   const Tensor xs = kiln::random::normal({batch, steps, input}, 0, 1, 7);
   const Weights rw = make_weights(1, 11), lw = make_weights(4, 21);
   auto rnn_fn = kiln::function([&](const Tensor& x) { return rnn(rw, x); });
   rnn_fn(xs);
-  const double eager_rnn = measure(plan, [&] { rnn(rw, xs); }).median;
-  const double traced_rnn = measure(plan, [&] { rnn_fn(xs); }).median;
-  fmt::print("{:<44} {:>9.1f} us {:>9.1f} us {:>8.2f}\n", "5-step RNN, batch 32, 10 -> 20",
-             us(eager_rnn), us(traced_rnn), traced_rnn / eager_rnn);
+  results.push_back({"rnn", "5-step RNN, batch 32, 10 -> 20",
+                     measure(plan, [&] { rnn(rw, xs); }).median,
+                     measure(plan, [&] { rnn_fn(xs); }).median});
 
   auto lstm_fn = kiln::function([&](const Tensor& x) { return lstm(lw, x); });
   const auto t0 = std::chrono::steady_clock::now();
   lstm_fn(xs);
   const double first_call =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double eager_lstm = measure(plan, [&] { lstm(lw, xs); }).median;
-  const double traced_lstm = measure(plan, [&] { lstm_fn(xs); }).median;
-  fmt::print("{:<44} {:>9.1f} us {:>9.1f} us {:>8.2f}\n",
-             "5-step LSTM, batch 32, 10 -> 20 (target < 25 us)", us(eager_lstm), us(traced_lstm),
-             traced_lstm / eager_lstm);
-  fmt::print("{:<44} {:>12} {:>9.2f} ms\n", "LSTM first call: trace + optimize + plan + run", "-",
-             first_call * 1e3);
-  fmt::print("\nLSTM graph: {} nodes after optimization\n",
-             lstm_fn.get_concrete_function(xs).graph().num_nodes());
+  results.push_back({"lstm", "5-step LSTM, batch 32, 10 -> 20 (target < 25 us)",
+                     measure(plan, [&] { lstm(lw, xs); }).median,
+                     measure(plan, [&] { lstm_fn(xs); }).median});
+  results.push_back(
+      {"lstm_first_call", "LSTM first call: trace + optimize + plan + run", 0, first_call});
+
+  const std::size_t nodes = lstm_fn.get_concrete_function(xs).graph().num_nodes();
+  if (json)
+    print_json(results, nodes, quick);
+  else
+    print_table(results, nodes);
   return 0;
 }

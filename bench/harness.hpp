@@ -1,9 +1,12 @@
 #pragma once
-// A small timing harness for kiln_bench: warm-up, calibrated repetitions, median and spread.
+// A small timing harness for kiln's benchmarks: warm-up, calibrated repetitions, median and
+// spread; and the string quoting of their --json output.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::bench {
@@ -66,6 +69,25 @@ Timing measure(const TimingPlan& plan, Fn&& fn) {
   timing.p10 = percentile(0.1);
   timing.p90 = percentile(0.9);
   return timing;
+}
+
+/// `text` as a JSON string literal, quotes included.
+inline std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      constexpr char hex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += hex[(ch >> 4) & 0xf];
+      out += hex[ch & 0xf];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace kiln::bench

@@ -1,6 +1,6 @@
 // kiln_bench: eager dispatch cost, an eager elementwise chain against a STREAM-like copy,
 // and kiln::matmul against the libraries it calls, each reference measured in the same
-// run. Usage: kiln_bench [--quick]. See docs/performance.md.
+// run. Usage: kiln_bench [--quick] [--json]. See docs/performance.md.
 #include <cblas.h>
 #include <fmt/format.h>
 #include <libxsmm.h>
@@ -25,6 +25,7 @@ namespace {
 
 using kiln::Shape;
 using kiln::Tensor;
+using kiln::bench::json_string;
 using kiln::bench::measure;
 using kiln::bench::Timing;
 using kiln::bench::TimingPlan;
@@ -101,19 +102,28 @@ Row bench_dispatch(const TimingPlan& plan) {
   return row;
 }
 
-/// (b) tanh(a*b+c)*0.5 over 4M floats: GB/s of useful traffic (3 reads + 1 write) against
-/// a copy (1 read + 1 write) over as many threads as kiln's kernels use.
-Row bench_chain(const TimingPlan& plan) {
+/// (b) tanh(a*b+c)*0.5 over 4M floats, eager or as a traced kiln::function: GB/s of useful
+/// traffic (3 reads + 1 write) against a copy (1 read + 1 write) over as many threads as
+/// kiln's kernels use.
+Row bench_chain(const TimingPlan& plan, bool traced) {
   constexpr std::int64_t n = 4 << 20;
   constexpr double bytes = 4.0 * n * sizeof(float);
-  Row row{"tanh(a*b+c)*0.5, 4M f32", "GB/s", {}, 0, "", 0, ""};
+  Row row{
+      traced ? "tanh(a*b+c)*0.5, 4M, traced" : "tanh(a*b+c)*0.5, 4M f32", "GB/s", {}, 0, "", 0, ""};
   const Tensor a = kiln::linspace(-2.0, 2.0, n, kiln::f32);
   const Tensor b = kiln::full(Shape{n}, 0.75);
   const Tensor c = kiln::linspace(-1.0, 1.0, n, kiln::f32);
-  const float check = kiln::slice(kiln::tanh(a * b + c) * 0.5, 0, n - 1, n).item<float>();
+  auto chain = kiln::function([](const Tensor& x, const Tensor& y, const Tensor& z) {
+    return kiln::tanh(x * y + z) * 0.5;
+  });
+  const Tensor result = traced ? chain(a, b, c) : kiln::tanh(a * b + c) * 0.5;
+  const float check = kiln::slice(result, 0, n - 1, n).item<float>();
   if (std::abs(check - 0.5f * std::tanh(2.0f * 0.75f + 1.0f)) > 1e-5f)
     throw kiln::Error(fmt::format("chain returned {} for the last element", check));
-  row.kiln = measure(plan, [&] { kiln::tanh(a * b + c) * 0.5; });
+  if (traced)
+    row.kiln = measure(plan, [&] { chain(a, b, c); });
+  else
+    row.kiln = measure(plan, [&] { kiln::tanh(a * b + c) * 0.5; });
   row.kiln_value = bytes / row.kiln->median * 1e-9;
 
   const int threads = kiln::detail::num_threads();
@@ -122,7 +132,7 @@ Row bench_chain(const TimingPlan& plan) {
   const Timing copy_timing = measure(plan, [&] { copy.run(); });
   row.reference_name = fmt::format("copy x{}", threads);
   row.reference_value = 2.0 * n * sizeof(float) / copy_timing.median * 1e-9;
-  row.note = "4 eager passes, each through memory";
+  row.note = traced ? "cached kiln::function call" : "4 eager passes, each through memory";
   return row;
 }
 
@@ -171,50 +181,78 @@ Row bench_matmul(const TimingPlan& plan, int m, int k, int n, bool small) {
 }
 
 void print_table(const std::vector<Row>& rows) {
-  fmt::print("{:<26} {:>10} {:<8} {:>7}   {:<14} {:>10} {:>7}   {}\n", "benchmark", "kiln", "unit",
+  fmt::print("{:<28} {:>10} {:<8} {:>7}   {:<14} {:>10} {:>7}   {}\n", "benchmark", "kiln", "unit",
              "spread", "reference", "ref value", "ratio", "note");
-  fmt::print("{}\n", std::string(110, '-'));
+  fmt::print("{}\n", std::string(112, '-'));
   for (const Row& r : rows) {
     if (!r.kiln) {
-      fmt::print("{:<26} {}\n", r.name, r.note);
+      fmt::print("{:<28} {}\n", r.name, r.note);
       continue;
     }
     const std::string spread = fmt::format("{:.1f}%", r.kiln->spread() * 100);
     if (r.reference_value > 0)
-      fmt::print("{:<26} {:>10.2f} {:<8} {:>7}   {:<14} {:>10.2f} {:>7.2f}   {}\n", r.name,
+      fmt::print("{:<28} {:>10.2f} {:<8} {:>7}   {:<14} {:>10.2f} {:>7.2f}   {}\n", r.name,
                  r.kiln_value, r.unit, spread, r.reference_name, r.reference_value,
                  r.kiln_value / r.reference_value, r.note);
     else
-      fmt::print("{:<26} {:>10.2f} {:<8} {:>7}   {:<14} {:>10} {:>7}   {}\n", r.name, r.kiln_value,
+      fmt::print("{:<28} {:>10.2f} {:<8} {:>7}   {:<14} {:>10} {:>7}   {}\n", r.name, r.kiln_value,
                  r.unit, spread, "-", "-", "-", r.note);
   }
+}
+
+/// The rows as one JSON object (for bench/compare): the same figures as the table, plus the
+/// median and percentiles in seconds per call.
+void print_json(const std::vector<Row>& rows, bool quick) {
+  fmt::print("{{\"program\": \"kiln_bench\", \"quick\": {}, \"threads\": {}, \"rows\": [", quick,
+             kiln::detail::num_threads());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    fmt::print("{}\n  {{\"name\": {}, \"unit\": {}, ", i == 0 ? "" : ",", json_string(r.name),
+               json_string(r.unit));
+    if (r.kiln)
+      fmt::print(
+          "\"value\": {}, \"median_s\": {}, \"p10_s\": {}, \"p90_s\": {}, \"calls_per_sample\": "
+          "{}, \"samples\": {}, ",
+          r.kiln_value, r.kiln->median, r.kiln->p10, r.kiln->p90, r.kiln->calls_per_sample,
+          r.kiln->samples);
+    else
+      fmt::print("\"error\": {}, ", json_string(r.note));
+    fmt::print("\"reference\": {}, \"reference_value\": {}, \"note\": {}}}",
+               json_string(r.reference_name), r.reference_value, json_string(r.note));
+  }
+  fmt::print("\n]}}\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--json") {
+      json = true;
     } else {
       fmt::print(stderr,
-                 "usage: kiln_bench [--quick]\n  --quick  one short iteration of each "
-                 "benchmark (a smoke test, not a measurement)\n");
+                 "usage: kiln_bench [--quick] [--json]\n  --quick  one short iteration of each "
+                 "benchmark (a smoke test, not a measurement)\n  --json   print the results as "
+                 "JSON instead of a table\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
   const TimingPlan plan = quick ? TimingPlan::quick() : TimingPlan{};
-  fmt::print(
-      "kiln_bench{}: {} hardware threads, kiln uses {}; median of {} samples, spread = "
-      "(p90 - p10) / median\n\n",
-      quick ? " --quick" : "", std::thread::hardware_concurrency(), kiln::detail::num_threads(),
-      plan.samples);
+  if (!json)
+    fmt::print(
+        "kiln_bench{}: {} hardware threads, kiln uses {}; median of {} samples, spread = "
+        "(p90 - p10) / median\n\n",
+        quick ? " --quick" : "", std::thread::hardware_concurrency(), kiln::detail::num_threads(),
+        plan.samples);
 
   const std::vector<std::pair<std::string, std::function<Row()>>> benchmarks = {
       {"eager add, 4 f32", [&] { return bench_dispatch(plan); }},
-      {"tanh(a*b+c)*0.5, 4M f32", [&] { return bench_chain(plan); }},
+      {"tanh(a*b+c)*0.5, 4M f32", [&] { return bench_chain(plan, false); }},
+      {"tanh(a*b+c)*0.5, 4M, traced", [&] { return bench_chain(plan, true); }},
       {"matmul 32x10x80 f32", [&] { return bench_matmul(plan, 32, 10, 80, true); }},
       {"matmul 128x128x128 f32", [&] { return bench_matmul(plan, 128, 128, 128, true); }},
       {"matmul 1024x1024x1024 f32", [&] { return bench_matmul(plan, 1024, 1024, 1024, false); }},
@@ -229,6 +267,9 @@ int main(int argc, char** argv) {
       rows.push_back(Row{name, "", {}, 0, "", 0, fmt::format("error: {}", e.what())});
     }
   }
-  print_table(rows);
+  if (json)
+    print_json(rows, quick);
+  else
+    print_table(rows);
   return failures == 0 ? 0 : 1;
 }
