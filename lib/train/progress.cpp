@@ -46,9 +46,9 @@ void Progress::begin_epoch(int epoch) {
 }
 
 void Progress::update(std::int64_t done, double loss, const std::vector<double>& metrics) {
-  if (!bar_) return;
+  if (!bar_ || done >= samples_) return;  // end_epoch draws the finished bar
   const auto now = std::chrono::steady_clock::now();
-  if (done < samples_ && seconds_between(last_draw_, now) < redraw_seconds) return;
+  if (seconds_between(last_draw_, now) < redraw_seconds) return;
   last_draw_ = now;
   const double elapsed = seconds_between(start_, now);
   const int filled = static_cast<int>(bar_width * done / std::max<std::int64_t>(samples_, 1));
