@@ -42,7 +42,7 @@ std::string Progress::values(double loss, const std::vector<double>& metrics) co
 void Progress::begin_epoch(int epoch) {
   epoch_ = epoch;
   start_ = std::chrono::steady_clock::now();
-  last_draw_ = start_;
+  last_draw_ = start_ - std::chrono::seconds(1);  // the first batch draws at once
 }
 
 void Progress::update(std::int64_t done, double loss, const std::vector<double>& metrics) {
