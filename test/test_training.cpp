@@ -246,7 +246,11 @@ TEST_CASE("scenario 2: rebuilding and retraining in a loop leaves every counter 
       CHECK(kiln::memory_stats().cached_functions == 0);
       if (round == 1) rss_round1 = resident_bytes();
     }
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer keeps freed memory in quarantine
     CHECK(resident_bytes() - rss_round1 < 8 * 1024 * 1024);
+#else
+    (void)rss_round1;
+#endif
     // clear_session restarts the random stream: every round starts from the same weights.
     if (clear)
       for (double loss : first_losses) CHECK(loss == first_losses.front());

@@ -76,7 +76,8 @@ class LearningRate {
 };
 
 /// The common part of kiln's optimizers: validation, clipping, the learning rate, the
-/// iteration counter and slot bookkeeping. Subclasses implement update().
+/// iteration counter and slot bookkeeping. Subclasses implement update(). An optimizer may be
+/// moved (not copied); apply() is not synchronized, so one thread applies at a time.
 class Optimizer : public Module {
  public:
   ~Optimizer() override;

@@ -96,6 +96,14 @@ struct Optimizer::State {
   State(std::string k, LearningRate lr) : kind(std::move(k)), learning_rate(std::move(lr)) {}
 };
 
+namespace {
+template <class S>
+S& checked(const std::unique_ptr<S>& state) {
+  if (!state) detail::fail("optim.Optimizer", "this optimizer was moved from");
+  return *state;
+}
+}  // namespace
+
 Optimizer::Optimizer(std::string kind, std::string_view default_name, std::string name,
                      const LearningRate& learning_rate, std::optional<double> clipnorm,
                      std::optional<double> global_clipnorm, std::vector<std::string> slot_names)
@@ -121,18 +129,18 @@ Optimizer::Optimizer(std::string kind, std::string_view default_name, std::strin
 Optimizer::~Optimizer() = default;
 Optimizer::Optimizer(Optimizer&&) noexcept = default;
 
-const std::string& Optimizer::kind() const { return state_->kind; }
-Variable Optimizer::iterations() const { return state_->iterations; }
-const std::vector<std::string>& Optimizer::slot_names() const { return state_->slot_names; }
+const std::string& Optimizer::kind() const { return checked(state_).kind; }
+Variable Optimizer::iterations() const { return checked(state_).iterations; }
+const std::vector<std::string>& Optimizer::slot_names() const { return checked(state_).slot_names; }
 
 Tensor Optimizer::learning_rate() const {
-  const State& s = *state_;
+  const State& s = checked(state_);
   if (s.learning_rate.is_schedule()) return s.learning_rate.schedule()(s.iterations.value());
   return s.rate.value();
 }
 
 void Optimizer::set_learning_rate(double rate) {
-  State& s = *state_;
+  State& s = checked(state_);
   if (s.learning_rate.is_schedule())
     detail::fail(s.kind, "{} uses the schedule '{}'; set_learning_rate needs a constant rate",
                  path(), s.learning_rate.schedule().name());
@@ -142,7 +150,7 @@ void Optimizer::set_learning_rate(double rate) {
 }
 
 Variable Optimizer::slot(const Variable& var, std::string_view slot_name) const {
-  const State& s = *state_;
+  const State& s = checked(state_);
   if (!var.defined()) detail::fail(s.kind, "slot: empty Variable handle");
   auto it = s.owners.find(var.id());
   const std::string local =
@@ -156,7 +164,7 @@ Variable Optimizer::slot(const Variable& var, std::string_view slot_name) const 
 }
 
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
-  State& s = *state_;
+  State& s = checked(state_);
   const std::string& op = s.kind;
   if (grads.size() != vars.size())
     detail::fail(op, "got {} gradients for {} variables", grads.size(), vars.size());

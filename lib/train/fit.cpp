@@ -60,7 +60,8 @@ void check_loss_value(const Tensor& value) {
 }
 
 double scalar_value(const Tensor& t) {
-  return t.dtype() == f64 ? t.item<double>() : static_cast<double>(cast(t, f64).item<double>());
+  if (t.dtype() == f32) return static_cast<double>(t.item<float>());
+  return t.dtype() == f64 ? t.item<double>() : cast(t, f64).item<double>();
 }
 
 std::vector<std::string> names_of(const std::vector<Metric>& metrics) {

@@ -42,13 +42,13 @@ std::string Progress::values(double loss, const std::vector<double>& metrics) co
 void Progress::begin_epoch(int epoch) {
   epoch_ = epoch;
   start_ = std::chrono::steady_clock::now();
-  last_draw_ = start_;
+  last_draw_ = start_ - std::chrono::seconds(1);  // the first batch draws at once
 }
 
 void Progress::update(std::int64_t done, double loss, const std::vector<double>& metrics) {
-  if (!bar_) return;
+  if (!bar_ || done >= samples_) return;  // end_epoch draws the finished bar
   const auto now = std::chrono::steady_clock::now();
-  if (done < samples_ && seconds_between(last_draw_, now) < redraw_seconds) return;
+  if (seconds_between(last_draw_, now) < redraw_seconds) return;
   last_draw_ = now;
   const double elapsed = seconds_between(start_, now);
   const int filled = static_cast<int>(bar_width * done / std::max<std::int64_t>(samples_, 1));
