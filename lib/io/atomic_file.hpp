@@ -14,8 +14,8 @@ namespace kiln::io::detail {
 /// A file written under a temporary name in the target's folder and renamed over the
 /// target by commit(): write, flush, fsync the file, rename, fsync the folder. A process
 /// that dies before commit() leaves the target as it was (and, at worst, a stray
-/// `.<name>.tmp-XXXXXXXX` file next to it). Destroying an uncommitted AtomicFile removes
-/// the temporary file. Errors throw kiln::Error "[op] <target>: ...".
+/// `.<name>.tmp-<8 random characters>` file next to it). Destroying an uncommitted AtomicFile
+/// removes the temporary file. Errors throw kiln::Error "[op] <target>: ...".
 class AtomicFile {
  public:
   AtomicFile(std::filesystem::path target, std::string op);
