@@ -228,14 +228,14 @@ void resolve_fused_program(FusedProgram& program) {
     switch (info(op.prim).family) {
       case Family::unary:
         op.fn = op.prim == Prim::cast
-                    ? reinterpret_cast<const void*>(rows.cast[in][dtype_index(op.out_dtype)])
-                    : reinterpret_cast<const void*>(rows.unary[unary_row_index(op.prim)][in]);
+                    ? reinterpret_cast<void (*)()>(rows.cast[in][dtype_index(op.out_dtype)])
+                    : reinterpret_cast<void (*)()>(rows.unary[unary_row_index(op.prim)][in]);
         break;
       case Family::binary:
-        op.fn = reinterpret_cast<const void*>(rows.binary[binary_row_index(op.prim)][in]);
+        op.fn = reinterpret_cast<void (*)()>(rows.binary[binary_row_index(op.prim)][in]);
         break;
       case Family::ternary:
-        op.fn = reinterpret_cast<const void*>(rows.where[in]);
+        op.fn = reinterpret_cast<void (*)()>(rows.where[in]);
         break;
       default:
         fail(name(op.prim), "is not elementwise and cannot be fused");

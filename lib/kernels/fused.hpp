@@ -27,7 +27,7 @@ struct FusedOp {
   DType out_dtype = DType::f32;  // what it writes
   std::array<std::int16_t, 3> operands{};
   std::int16_t result_slot = 0;
-  const void* fn = nullptr;  // the resolved row kernel (see resolve_fused_program)
+  void (*fn)() = nullptr;  // the resolved row kernel, cast back to its type when run
 };
 
 struct FusedProgram {
