@@ -139,7 +139,9 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
   };
   std::vector<Deferred> deferred;
   std::vector<std::string> problems;
-  for (const auto& [key, value] : values) {
+  for (const auto& entry : values) {
+    const std::string& key = entry.first;  // not a structured binding: lambdas capture it
+    const Tensor& value = entry.second;
     const std::size_t slash = key.find('/');
     const std::string object = key.substr(0, slash);
     auto tracked = std::find_if(state_->variables.begin(), state_->variables.end(),
