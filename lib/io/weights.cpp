@@ -100,12 +100,6 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
   }
   for (const auto& [name, v] : variables)
     if (provided.count(name) == 0) result.missing.push_back(name);
-  // Mismatched variables were provided, but with the wrong value: report them once.
-  for (const std::string& m : result.mismatched) {
-    const std::string name = m.substr(0, m.find(':'));
-    result.missing.erase(std::remove(result.missing.begin(), result.missing.end(), name),
-                         result.missing.end());
-  }
 
   const bool clean =
       result.missing.empty() && result.unexpected.empty() && result.mismatched.empty();
