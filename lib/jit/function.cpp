@@ -39,10 +39,10 @@ struct ConcreteData {
   // shapes for each set of sizes seen so far.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
   mutable std::mutex bound_mutex;
-  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const std::vector<Shape>>> bound;
+  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const Plan>> bound;
   mutable std::int64_t bound_bytes = 0;
-  /// Node shapes for this call's sizes of the dynamic dims (computed once per distinct sizes).
-  std::shared_ptr<const std::vector<Shape>> shapes_for(const std::vector<Tensor>& args) const;
+  /// The plan for this call's sizes of the dynamic dims (built once per distinct sizes).
+  std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& args) const;
   ~ConcreteData();
 };
 
@@ -82,8 +82,7 @@ ConcreteData::~ConcreteData() {
                           -counted_bytes - bound_bytes);
 }
 
-std::shared_ptr<const std::vector<Shape>> ConcreteData::shapes_for(
-    const std::vector<Tensor>& args) const {
+std::shared_ptr<const Plan> ConcreteData::plan_for(const std::vector<Tensor>& args) const {
   thread_local std::vector<std::int64_t> values;
   values.clear();
   for (auto [t, d] : symbol_sources) values.push_back(args[t].shape()[d]);
@@ -97,13 +96,14 @@ std::shared_ptr<const std::vector<Shape>> ConcreteData::shapes_for(
     count_cached_function(0, 0, -bound_bytes);
     bound_bytes = 0;
   }
-  auto shapes = std::make_shared<const std::vector<Shape>>(bind_shapes(*graph, values));
-  const auto bytes = static_cast<std::int64_t>(shapes->size() * sizeof(Shape) +
-                                               values.size() * sizeof(std::int64_t) + 64);
+  const std::vector<Shape> shapes = bind_shapes(*graph, values);
+  auto bound_plan = std::make_shared<const Plan>(build_plan(*graph, &shapes));
+  const auto bytes =
+      bound_plan->bytes() + static_cast<std::int64_t>(values.size() * sizeof(std::int64_t) + 64);
   bound_bytes += bytes;
   count_cached_function(0, 0, bytes);
-  bound.emplace(values, shapes);
-  return shapes;
+  bound.emplace(values, bound_plan);
+  return bound_plan;
 }
 
 namespace {
@@ -398,7 +398,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     if (options_.fuse_elementwise) fuse_elementwise(*graph);
   }
   auto cf = std::make_shared<ConcreteData>();
-  cf->plan = build_plan(*graph);
+  if (symbol_sources.empty()) cf->plan = build_plan(*graph);  // else per set of sizes
   cf->graph = graph;
   cf->vector_sizes = std::move(result.vector_sizes);
   cf->descriptions = args.describe();
@@ -433,8 +433,8 @@ void FunctionCore::execute(const ConcreteData& cf, const ArgPack& args,
     run_plan(cf.plan, *cf.graph, args.tensors, options_.name, outputs);
     return;
   }
-  const auto shapes = cf.shapes_for(args.tensors);
-  run_plan(cf.plan, *cf.graph, args.tensors, options_.name, outputs, shapes.get());
+  const auto plan = cf.plan_for(args.tensors);
+  run_plan(*plan, *cf.graph, args.tensors, options_.name, outputs);
 }
 
 const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& cf) const {

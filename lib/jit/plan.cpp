@@ -1,5 +1,6 @@
 #include "jit/plan.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include "core/fail.hpp"
@@ -9,32 +10,349 @@
 
 namespace kiln::detail {
 
+namespace {
+
+constexpr std::int64_t arena_alignment = 64;
+
+std::int64_t round_up(std::int64_t bytes) {
+  return (bytes + arena_alignment - 1) / arena_alignment * arena_alignment;
+}
+
+/// Row-major contiguous, ignoring size-1 dims (as TensorImpl::is_contiguous).
+bool is_contiguous(const Shape& shape, const Shape& strides) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return shape.numel() == 0;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::int64_t bytes_of(const Plan::Value& v) {
+  return v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype));
+}
+
+/// First-fit allocation of arena blocks with coalescing of freed neighbours.
+class ArenaAllocator {
+ public:
+  std::int64_t allocate(std::int64_t bytes) {
+    bytes = round_up(std::max<std::int64_t>(bytes, 1));
+    for (std::size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].size < bytes) continue;
+      const std::int64_t offset = free_[i].offset;
+      free_[i].offset += bytes;
+      free_[i].size -= bytes;
+      if (free_[i].size == 0) free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+      return offset;
+    }
+    // Grow the arena, absorbing a free block that ends at its end.
+    std::int64_t offset = end_;
+    if (!free_.empty() && free_.back().offset + free_.back().size == end_) {
+      offset = free_.back().offset;
+      free_.pop_back();
+    }
+    end_ = offset + bytes;
+    return offset;
+  }
+  void release(std::int64_t offset, std::int64_t bytes) {
+    bytes = round_up(std::max<std::int64_t>(bytes, 1));
+    auto it = std::lower_bound(free_.begin(), free_.end(), offset,
+                               [](const Block& b, std::int64_t o) { return b.offset < o; });
+    it = free_.insert(it, Block{offset, bytes});
+    if (auto next = it + 1; next != free_.end() && it->offset + it->size == next->offset) {
+      it->size += next->size;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = it - 1;
+      if (prev->offset + prev->size == it->offset) {
+        prev->size += it->size;
+        free_.erase(it);
+      }
+    }
+  }
+  std::int64_t size() const { return end_; }
+
+ private:
+  struct Block {
+    std::int64_t offset, size;
+  };
+  std::vector<Block> free_;  // sorted by offset
+  std::int64_t end_ = 0;
+};
+
+class PlanBuilder {
+ public:
+  PlanBuilder(const GraphData& g, const std::vector<Shape>* shapes) : g_(g), shapes_(shapes) {}
+
+  Plan build() {
+    plan_.values.resize(g_.nodes.size());
+    copies_.assign(g_.nodes.size(), -1);
+    for (std::size_t i = 0; i < g_.nodes.size(); ++i) add_node(static_cast<std::int32_t>(i));
+    mark_escapes();
+    place_in_arena();
+    return std::move(plan_);
+  }
+
+ private:
+  const Shape& shape_of(std::int32_t id) const {
+    return shapes_ ? (*shapes_)[static_cast<std::size_t>(id)]
+                   : g_.nodes[static_cast<std::size_t>(id)].shape;
+  }
+
+  std::int32_t add_root(Plan::Root::Kind kind, std::int32_t index, DType dtype,
+                        const Shape& shape) {
+    plan_.roots.push_back(Plan::Root{kind, index, dtype, shape, 0});
+    return static_cast<std::int32_t>(plan_.roots.size() - 1);
+  }
+
+  /// A value with a fresh contiguous buffer of its own (computed by a step).
+  Plan::Value fresh_value(DType dtype, const Shape& shape) {
+    return Plan::Value{add_root(Plan::Root::Kind::arena, -1, dtype, shape), 0, dtype, shape,
+                       contiguous_strides(shape)};
+  }
+
+  ArrayRef layout(std::int32_t value) const {
+    const Plan::Value& v = plan_.values[static_cast<std::size_t>(value)];
+    return ArrayRef{nullptr, v.dtype, v.shape, v.strides};
+  }
+  ArrayRef broadcast_layout(std::int32_t value, const Shape& out_shape) const {
+    const Plan::Value& v = plan_.values[static_cast<std::size_t>(value)];
+    return ArrayRef{nullptr, v.dtype, out_shape,
+                    v.shape == out_shape ? v.strides
+                                         : broadcast_strides(v.shape, v.strides, out_shape)};
+  }
+
+  /// The value a kernel reads for node input `id`: the value itself when contiguous, else a
+  /// contiguous copy made once (by a copy step) and shared by every later reader.
+  std::int32_t contiguous_input(std::int32_t id) {
+    const Plan::Value& v = plan_.values[static_cast<std::size_t>(id)];
+    if (is_contiguous(v.shape, v.strides)) return id;
+    auto& copy = copies_[static_cast<std::size_t>(id)];
+    if (copy >= 0) return copy;
+    plan_.values.push_back(fresh_value(v.dtype, v.shape));
+    copy = static_cast<std::int32_t>(plan_.values.size() - 1);
+    Plan::Step step;
+    step.kind = Plan::Step::Kind::copy;
+    step.node = id;
+    step.values = {id, copy};
+    step.refs = {layout(id), layout(copy)};
+    plan_.steps.push_back(std::move(step));
+    return copy;
+  }
+
+  void add_node(std::int32_t id) {
+    const Node& node = g_.nodes[static_cast<std::size_t>(id)];
+    const Shape& shape = shape_of(id);
+    Plan::Value& value = plan_.values[static_cast<std::size_t>(id)];
+    switch (node.kind) {
+      case Node::Kind::parameter:
+        value = Plan::Value{add_root(Plan::Root::Kind::argument, node.index, node.dtype, shape), 0,
+                            node.dtype, shape, contiguous_strides(shape)};
+        return;
+      case Node::Kind::constant:
+        value = Plan::Value{add_root(Plan::Root::Kind::constant, id, node.dtype, shape), 0,
+                            node.dtype, shape, node.constant.impl()->strides};
+        return;
+      case Node::Kind::variable:
+        value = Plan::Value{add_root(Plan::Root::Kind::variable, node.index, node.dtype, shape), 0,
+                            node.dtype, shape, contiguous_strides(shape)};
+        return;
+      case Node::Kind::assign:
+        value = plan_.values[static_cast<std::size_t>(node.inputs[0])];
+        return;
+      case Node::Kind::fused:
+        add_fused(id, node, shape);
+        return;
+      case Node::Kind::primitive:
+        add_primitive(id, node, shape);
+        return;
+    }
+  }
+
+  void add_fused(std::int32_t id, const Node& node, const Shape& shape) {
+    plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
+    Plan::Step step;
+    step.kind = Plan::Step::Kind::fused;
+    step.node = id;
+    step.program = node.program.get();
+    for (auto in : node.inputs) {
+      step.values.push_back(in);
+      step.refs.push_back(broadcast_layout(in, shape));
+    }
+    step.values.push_back(id);
+    step.refs.push_back(layout(id));
+    plan_.steps.push_back(std::move(step));
+  }
+
+  void add_primitive(std::int32_t id, const Node& node, const Shape& shape) {
+    const Prim p = node.prim;
+    if (info(p).family == Family::movement && node.inputs.size() == 1) {
+      const Plan::Value in = plan_.values[static_cast<std::size_t>(node.inputs[0])];
+      if (auto view = view_layout(p, in.shape, in.strides, in.offset, node.attrs, shape)) {
+        plan_.values[static_cast<std::size_t>(id)] =
+            Plan::Value{in.root, view->offset, node.dtype, shape, view->strides};
+        return;
+      }
+    }
+    const bool elementwise = is_elementwise(p);
+    std::vector<std::int32_t> inputs;
+    for (auto in : node.inputs)
+      inputs.push_back(elementwise || p == Prim::dim_size ? in : contiguous_input(in));
+    plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
+    Plan::Step step;
+    step.prim = p;
+    step.node = id;
+    step.values = inputs;
+    step.values.push_back(id);
+    const std::int64_t n = shape.numel();
+    if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3 && flat_inputs(step, shape)) {
+      step.kind = Plan::Step::Kind::flat;
+      step.flat_in_dtype =
+          plan_.values[static_cast<std::size_t>(inputs[inputs.size() == 3 ? 1 : 0])].dtype;
+      plan_.steps.push_back(std::move(step));
+      return;
+    }
+    step.kind = Plan::Step::Kind::kernel;
+    step.fn = kernel_for(p);
+    step.attrs = &node.attrs;
+    for (auto in : inputs) step.refs.push_back(elementwise ? broadcast_layout(in, shape) : layout(in));
+    step.refs.push_back(layout(id));
+    plan_.steps.push_back(std::move(step));
+  }
+
+  /// Whether every input is contiguous in the output's shape or a single element; sets the
+  /// row kernel strides (1 or 0).
+  bool flat_inputs(Plan::Step& step, const Shape& out_shape) const {
+    for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
+      const Plan::Value& v = plan_.values[static_cast<std::size_t>(step.values[i])];
+      if (v.shape.numel() == 1) {
+        step.flat_strides[i] = 0;
+      } else if (v.shape == out_shape && is_contiguous(v.shape, v.strides)) {
+        step.flat_strides[i] = 1;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /// Buffers behind outputs and assigned values are allocated per call, outside the arena, so
+  /// what the caller (or a variable) keeps never aliases memory a later call reuses.
+  void mark_escapes() {
+    const auto escape = [&](std::int32_t id) {
+      Plan::Root& root =
+          plan_.roots[static_cast<std::size_t>(plan_.values[static_cast<std::size_t>(id)].root)];
+      if (root.kind == Plan::Root::Kind::arena) root.kind = Plan::Root::Kind::escape;
+    };
+    for (auto o : g_.outputs) escape(o);
+    for (auto s : g_.side_effects) escape(s);
+  }
+
+  /// Lifetimes in steps, then arena offsets: a buffer is placed when its step runs and freed
+  /// after its last reader. An elementwise step whose input buffer dies there and has the
+  /// output's exact layout writes in place.
+  void place_in_arena() {
+    const std::size_t num_roots = plan_.roots.size();
+    std::vector<std::int64_t> last_use(num_roots, -1);
+    for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
+      const Plan::Step& step = plan_.steps[s];
+      for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
+        last_use[root_of(step.values[i])] = static_cast<std::int64_t>(s);
+    }
+    ArenaAllocator arena;
+    std::vector<std::int64_t> block_bytes(num_roots, 0);
+    std::vector<bool> released(num_roots, false);
+    const auto is_arena = [&](std::size_t r) {
+      return plan_.roots[r].kind == Plan::Root::Kind::arena;
+    };
+    for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
+      const Plan::Step& step = plan_.steps[s];
+      const std::size_t out_root = root_of(step.values.back());
+      if (is_arena(out_root)) {
+        const Plan::Value& out = plan_.values[static_cast<std::size_t>(step.values.back())];
+        const std::int64_t bytes = round_up(std::max<std::int64_t>(bytes_of(out), 1));
+        const std::int64_t donor = in_place_donor(step, s, last_use, released, bytes);
+        if (donor >= 0) {
+          const auto d = static_cast<std::size_t>(donor);
+          plan_.roots[out_root].offset = plan_.roots[d].offset;
+          released[d] = true;  // its block now belongs to out_root
+        } else {
+          plan_.roots[out_root].offset = arena.allocate(bytes);
+        }
+        block_bytes[out_root] = bytes;
+        if (last_use[out_root] < 0) last_use[out_root] = static_cast<std::int64_t>(s);
+      }
+      for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
+        const std::size_t r = root_of(step.values[i]);
+        if (is_arena(r) && !released[r] && last_use[r] == static_cast<std::int64_t>(s)) {
+          arena.release(plan_.roots[r].offset, block_bytes[r]);
+          released[r] = true;
+        }
+      }
+      if (is_arena(out_root) && !released[out_root] &&
+          last_use[out_root] == static_cast<std::int64_t>(s)) {  // computed, never read
+        arena.release(plan_.roots[out_root].offset, block_bytes[out_root]);
+        released[out_root] = true;
+      }
+    }
+    plan_.arena_bytes = arena.size();
+  }
+
+  /// An input root of an elementwise step that dies at this step, has exactly `bytes`, and is
+  /// read only with the output's own layout, or -1.
+  std::int64_t in_place_donor(const Plan::Step& step, std::size_t s,
+                              const std::vector<std::int64_t>& last_use,
+                              const std::vector<bool>& released, std::int64_t bytes) const {
+    const bool elementwise = step.kind == Plan::Step::Kind::flat ||
+                             step.kind == Plan::Step::Kind::fused ||
+                             (step.kind == Plan::Step::Kind::kernel && is_elementwise(step.prim));
+    if (!elementwise) return -1;
+    const Plan::Value& out = plan_.values[static_cast<std::size_t>(step.values.back())];
+    for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
+      const std::size_t r = root_of(step.values[i]);
+      if (plan_.roots[r].kind != Plan::Root::Kind::arena || released[r] ||
+          last_use[r] != static_cast<std::int64_t>(s) ||
+          round_up(std::max<std::int64_t>(bytes_of(plan_.values[static_cast<std::size_t>(
+                                               step.values[i])]),
+                                           1)) != bytes)
+        continue;
+      bool same_layout = true;  // every read of this root in the step is the output's layout
+      for (std::size_t j = 0; j + 1 < step.values.size() && same_layout; ++j) {
+        if (root_of(step.values[j]) != r) continue;
+        const Plan::Value& v = plan_.values[static_cast<std::size_t>(step.values[j])];
+        same_layout = v.offset == 0 && v.shape == out.shape && v.strides == out.strides &&
+                      dtype_size(v.dtype) == dtype_size(out.dtype);
+      }
+      if (same_layout) return static_cast<std::int64_t>(r);
+    }
+    return -1;
+  }
+
+  std::size_t root_of(std::int32_t value) const {
+    return static_cast<std::size_t>(plan_.values[static_cast<std::size_t>(value)].root);
+  }
+
+  const GraphData& g_;
+  const std::vector<Shape>* shapes_;
+  Plan plan_;
+  std::vector<std::int32_t> copies_;  // node id -> its contiguous copy's value, or -1
+};
+
+}  // namespace
+
 std::int64_t Plan::bytes() const {
-  std::int64_t total =
-      static_cast<std::int64_t>(sizeof(Plan) + steps.capacity() * sizeof(PlanStep));
-  for (const PlanStep& s : steps)
-    total += static_cast<std::int64_t>(s.release.capacity() * sizeof(std::int32_t));
+  std::int64_t total = static_cast<std::int64_t>(
+      sizeof(Plan) + roots.capacity() * sizeof(Root) + values.capacity() * sizeof(Value) +
+      steps.capacity() * sizeof(Step));
+  for (const Step& s : steps)
+    total += static_cast<std::int64_t>(s.values.capacity() * sizeof(std::int32_t) +
+                                       s.refs.capacity() * sizeof(ArrayRef));
   return total;
 }
 
-Plan build_plan(const GraphData& g) {
-  const std::size_t n = g.nodes.size();
-  std::vector<std::int32_t> last_use(n, -1);
-  for (std::size_t i = 0; i < n; ++i)
-    for (auto in : g.nodes[i].inputs)
-      last_use[static_cast<std::size_t>(in)] = static_cast<std::int32_t>(i);
-  std::vector<bool> kept(n, false);  // outputs live until the end
-  for (auto o : g.outputs) kept[static_cast<std::size_t>(o)] = true;
-  for (auto s : g.side_effects) kept[static_cast<std::size_t>(s)] = true;
-  Plan plan;
-  plan.steps.reserve(n);
-  std::vector<std::vector<std::int32_t>> release_at(n);
-  for (std::size_t v = 0; v < n; ++v)
-    if (!kept[v] && last_use[v] >= 0)
-      release_at[static_cast<std::size_t>(last_use[v])].push_back(static_cast<std::int32_t>(v));
-  for (std::size_t i = 0; i < n; ++i)
-    plan.steps.push_back({static_cast<std::int32_t>(i), std::move(release_at[i])});
-  return plan;
+Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes) {
+  return PlanBuilder(g, shapes).build();
 }
 
 std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values) {
@@ -50,8 +368,7 @@ std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_
 }
 
 void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
-              const std::string& function_name, std::vector<Tensor>& outputs,
-              const std::vector<Shape>* shapes) {
+              const std::string& function_name, std::vector<Tensor>& outputs) {
   // Bind variables first: a destroyed variable fails the call before anything runs.
   std::vector<std::shared_ptr<VariableImpl>> vars;
   vars.reserve(g.variables.size());
@@ -63,88 +380,120 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
            "variables by reference and does not keep them alive",
            g.variable_names[i]);
   }
-  // Working state comes from per-thread scratch vectors (a plan never runs inside another on
-  // the same thread: nested functions inline while tracing). `value[i]` is where node i's value
-  // is: an argument, a constant of the graph, or `owned[i]` for values computed by this call, so
-  // reading arguments and constants costs no reference counting.
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> owned_scratch;
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<const Tensor*> value_scratch;
-  std::vector<Tensor>& owned = owned_scratch;
-  std::vector<const Tensor*>& value = value_scratch;
-  owned.resize(g.nodes.size());
-  value.resize(g.nodes.size());
+  // Per-thread scratch (a plan never runs inside another on the same thread: nested functions
+  // inline while tracing): each root's tensor (for arguments, constants, variables and escapes)
+  // and address.
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> held_scratch;
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<const Tensor*> tensor_scratch;
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<char*> address_scratch;
+  std::vector<Tensor>& held = held_scratch;
+  std::vector<const Tensor*>& tensor_of_root = tensor_scratch;
+  std::vector<char*>& address = address_scratch;
+  held.resize(plan.roots.size());
+  tensor_of_root.resize(plan.roots.size());
+  address.resize(plan.roots.size());
   struct ClearOnExit {
     std::vector<Tensor>& s;
     ~ClearOnExit() {
       for (Tensor& t : s) t = Tensor();
     }
-  } clear_on_exit{owned};
-  std::array<const Tensor*, 8> small_inputs{};
-  std::vector<const Tensor*> many_inputs;
-  const auto shape_of = [&](std::int32_t id) -> const Shape& {
-    return shapes ? (*shapes)[static_cast<std::size_t>(id)]
-                  : g.nodes[static_cast<std::size_t>(id)].shape;
-  };
-  const auto gather_inputs = [&](const Node& node) {
-    const Tensor** ins = small_inputs.data();
-    if (node.inputs.size() > small_inputs.size()) {
-      many_inputs.resize(node.inputs.size());
-      ins = many_inputs.data();
-    }
-    for (std::size_t i = 0; i < node.inputs.size(); ++i)
-      ins[i] = value[static_cast<std::size_t>(node.inputs[i])];
-    return std::span<const Tensor* const>(ins, node.inputs.size());
-  };
-  for (const PlanStep& step : plan.steps) {
-    const auto id = static_cast<std::size_t>(step.node);
-    const Node& node = g.nodes[id];
-    switch (node.kind) {
-      case Node::Kind::parameter:
-        value[id] = &args[static_cast<std::size_t>(node.index)];
-        break;
-      case Node::Kind::constant:
-        value[id] = &node.constant;
-        break;
-      case Node::Kind::variable:
-        owned[id] = vars[static_cast<std::size_t>(node.index)]->read();
-        value[id] = &owned[id];
-        break;
-      case Node::Kind::assign:
-        owned[id] = *value[static_cast<std::size_t>(node.inputs[0])];
-        value[id] = &owned[id];
-        break;
-      case Node::Kind::fused:
-        owned[id] =
-            run_fused_program(*node.program, gather_inputs(node), node.dtype, shape_of(step.node));
-        value[id] = &owned[id];
-        break;
-      case Node::Kind::primitive:
-        if (!is_elementwise(node.prim) && info(node.prim).family != Family::movement &&
-            node.prim != Prim::dim_size) {
-          // Kernels of these families read contiguous inputs; a view (e.g. the transpose of a
-          // weight in a backward pass) is copied once here and the copy serves every later use,
-          // instead of one copy per consuming kernel.
-          for (auto in : node.inputs) {
-            const auto i = static_cast<std::size_t>(in);
-            if (value[i]->impl()->is_contiguous()) continue;
-            owned[i] = value[i]->contiguous();
-            value[i] = &owned[i];
-          }
-        }
-        owned[id] = run_primitive(node.prim, gather_inputs(node), node.attrs, node.dtype,
-                                  shape_of(step.node));
-        value[id] = &owned[id];
-        break;
-    }
-    for (auto r : step.release) owned[static_cast<std::size_t>(r)] = Tensor();
+  } clear_on_exit{held};
+
+  Tensor arena;
+  char* arena_base = nullptr;
+  if (plan.arena_bytes > 0) {
+    arena = empty(Shape{plan.arena_bytes}, DType::boolean);
+    arena_base = arena.impl()->data();
   }
+  for (std::size_t r = 0; r < plan.roots.size(); ++r) {
+    const Plan::Root& root = plan.roots[r];
+    const Tensor* t = nullptr;
+    switch (root.kind) {
+      case Plan::Root::Kind::argument:
+        t = &args[static_cast<std::size_t>(root.index)];
+        if (!t->impl()->is_contiguous()) {
+          held[r] = t->contiguous();
+          t = &held[r];
+        }
+        break;
+      case Plan::Root::Kind::constant:
+        t = &g.nodes[static_cast<std::size_t>(root.index)].constant;
+        break;
+      case Plan::Root::Kind::variable:
+        held[r] = vars[static_cast<std::size_t>(root.index)]->read();
+        if (!held[r].impl()->is_contiguous()) held[r] = held[r].contiguous();
+        t = &held[r];
+        break;
+      case Plan::Root::Kind::escape:
+        held[r] = empty(root.shape, root.dtype);
+        t = &held[r];
+        break;
+      case Plan::Root::Kind::arena:
+        address[r] = arena_base + root.offset;
+        tensor_of_root[r] = nullptr;
+        continue;
+    }
+    tensor_of_root[r] = t;
+    address[r] = t->impl()->data();
+  }
+  const auto data_of = [&](std::int32_t value) -> char* {
+    const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
+    return address[static_cast<std::size_t>(v.root)] +
+           v.offset * static_cast<std::int64_t>(dtype_size(v.dtype));
+  };
+
+  std::array<ArrayRef, max_fused_inputs + 1> small_refs;
+  std::vector<ArrayRef> many_refs;
+  for (const Plan::Step& step : plan.steps) {
+    const std::size_t count = step.values.size();
+    if (step.kind == Plan::Step::Kind::flat) {
+      std::array<const void*, 3> in{};
+      for (std::size_t i = 0; i + 1 < count; ++i) in[i] = data_of(step.values[i]);
+      const Plan::Value& out = plan.values[static_cast<std::size_t>(step.values.back())];
+      run_elementwise_flat(step.prim, in.data(), step.flat_strides.data(), step.flat_in_dtype,
+                           data_of(step.values.back()), out.dtype, out.shape.numel());
+      continue;
+    }
+    ArrayRef* refs = small_refs.data();
+    if (count > small_refs.size()) {
+      many_refs.resize(count);
+      refs = many_refs.data();
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      refs[i] = step.refs[i];
+      refs[i].data = data_of(step.values[i]);
+    }
+    const std::span<const ArrayRef> inputs(refs, count - 1);
+    switch (step.kind) {
+      case Plan::Step::Kind::kernel:
+        step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
+        break;
+      case Plan::Step::Kind::fused:
+        run_fused(*step.program, inputs, refs[count - 1]);
+        break;
+      case Plan::Step::Kind::copy:
+        copy_strided(refs[0], refs[1]);
+        break;
+      case Plan::Step::Kind::flat:
+        break;
+    }
+  }
+
+  // Hands out a value as a tensor: its root's tensor, or a view of it. Arena values never get
+  // here (mark_escapes moved every output and assigned value out of the arena).
+  const auto tensor_of = [&](std::int32_t value) -> Tensor {
+    const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
+    const Tensor& base = *tensor_of_root[static_cast<std::size_t>(v.root)];
+    const TensorImpl& impl = *base.impl();
+    if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
+    return make_view(base, v.shape, v.strides, impl.offset + v.offset);
+  };
   for (auto s : g.side_effects) {
     const Node& node = g.nodes[static_cast<std::size_t>(s)];
-    vars[static_cast<std::size_t>(node.index)]->write(
-        value[static_cast<std::size_t>(s)]->contiguous());
+    vars[static_cast<std::size_t>(node.index)]->write(tensor_of(s).contiguous());
   }
   outputs.clear();
-  for (auto o : g.outputs) outputs.push_back(*value[static_cast<std::size_t>(o)]);
+  for (auto o : g.outputs) outputs.push_back(tensor_of(o));
 }
 
 }  // namespace kiln::detail

@@ -1,6 +1,9 @@
 #pragma once
-// The executable form of a concrete function: a flat list of steps over value slots.
+// The executable form of a concrete function for one set of node shapes: kernels resolved,
+// views turned into layouts, and every intermediate placed in one arena whose offsets come
+// from value lifetimes (memory planning). A call allocates the arena once and runs the steps.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,28 +12,65 @@
 
 namespace kiln::detail {
 
-/// One step: evaluate node `node` into slot `node`, then drop the slots in `release` (values
-/// whose last use this step was), so working memory stays at the live set.
-struct PlanStep {
-  std::int32_t node;
-  std::vector<std::int32_t> release;
-};
-
 struct Plan {
-  std::vector<PlanStep> steps;
+  /// A buffer a value lives in. Its address is known only at call time.
+  struct Root {
+    enum class Kind : std::uint8_t {
+      argument,  // the call's tensor argument `index` (made contiguous if it is not)
+      constant,  // node `index`'s captured constant (its own strides)
+      variable,  // variable slot `index`, read when the call starts
+      arena,     // [offset, offset + bytes) of the call's arena
+      escape,    // a fresh buffer per call: it is, or backs, an output or an assigned value
+    };
+    Kind kind = Kind::arena;
+    std::int32_t index = -1;
+    DType dtype = DType::f32;
+    Shape shape;  // arena/escape: the buffer's shape (contiguous)
+    std::int64_t offset = 0;
+  };
+  /// Where a value's elements are: a root plus an element offset and strides.
+  struct Value {
+    std::int32_t root = -1;
+    std::int64_t offset = 0;  // elements from the root's first element
+    DType dtype = DType::f32;
+    Shape shape;
+    Shape strides;
+  };
+  struct Step {
+    enum class Kind : std::uint8_t {
+      kernel,  // kernel_for(prim) on refs (inputs, then the output)
+      flat,    // one elementwise row kernel call: inputs contiguous or single elements
+      fused,   // run_fused(program) on refs
+      copy,    // copy_strided(refs[0] -> refs[1]): a contiguous copy for a kernel's input
+    };
+    Kind kind = Kind::kernel;
+    Prim prim = Prim::add;
+    std::int32_t node = -1;           // the graph node it computes (copy: the consumer's)
+    KernelFn fn = nullptr;            // kernel steps
+    const Attrs* attrs = nullptr;     // kernel steps: the node's attributes
+    const FusedProgram* program = nullptr;  // fused steps
+    std::vector<std::int32_t> values;  // value of each ref: inputs, then the output
+    std::vector<ArrayRef> refs;        // layouts with data unset, filled in at call time
+    std::array<std::int64_t, 3> flat_strides{};
+    DType flat_in_dtype = DType::f32;
+  };
+
+  std::vector<Root> roots;
+  std::vector<Value> values;  // node i's value is values[i]; contiguous copies follow
+  std::vector<Step> steps;
+  std::int64_t arena_bytes = 0;
+
   std::int64_t bytes() const;
 };
 
-/// Schedules the graph's nodes (already in a valid order) and computes value lifetimes.
-Plan build_plan(const GraphData& g);
+/// Builds the plan of graph g for the given node shapes (null: the nodes' own, static shapes).
+Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
 
-/// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads are
-/// bound now; assignments are applied after every step succeeded, in program order.
-/// `shapes`, when given, holds each node's shape for this call (a graph with dynamic dims);
-/// otherwise the nodes' own shapes are used.
+/// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads
+/// are bound first; assignments are applied after every step succeeded, in program order.
+/// Outputs never share memory with the arena.
 void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
-              const std::string& function_name, std::vector<Tensor>& outputs,
-              const std::vector<Shape>* shapes = nullptr);
+              const std::string& function_name, std::vector<Tensor>& outputs);
 
 /// Every node's shape with dynamic dim i replaced by values[i].
 std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values);

@@ -73,6 +73,25 @@ inline void copy_run(const char* src, std::int64_t stride, std::int64_t element_
   gather(src, stride, static_cast<std::size_t>(element_size), dst, n);
 }
 
+/// copy_run for the short rows of fused kernels: unit-stride rows are copied in 16-byte chunks
+/// of fixed size (one vector move each) instead of a call to memcpy per row.
+inline void copy_short_run(const char* src, std::int64_t stride, std::int64_t element_size,
+                           void* dst, std::int64_t n) {
+  if (stride != 1) {
+    copy_run(src, stride, element_size, dst, n);
+    return;
+  }
+  const std::int64_t bytes = n * element_size;
+  char* out = static_cast<char*>(dst);
+  if (bytes < 16) {
+    std::memcpy(out, src, static_cast<std::size_t>(bytes));
+    return;
+  }
+  // 16-byte chunks, the last one ending at the row's end (it may overlap the one before).
+  for (std::int64_t i = 0; i + 16 < bytes; i += 16) std::memcpy(out + i, src + i, 16);
+  std::memcpy(out + bytes - 16, src + bytes - 16, 16);
+}
+
 /// Runs row(inputs, input_strides, out, n) over the whole output: inputs with inner
 /// stride 0 or 1 are passed straight through, others are gathered into a stack buffer
 /// first. Large outputs are split along their outermost dim across the thread pool.
@@ -350,8 +369,68 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     return;
   }
 
-  // Blocks of fused_block output elements in row-major order (across rows: views such as the
-  // gate slices of an LSTM), with strided inputs gathered into contiguous scratch first.
+  // Matrices with rows of at most fused_block elements (the gate slices of an LSTM, a bias
+  // broadcast over rows): blocks of whole rows, each gathered input copied row by row with an
+  // inline loop. Cheaper than the general walk below, which tracks an index per element run.
+  const std::int64_t row_length = dims.shape[rank - 1];
+  if (any_gathered && rank == 2 && row_length <= fused_block) {
+    const std::int64_t rows_per_block = fused_block / row_length;
+    const std::int64_t num_rows = dims.shape[0];
+    // Per range (one per thread): scratch for gathered rows, and how many rows of each
+    // row-broadcast input are already in it.
+    const auto run_rows = [&](std::uint64_t (&gathered)[N][fused_block],
+                              std::array<std::int64_t, N>& filled_rows, std::int64_t first_row,
+                              std::int64_t count_rows) {
+      std::array<const void*, N> ptr{};
+      std::array<std::int64_t, N> stride{};
+      const std::int64_t first = first_row * row_length;
+      for (std::size_t k = 0; k < num_inputs; ++k) {
+        stride[k] = how[k] == FusedRead::broadcast ? 0 : 1;
+        switch (how[k]) {
+          case FusedRead::flat:
+            ptr[k] = base[k] + first * size[k];
+            break;
+          case FusedRead::broadcast:
+            ptr[k] = base[k];
+            break;
+          default: {
+            // A row broadcast over rows (a bias) holds the same block every time: fill once.
+            const std::int64_t outer = dims.strides[k + 1][0] * size[k];
+            if (outer == 0 && filled_rows[k] >= count_rows) {
+              ptr[k] = gathered[k];
+              break;
+            }
+            const std::int64_t step = dims.strides[k + 1][1];
+            const char* src = base[k] + first_row * outer;
+            char* dst = reinterpret_cast<char*>(gathered[k]);
+            for (std::int64_t r = 0; r < count_rows; ++r, src += outer)
+              copy_short_run(src, step, size[k], dst + r * row_length * size[k], row_length);
+            filled_rows[k] = count_rows;
+            ptr[k] = gathered[k];
+            break;
+          }
+        }
+      }
+      run_ops(ptr, stride, out_base + first * out_size, count_rows * row_length);
+    };
+    auto run_row_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+      alignas(64) std::uint64_t gathered[N][fused_block];
+      std::array<std::int64_t, N> filled_rows{};
+      for (std::int64_t b = begin_block; b < end_block; ++b) {
+        const std::int64_t first_row = b * rows_per_block;
+        run_rows(gathered, filled_rows, first_row, std::min(rows_per_block, num_rows - first_row));
+      }
+    };
+    const std::int64_t blocks = (num_rows + rows_per_block - 1) / rows_per_block;
+    if (total < parallel_min_elements || num_threads() == 1)
+      run_row_range(0, blocks);
+    else
+      parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_row_range);
+    return;
+  }
+
+  // Blocks of fused_block output elements in row-major order (across rows of other ranks),
+  // with strided inputs gathered into contiguous scratch first.
   const auto run_block = [&](std::int64_t first, std::int64_t count) {
     alignas(64) std::uint64_t gathered[N][fused_block];
     if (num_gathered > 0) {

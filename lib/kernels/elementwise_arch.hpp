@@ -301,19 +301,67 @@ struct CosOp : FloatUnary {
     return xsimd::cos(x);
   }
 };
+/// exp(x) for float batches with x <= 0 (NaN passes through as some value; callers restore it):
+/// Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then the degree-6 Taylor polynomial of
+/// exp(r) (truncation error below 1.3e-7 relative) scaled by 2^n through the exponent bits.
+/// Below -87.3 the result is 0 (true values are subnormal there). About 14 instructions, where
+/// the general xsimd::exp also handles overflow, subnormal results and the full range.
+template <class B>
+B exp_nonpositive_f32(const B& x) {
+  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
+  constexpr float lowest = -87.33654f;  // ln(2^-126): the smallest normal result
+  const B clamped = xsimd::max(x, B(lowest));
+  const B n = xsimd::nearbyint(clamped * B(1.44269504088896341f));
+  B r = xsimd::fma(n, B(-0.693359375f), clamped);  // ln2 split: this part is exact in n * hi
+  r = xsimd::fma(n, B(2.12194440e-4f), r);
+  B p = B(1.f / 720.f);
+  p = xsimd::fma(p, r, B(1.f / 120.f));
+  p = xsimd::fma(p, r, B(1.f / 24.f));
+  p = xsimd::fma(p, r, B(1.f / 6.f));
+  p = xsimd::fma(p, r, B(0.5f));
+  p = xsimd::fma(p, r, B(1.f));
+  p = xsimd::fma(p, r, B(1.f));
+  const I bits = (xsimd::batch_cast<std::int32_t>(n) + I(127)) << 23;
+  const B scale = xsimd::bitwise_cast<B>(bits);
+  return xsimd::select(x < B(lowest), B(0), p * scale);
+}
+
+/// tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|); below |x| = 0.25, where 1 - e would lose
+/// relative precision, the odd Taylor series to x^9 (error below 1e-8 relative). The sign is
+/// copied back from x. Float only; double keeps xsimd::tanh.
 struct TanhOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    return xsimd::tanh(x);
+    if constexpr (std::is_same_v<typename B::value_type, float>) {
+      const B a = xsimd::abs(x);
+      const B e = exp_nonpositive_f32(B(-2.f) * a);
+      const B large = (B(1.f) - e) / (B(1.f) + e);
+      const B a2 = a * a;
+      B p = B(62.f / 2835.f);
+      p = xsimd::fma(p, a2, B(-17.f / 315.f));
+      p = xsimd::fma(p, a2, B(2.f / 15.f));
+      p = xsimd::fma(p, a2, B(-1.f / 3.f));
+      const B small = xsimd::fma(p * a2, a, a);
+      const B magnitude = xsimd::select(a < B(0.25f), small, large);
+      const B signed_result = xsimd::copysign(magnitude, x);
+      return xsimd::select(xsimd::isnan(x), x, signed_result);
+    } else {
+      return xsimd::tanh(x);
+    }
   }
 };
 /// exp(-|x|) never overflows: x >= 0 gives 1 / (1 + e), x < 0 gives e / (1 + e).
 struct SigmoidOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    const B e = xsimd::exp(-xsimd::abs(x));
+    B e;
+    if constexpr (std::is_same_v<typename B::value_type, float>)
+      e = exp_nonpositive_f32(-xsimd::abs(x));
+    else
+      e = xsimd::exp(-xsimd::abs(x));
     const B r = B(1) / (B(1) + e);
-    return xsimd::select(x >= B(0), r, e * r);
+    const B result = xsimd::select(x >= B(0), r, e * r);
+    return xsimd::select(xsimd::isnan(x), x, result);
   }
 };
 /// max(x, 0) + log1p(exp(-|x|)).

@@ -9,9 +9,6 @@
 
 namespace kiln::detail {
 
-namespace {
-
-/// Strides that let `in` (a view) be read as if it had `out_shape` (NumPy broadcasting).
 Shape broadcast_strides(const Shape& in_shape, const Shape& in_strides, const Shape& out_shape) {
   Shape st;
   st.resize(out_shape.size());
@@ -20,6 +17,8 @@ Shape broadcast_strides(const Shape& in_shape, const Shape& in_strides, const Sh
     st[lead + i] = in_shape[i] == 1 && out_shape[lead + i] != 1 ? 0 : in_strides[i];
   return st;
 }
+
+namespace {
 
 /// Strides for viewing a tensor of (shape, strides) as new_shape without copying, if
 /// possible (NumPy's no-copy reshape: each group of old dims merged or split must be
@@ -57,35 +56,46 @@ std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides,
   return out;
 }
 
-std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs,
-                               const Shape& out_shape) {
-  const TensorImpl& impl = *in.impl();
+}  // namespace
+
+std::optional<ViewLayout> view_layout(Prim p, const Shape& in_shape, const Shape& in_strides,
+                                      std::int64_t in_offset, const Attrs& attrs,
+                                      const Shape& out_shape) {
   switch (p) {
     case Prim::reshape:
-      if (auto st = reshape_strides(impl.shape, impl.strides, out_shape))
-        return make_view(in, out_shape, *st, impl.offset);
+      if (auto st = reshape_strides(in_shape, in_strides, out_shape))
+        return ViewLayout{*st, in_offset};
       return std::nullopt;
     case Prim::transpose: {
       Shape st;
-      for (auto a : attrs.axes) st.push_back(impl.strides[static_cast<std::size_t>(a)]);
-      return make_view(in, out_shape, st, impl.offset);
+      for (auto a : attrs.axes) st.push_back(in_strides[static_cast<std::size_t>(a)]);
+      return ViewLayout{st, in_offset};
     }
     case Prim::broadcast_to:
-      return make_view(in, out_shape, broadcast_strides(impl.shape, impl.strides, out_shape),
-                       impl.offset);
+      return ViewLayout{broadcast_strides(in_shape, in_strides, out_shape), in_offset};
     case Prim::slice: {
       Shape st;
-      std::int64_t offset = impl.offset;
-      for (std::size_t d = 0; d < impl.shape.size(); ++d) {
+      std::int64_t offset = in_offset;
+      for (std::size_t d = 0; d < in_shape.size(); ++d) {
         const std::int64_t start = attrs.ints[2 * d], step = attrs.ints[2 * d + 1];
-        if (out_shape[d] > 0) offset += start * impl.strides[d];
-        st.push_back(impl.strides[d] * step);
+        if (out_shape[d] > 0) offset += start * in_strides[d];
+        st.push_back(in_strides[d] * step);
       }
-      return make_view(in, out_shape, st, offset);
+      return ViewLayout{st, offset};
     }
     default:
       return std::nullopt;
   }
+}
+
+namespace {
+
+std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs,
+                               const Shape& out_shape) {
+  const TensorImpl& impl = *in.impl();
+  if (auto layout = view_layout(p, impl.shape, impl.strides, impl.offset, attrs, out_shape))
+    return make_view(in, out_shape, layout->strides, layout->offset);
+  return std::nullopt;
 }
 
 /// Allocates the output and runs p's kernel on inputs (see KernelCall for what kernels get).

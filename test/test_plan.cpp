@@ -1,0 +1,178 @@
+// Memory planning of compiled functions: arena placement from value lifetimes, in-place steps,
+// views resolved at plan time, and outputs that never alias the arena or each other's calls.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <thread>
+
+#include <kiln/kiln.hpp>
+
+#include "jit/graph.hpp"
+#include "jit/plan.hpp"
+#include "jit/trace.hpp"
+
+using kiln::Shape;
+using kiln::Tensor;
+using kiln::detail::GraphData;
+using kiln::detail::Plan;
+
+namespace {
+
+GraphData record(const std::vector<Shape>& shapes,
+                 const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn) {
+  kiln::detail::TraceContext trace("test", false);
+  {
+    kiln::detail::TraceScope scope(&trace);
+    std::vector<Tensor> params;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      params.push_back(trace.add_parameter(kiln::f32, shapes[i], static_cast<std::int32_t>(i)));
+    for (const Tensor& out : fn(params)) trace.graph().outputs.push_back(trace.node_of(out, "out"));
+  }
+  return std::move(trace.graph());
+}
+
+bool close(const Tensor& a, const Tensor& b, double tol = 1e-5) {
+  if (a.shape() != b.shape()) return false;
+  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (std::abs(x[i] - y[i]) > tol * (1 + std::abs(y[i]))) return false;
+  return true;
+}
+
+std::size_t count_roots(const Plan& plan, Plan::Root::Kind kind) {
+  std::size_t n = 0;
+  for (const auto& r : plan.roots) n += r.kind == kind;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a chain of ops reuses arena blocks instead of one buffer per value") {
+  // Ten matmuls in a row: at most two [64,64] intermediates are alive at once.
+  const GraphData g = record({{64, 64}, {64, 64}}, [](const std::vector<Tensor>& p) {
+    Tensor x = p[0];
+    for (int i = 0; i < 10; ++i) x = kiln::matmul(x, p[1]);
+    return std::vector<Tensor>{x};
+  });
+  const Plan plan = kiln::detail::build_plan(g);
+  const std::int64_t block = 64 * 64 * 4;
+  CHECK(count_roots(plan, Plan::Root::Kind::escape) == 1);  // the output
+  CHECK(count_roots(plan, Plan::Root::Kind::arena) == 9);
+  CHECK(plan.arena_bytes == 2 * block);
+}
+
+TEST_CASE("an elementwise step writes in place over an input that dies there") {
+  const GraphData g = record({{1000}}, [](const std::vector<Tensor>& p) {
+    Tensor a = kiln::exp(p[0]);  // arena
+    Tensor b = kiln::tanh(a);    // a dies here: in place
+    Tensor c = kiln::sin(b);     // b dies here: in place
+    return std::vector<Tensor>{kiln::cos(c)};
+  });
+  const Plan plan = kiln::detail::build_plan(g);
+  CHECK(plan.arena_bytes == 4000 + 32);  // one block of 1000 f32 rounded to 64 bytes
+  CHECK(count_roots(plan, Plan::Root::Kind::arena) == 3);
+}
+
+TEST_CASE("views are layouts in the plan, not steps") {
+  const GraphData g = record({{4, 6}}, [](const std::vector<Tensor>& p) {
+    Tensor t = kiln::transpose(p[0]);                    // view of the argument
+    Tensor s = kiln::slice(t, {{1, 5}, {0, 4}});         // view of the view
+    return std::vector<Tensor>{kiln::reshape(s, {16})};  // not contiguous: a copy kernel
+  });
+  const Plan plan = kiln::detail::build_plan(g);
+  std::size_t kernel_steps = 0;
+  for (const auto& s : plan.steps) kernel_steps += s.kind == Plan::Step::Kind::kernel;
+  CHECK(kernel_steps == 1);
+  auto f = kiln::function([](const Tensor& x) {
+    return kiln::reshape(kiln::slice(kiln::transpose(x), {{1, 5}, {0, 4}}), {16});
+  });
+  const Tensor x = kiln::reshape(kiln::cast(kiln::arange(24), kiln::f32), {4, 6});
+  CHECK(f(x).to_vector<float>() ==
+        kiln::reshape(kiln::slice(kiln::transpose(x), {{1, 5}, {0, 4}}), {16}).to_vector<float>());
+}
+
+TEST_CASE("outputs of one call are not overwritten by the next") {
+  auto f = kiln::function([](const Tensor& x) {
+    Tensor h = kiln::tanh(x) * 2.f;
+    Tensor y = kiln::reshape(h + 1.f, {2, 2});  // an output that is a view of a computed value
+    return std::make_pair(y, kiln::transpose(y));
+  });
+  const auto [y1, t1] = f(kiln::tensor({0.f, 1.f, 2.f, 3.f}));
+  const std::vector<float> before = y1.to_vector<float>();
+  const auto [y2, t2] = f(kiln::tensor({5.f, 6.f, 7.f, 8.f}));
+  CHECK(y1.to_vector<float>() == before);
+  CHECK(y2.to_vector<float>() != before);
+  CHECK(t1.to_vector<float>() == kiln::transpose(y1).to_vector<float>());
+  CHECK(y1.data() != y2.data());
+}
+
+TEST_CASE("outputs may be arguments, constants, variables or views of them") {
+  const Tensor c = kiln::tensor({1.f, 2.f, 3.f});
+  kiln::Variable v(kiln::tensor({4.f, 5.f, 6.f}), "plan_v");
+  auto f = kiln::function([&](const Tensor& x) {
+    return std::vector<Tensor>{x, c, v.value(), kiln::slice(x, {{1, 3}}), kiln::reshape(c, {3, 1})};
+  });
+  const Tensor x = kiln::tensor({7.f, 8.f, 9.f});
+  const auto out = f(x);
+  REQUIRE(out.size() == 5);
+  CHECK(out[0].to_vector<float>() == std::vector<float>{7, 8, 9});
+  CHECK(out[1].to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(out[2].to_vector<float>() == std::vector<float>{4, 5, 6});
+  CHECK(out[3].to_vector<float>() == std::vector<float>{8, 9});
+  CHECK(out[4].shape() == Shape{3, 1});
+  // A non-contiguous argument is read correctly too.
+  const Tensor wide = kiln::reshape(kiln::tensor({1.f, 0.f, 2.f, 0.f, 3.f, 0.f}), {3, 2});
+  const Tensor column = kiln::reshape(kiln::slice(wide, {{0, 3}, {0, 1}}), {3});
+  CHECK(f(column)[3].to_vector<float>() == std::vector<float>{2, 3});
+}
+
+TEST_CASE("assigned values are copied out of the call's buffers") {
+  kiln::Variable acc(kiln::zeros({3}), "plan_acc");
+  auto step = kiln::function([&](const Tensor& x) {
+    Tensor next = acc.value() + kiln::exp(x) * 0.f + x;
+    acc.assign(next);
+    return kiln::sum(next);
+  });
+  const Tensor x = kiln::tensor({1.f, 2.f, 3.f});
+  step(x);
+  step(x);
+  CHECK(acc.value().to_vector<float>() == std::vector<float>{2, 4, 6});
+}
+
+TEST_CASE("threads calling one compiled function each get their own arena") {
+  auto f = kiln::function([](const Tensor& x) {
+    Tensor h = x;
+    for (int i = 0; i < 4; ++i) h = kiln::tanh(kiln::matmul(h, h) * 0.1f + 1.f);
+    return h;
+  });
+  std::vector<Tensor> inputs, expected;
+  for (int t = 0; t < 4; ++t) {
+    inputs.push_back(kiln::random::normal({16, 16}, 0, 1, 100 + t));
+    kiln::run_functions_eagerly(true);
+    expected.push_back(f(inputs.back()));
+    kiln::run_functions_eagerly(false);
+  }
+  std::vector<int> ok(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      bool all = true;
+      for (int i = 0; i < 200; ++i)
+        all = all && close(f(inputs[static_cast<std::size_t>(t)]), expected[static_cast<std::size_t>(t)]);
+      ok[static_cast<std::size_t>(t)] = all;
+    });
+  for (auto& th : threads) th.join();
+  CHECK(ok == std::vector<int>{1, 1, 1, 1});
+}
+
+TEST_CASE("a dynamic batch dim gets a plan per size with the right arena") {
+  auto f = kiln::function(
+      [](const Tensor& x) { return kiln::sum(kiln::tanh(x) * 2.f + x, {1}); },
+      {.input_signature = {kiln::TensorSpec{{-1, 8}, kiln::f32}}});
+  for (std::int64_t b : {1, 5, 64, 5}) {
+    const Tensor x = kiln::random::normal({b, 8}, 0, 1, static_cast<std::uint64_t>(b));
+    CHECK(close(f(x), kiln::sum(kiln::tanh(x) * 2.f + x, {1})));
+  }
+  CHECK(f.tracing_count() == 1);
+}
