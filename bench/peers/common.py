@@ -1,6 +1,6 @@
-"""Shared parts of the peer benchmarks: sizes, thread settings, the timing harness and the
-JSON report, the checks. The workloads mirror kiln's bench/kiln_bench.cpp, bench/bench_function.cpp
-and bench/bench_train.cpp.
+"""Shared parts of the peer benchmarks: sizes, thread settings, the timing harness, the JSON
+report and the checks. The workloads mirror kiln's bench/kiln_bench.cpp,
+bench/bench_function.cpp and bench/bench_train.cpp.
 
 Each peer script (peer_torch.py, peer_tensorflow.py, peer_jax.py) runs in its own process,
 prints one JSON object on standard output and nothing else there (frameworks' chatter goes to
