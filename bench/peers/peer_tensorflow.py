@@ -2,6 +2,7 @@
 """TensorFlow side of bench/compare: kiln's workloads in TF eager, tf.function (graph mode
 with Grappler) and tf.function(jit_compile=True) (XLA). Prints JSON (see common.py)."""
 
+import functools
 import os
 import sys
 
@@ -103,26 +104,65 @@ def recurrent(workload, body, gates, seed, reference):
         "tf.function XLA": lambda: tf.function(eager, jit_compile=True),
     }
     for variant, make in makers.items():
-        def run_variant(variant=variant, make=make):
-            holder = {}
-
-            def first():
-                holder["fn"] = make()
-                holder["out"] = holder["fn"](xs)
-
-            first_call = common.time_once(first)
-            fn = holder["fn"]
-            common.check_close(f"{workload} {variant}", holder["out"].numpy(), want)
-            report.add(f"{workload}_first_call", variant,
-                       {"median_s": first_call, "p10_s": first_call, "p90_s": first_call,
-                        "calls_per_sample": 1, "samples": 1})
-            report.add(workload, variant, common.measure(plan, lambda: fn(xs)))
-
-        report.run(workload, variant, run_variant)
+        report.first_and_cached(
+            workload, variant, lambda make=make: functools.partial(make(), xs),
+            lambda out, fn, variant=variant: common.check_close(f"{workload} {variant}",
+                                                                out.numpy(), want))
 
 
 # The RNN first, so the LSTM's first call is a new function's in a warmed-up process.
 recurrent("rnn", rnn, 1, 11, common.reference_rnn)
 recurrent("lstm", lstm, 4, 21, common.reference_lstm)
+
+
+# 4. and 5. The train step of bench/bench_train.cpp with Keras layers (the layout kiln follows),
+# a GradientTape and Keras's Adam.
+def train_step():
+    import keras
+
+    init = common.train_init(args)
+    x, y = tf.constant(init["x"]), tf.constant(init["y"])
+    units1, units2 = common.TRAIN_UNITS
+
+    def model_and_optimizer():
+        model = keras.Sequential([
+            keras.Input((common.TRAIN_STEPS, common.TRAIN_FEATURES),
+                        batch_size=common.TRAIN_BATCH),
+            keras.layers.LSTM(units1, return_sequences=True),
+            keras.layers.LSTM(units2),
+            keras.layers.Dense(1, activation="sigmoid"),
+        ])
+        model.set_weights([init[f"{layer}/{name}"] for layer in ("l1", "l2")
+                           for name in ("kernel", "recurrent_kernel", "bias")]
+                          + [init["out/kernel"], init["out/bias"]])
+        opt = keras.optimizers.Adam(common.LEARNING_RATE, beta_1=common.BETA1,
+                                    beta_2=common.BETA2, epsilon=common.EPSILON)
+        return model, opt
+
+    def step_of(model, opt):
+        loss_fn = keras.losses.BinaryCrossentropy()
+
+        def step():
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        return step
+
+    makers = {
+        "TF eager": step_of,
+        "tf.function": lambda model, opt: tf.function(step_of(model, opt)),
+        "tf.function XLA": lambda model, opt: tf.function(step_of(model, opt), jit_compile=True),
+    }
+    for variant, make in makers.items():
+        model, opt = model_and_optimizer()
+        report.first_and_cached("train_step", variant,
+                                lambda make=make, model=model, opt=opt: make(model, opt),
+                                common.train_check(init, variant),
+                                first_call=variant != "TF eager")
+
+
+train_step()
 
 report.emit()

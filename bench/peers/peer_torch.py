@@ -3,6 +3,7 @@
 (torch.jit.trace, which unrolls the 5 steps as kiln's trace does) and torch.compile
 (the default Inductor back end, which compiles C++ for the CPU). Prints JSON (see common.py)."""
 
+import functools
 import os
 import shutil
 import sys
@@ -28,7 +29,11 @@ report = common.Report("torch", args)
 report.info = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
                "num_interop_threads": torch.get_num_interop_threads(),
                "variants": {"TorchScript": "torch.jit.trace (unrolled)",
-                            "torch.compile": "default mode, Inductor CPU back end"}}
+                            "torch.compile": "default mode, Inductor CPU back end",
+                            "TorchScript train step": "torch.jit.script of the model (forward); "
+                            "backward by autograd, update by torch.optim.Adam",
+                            "torch.compile train step": "the whole step (forward, backward, "
+                            "optimizer.step) in torch.compile"}}
 plan = report.plan
 
 
@@ -101,23 +106,11 @@ def recurrent(workload, body, gates, seed, reference):
         "torch.compile": lambda: torch.compile(eager),
     }
     for variant, make in makers.items():
-        def run_variant(variant=variant, make=make):
-            holder = {}
-
-            def first():
-                holder["fn"] = make()
-                holder["out"] = holder["fn"](xs)
-
-            first_call = common.time_once(first)
-            fn = holder["fn"]
-            common.check_close(f"{workload} {variant}", holder["out"].numpy(), want)
-            if variant != "PyTorch eager":
-                report.add(f"{workload}_first_call", variant,
-                           {"median_s": first_call, "p10_s": first_call, "p90_s": first_call,
-                            "calls_per_sample": 1, "samples": 1})
-            report.add(workload, variant, common.measure(plan, lambda: fn(xs)))
-
-        report.run(workload, variant, run_variant)
+        report.first_and_cached(
+            workload, variant, lambda make=make: functools.partial(make(), xs),
+            lambda out, fn, variant=variant: common.check_close(f"{workload} {variant}",
+                                                                out.numpy(), want),
+            first_call=variant != "PyTorch eager")
 
 
 # The RNN comes first, so the LSTM's first call is a new function's in a warmed-up process
@@ -125,6 +118,64 @@ def recurrent(workload, body, gates, seed, reference):
 with torch.no_grad():
     recurrent("rnn", rnn, 1, 11, common.reference_rnn)
     recurrent("lstm", lstm, 4, 21, common.reference_lstm)
+
+
+# 4. and 5. The train step of bench/bench_train.cpp with torch.nn.LSTM (gates i, f, g, o: Keras's
+# order). Keras's LSTM has one bias, torch's two (bias_ih + bias_hh): bias_ih takes Keras's and
+# bias_hh stays zero and frozen, else Adam would move the sum twice as fast.
+class TrainNet(torch.nn.Module):
+    def __init__(self, init):
+        super().__init__()
+        units1, units2 = common.TRAIN_UNITS
+        self.l1 = torch.nn.LSTM(common.TRAIN_FEATURES, units1, batch_first=True)
+        self.l2 = torch.nn.LSTM(units1, units2, batch_first=True)
+        self.out = torch.nn.Linear(units2, 1)
+        with torch.no_grad():
+            for name, layer in (("l1", self.l1), ("l2", self.l2)):
+                layer.weight_ih_l0.copy_(torch.from_numpy(init[f"{name}/kernel"].T))
+                layer.weight_hh_l0.copy_(torch.from_numpy(init[f"{name}/recurrent_kernel"].T))
+                layer.bias_ih_l0.copy_(torch.from_numpy(init[f"{name}/bias"]))
+                layer.bias_hh_l0.zero_()
+                layer.bias_hh_l0.requires_grad_(False)
+            self.out.weight.copy_(torch.from_numpy(init["out/kernel"].T))
+            self.out.bias.copy_(torch.from_numpy(init["out/bias"]))
+
+    def forward(self, x):
+        sequence, _ = self.l1(x)
+        _, (h, _) = self.l2(sequence)
+        return torch.sigmoid(self.out(h[0]))
+
+
+def train_step():
+    init = common.train_init(args)
+    x, y = torch.from_numpy(init["x"]), torch.from_numpy(init["y"])
+
+    def step_of(model, opt):
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.binary_cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        return step
+
+    makers = {
+        "PyTorch eager": step_of,
+        "TorchScript": lambda model, opt: step_of(torch.jit.script(model), opt),
+        "torch.compile": lambda model, opt: torch.compile(step_of(model, opt)),
+    }
+    for variant, make in makers.items():
+        model = TrainNet(init)
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad],
+                               lr=common.LEARNING_RATE, betas=(common.BETA1, common.BETA2),
+                               eps=common.EPSILON)
+        report.first_and_cached("train_step", variant,
+                                lambda make=make, model=model, opt=opt: make(model, opt),
+                                common.train_check(init, variant),
+                                first_call=variant != "PyTorch eager")
+
+
+train_step()
 
 shutil.rmtree(cache_dir, ignore_errors=True)
 report.emit()
