@@ -37,7 +37,7 @@ for page in "${pages[@]}"; do
     function flush() {
       path = dir "/" stem "_L" start ".cpp"
       if (body !~ /(^|\n)int main\(/)
-        body = "#include <kiln/kiln.hpp>\n\nint main() {\n" body "  return 0;\n}\n"
+        body = "#include <kiln/kiln.hpp>\n\nint main() {\n" body "}\n"
       printf "%s", body > path
       close(path)
       print page ":" start > (dir "/" stem "_L" start ".where")
