@@ -9,8 +9,7 @@ int main() {
 
   // dtypes follow the C++ element type; casts are explicit.
   const kiln::Tensor counts = kiln::tensor({1, 2, 3});
-  fmt::print("int data gives {}; cast to f64: {}\n", counts.dtype(),
-             kiln::cast(counts, kiln::f64));
+  fmt::print("int data gives {}; cast to f64: {}\n", counts.dtype(), kiln::cast(counts, kiln::f64));
 
   // Broadcasting and reductions.
   const kiln::Tensor row = kiln::tensor({10.f, 20.f, 30.f});

@@ -11,11 +11,13 @@
 int main(int argc, char** argv) {
   const std::string dot_path = argc > 1 ? argv[1] : "kiln-graph.dot";
   const kiln::Tensor w = kiln::random::normal({3, 4}, 0.0, 1.0, /*seed*/ 42);
-  const auto layer = [&](const kiln::Tensor& x) { return kiln::relu(kiln::matmul(x, w) * 2.f + 1.f); };
+  const auto layer = [&](const kiln::Tensor& x) {
+    return kiln::relu(kiln::matmul(x, w) * 2.f + 1.f);
+  };
 
   // Eager: ops run at once. Traced: the first call records a graph, later calls replay it.
-  auto traced = kiln::function(layer, {.name = "layer",
-                                       .input_signature = {kiln::TensorSpec({-1, 3})}});
+  auto traced =
+      kiln::function(layer, {.name = "layer", .input_signature = {kiln::TensorSpec({-1, 3})}});
   for (std::int64_t batch = 1; batch <= 16; ++batch) {
     const kiln::Tensor x = kiln::random::normal({batch, 3}, 0.0, 1.0, /*seed*/ 1);
     const float diff = kiln::max(kiln::abs(layer(x) - traced(x))).item<float>();
