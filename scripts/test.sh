@@ -85,7 +85,16 @@ for variant in release asan; do
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
+  for example in tensors tracing variables nothing_grows; do
+    check "$variant-$example-example" bash -c 'cd "$(mktemp -d)" && "$0" && rm -rf "$PWD"' \
+      "$PWD/$dir/examples/$example"
+  done
+  # Every ```cpp block of docs/ compiled against this build and run (docs/dev/docs-code-blocks.md).
+  [ "$variant" = release ] && check "$variant-docs-code" bash scripts/check-docs.sh "$dir"
 done
+
+echo "== API reference (Doxygen, fails on warnings)"
+check api-docs bash scripts/api-docs.sh
 
 echo "== install and consumers"
 check install-consumers bash test/consumers/run.sh build

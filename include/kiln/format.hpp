@@ -3,6 +3,7 @@
 /// Printing tensors with fmt: `fmt::print("{}\n", t)` prints like NumPy, e.g.
 /// `tensor([[1., 2.],
 ///          [3., 4.]], dtype=f32, shape=[2,2])`; large tensors elide their middle.
+/// fmt::formatter specializations exist for kiln::Tensor, kiln::Shape and kiln::DType.
 
 #include <fmt/format.h>
 
@@ -16,6 +17,9 @@ namespace kiln {
 std::string to_string(const Tensor& t);
 }  // namespace kiln
 
+// The specializations are hidden from Doxygen (it cannot place a specialization of a class of
+// another library); the file comment lists them.
+/// @cond KILN_FMT_FORMATTERS
 template <>
 struct fmt::formatter<kiln::Tensor> : fmt::formatter<std::string> {
   template <class Ctx>
@@ -39,3 +43,4 @@ struct fmt::formatter<kiln::DType> : fmt::formatter<std::string_view> {
     return fmt::formatter<std::string_view>::format(kiln::dtype_name(d), ctx);
   }
 };
+/// @endcond
