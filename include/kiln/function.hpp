@@ -37,7 +37,7 @@ struct FunctionOptions {
   std::string name = "function";
   /// When set, every call must match these specs (one per tensor argument, in order). A -1
   /// dim is dynamic: one trace serves every size there (see docs/guide on dynamic dims).
-  std::vector<TensorSpec> input_signature;
+  std::vector<TensorSpec> input_signature = {};
   /// Concrete functions kept per function before `on_limit` applies.
   int max_traces = 8;
   OnTraceLimit on_limit = OnTraceLimit::run_eagerly;

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -90,6 +91,10 @@ class SafetensorsFile {
   Tensor load(const std::string& name) const;
   /// The named tensors, all validated before any is read.
   std::map<std::string, Tensor> load(const std::vector<std::string>& names) const;
+  /// The same for a braced list of names: `file.load({"a", "b"})`.
+  std::map<std::string, Tensor> load(std::initializer_list<std::string> names) const {
+    return load(std::vector<std::string>(names));
+  }
   /// Every tensor.
   std::map<std::string, Tensor> load_all() const;
 

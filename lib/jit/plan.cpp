@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <new>
+#include <type_traits>
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
@@ -31,55 +33,6 @@ bool is_contiguous(const Shape& shape, const Shape& strides) {
 std::int64_t bytes_of(const Plan::Value& v) {
   return v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype));
 }
-
-/// First-fit allocation of arena blocks with coalescing of freed neighbours.
-class ArenaAllocator {
- public:
-  std::int64_t allocate(std::int64_t bytes) {
-    bytes = round_up(std::max<std::int64_t>(bytes, 1));
-    for (std::size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].size < bytes) continue;
-      const std::int64_t offset = free_[i].offset;
-      free_[i].offset += bytes;
-      free_[i].size -= bytes;
-      if (free_[i].size == 0) free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-      return offset;
-    }
-    // Grow the arena, absorbing a free block that ends at its end.
-    std::int64_t offset = end_;
-    if (!free_.empty() && free_.back().offset + free_.back().size == end_) {
-      offset = free_.back().offset;
-      free_.pop_back();
-    }
-    end_ = offset + bytes;
-    return offset;
-  }
-  void release(std::int64_t offset, std::int64_t bytes) {
-    bytes = round_up(std::max<std::int64_t>(bytes, 1));
-    auto it = std::lower_bound(free_.begin(), free_.end(), offset,
-                               [](const Block& b, std::int64_t o) { return b.offset < o; });
-    it = free_.insert(it, Block{offset, bytes});
-    if (auto next = it + 1; next != free_.end() && it->offset + it->size == next->offset) {
-      it->size += next->size;
-      free_.erase(next);
-    }
-    if (it != free_.begin()) {
-      auto prev = it - 1;
-      if (prev->offset + prev->size == it->offset) {
-        prev->size += it->size;
-        free_.erase(it);
-      }
-    }
-  }
-  std::int64_t size() const { return end_; }
-
- private:
-  struct Block {
-    std::int64_t offset, size;
-  };
-  std::vector<Block> free_;  // sorted by offset
-  std::int64_t end_ = 0;
-};
 
 class PlanBuilder {
  public:
@@ -197,8 +150,12 @@ class PlanBuilder {
     }
     const bool elementwise = is_elementwise(p);
     std::vector<std::int32_t> inputs;
-    for (auto in : node.inputs)
-      inputs.push_back(elementwise || p == Prim::dim_size ? in : contiguous_input(in));
+    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
+      const std::int32_t in = node.inputs[i];
+      const bool read_as_is = elementwise || p == Prim::dim_size ||
+                              (p == Prim::matmul && i == 0 && a_transposed(layout(in)));
+      inputs.push_back(read_as_is ? in : contiguous_input(in));
+    }
     plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
     Plan::Step step;
     step.prim = p;
@@ -247,11 +204,20 @@ class PlanBuilder {
     };
     for (auto o : g_.outputs) escape(o);
     for (auto s : g_.side_effects) escape(s);
+    // Each escape buffer is allocated when the step that writes it runs, not at the start of
+    // the call, so it does not add to the peak while earlier steps run.
+    for (Plan::Step& step : plan_.steps) {
+      const auto r = static_cast<std::int32_t>(root_of(step.values.back()));
+      if (plan_.roots[static_cast<std::size_t>(r)].kind == Plan::Root::Kind::escape)
+        step.allocate_escape = r;
+    }
   }
 
-  /// Lifetimes in steps, then arena offsets: a buffer is placed when its step runs and freed
-  /// after its last reader. An elementwise step whose input buffer dies there and has the
-  /// output's exact layout writes in place.
+  /// Lifetimes in steps, then arena offsets. An elementwise step whose input buffer dies there
+  /// and has the output's exact layout writes in place (the two share one buffer). Buffers are
+  /// then placed largest first, each at the lowest offset free of every placed buffer whose
+  /// lifetime overlaps its own (greedy by size), which packs far tighter than allocating in
+  /// program order.
   void place_in_arena() {
     const std::size_t num_roots = plan_.roots.size();
     std::vector<std::int64_t> last_use(num_roots, -1);
@@ -260,50 +226,69 @@ class PlanBuilder {
       for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
         last_use[root_of(step.values[i])] = static_cast<std::int64_t>(s);
     }
-    ArenaAllocator arena;
-    std::vector<std::int64_t> block_bytes(num_roots, 0);
-    std::vector<bool> released(num_roots, false);
-    const auto is_arena = [&](std::size_t r) {
-      return plan_.roots[r].kind == Plan::Root::Kind::arena;
+    struct Buffer {
+      std::int64_t bytes, first, last, offset = 0;
     };
+    std::vector<Buffer> buffers;
+    std::vector<std::int64_t> buffer_of(num_roots, -1);
+    std::vector<bool> donated(num_roots, false);
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
       const Plan::Step& step = plan_.steps[s];
       const std::size_t out_root = root_of(step.values.back());
-      if (is_arena(out_root)) {
-        const Plan::Value& out = plan_.values[static_cast<std::size_t>(step.values.back())];
-        const std::int64_t bytes = round_up(std::max<std::int64_t>(bytes_of(out), 1));
-        const std::int64_t donor = in_place_donor(step, s, last_use, released, bytes);
-        if (donor >= 0) {
-          const auto d = static_cast<std::size_t>(donor);
-          plan_.roots[out_root].offset = plan_.roots[d].offset;
-          released[d] = true;  // its block now belongs to out_root
-        } else {
-          plan_.roots[out_root].offset = arena.allocate(bytes);
-        }
-        block_bytes[out_root] = bytes;
-        if (last_use[out_root] < 0) last_use[out_root] = static_cast<std::int64_t>(s);
-      }
-      for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
-        const std::size_t r = root_of(step.values[i]);
-        if (is_arena(r) && !released[r] && last_use[r] == static_cast<std::int64_t>(s)) {
-          arena.release(plan_.roots[r].offset, block_bytes[r]);
-          released[r] = true;
-        }
-      }
-      if (is_arena(out_root) && !released[out_root] &&
-          last_use[out_root] == static_cast<std::int64_t>(s)) {  // computed, never read
-        arena.release(plan_.roots[out_root].offset, block_bytes[out_root]);
-        released[out_root] = true;
+      if (plan_.roots[out_root].kind != Plan::Root::Kind::arena) continue;
+      const auto step_index = static_cast<std::int64_t>(s);
+      const std::int64_t end = std::max(last_use[out_root], step_index);
+      const std::int64_t bytes =
+          round_up(std::max<std::int64_t>(
+              bytes_of(plan_.values[static_cast<std::size_t>(step.values.back())]), 1));
+      const std::int64_t donor = in_place_donor(step, s, last_use, donated, bytes);
+      if (donor >= 0) {
+        donated[static_cast<std::size_t>(donor)] = true;
+        const std::int64_t b = buffer_of[static_cast<std::size_t>(donor)];
+        buffer_of[out_root] = b;
+        buffers[static_cast<std::size_t>(b)].last = end;
+      } else {
+        buffer_of[out_root] = static_cast<std::int64_t>(buffers.size());
+        buffers.push_back(Buffer{bytes, step_index, end});
       }
     }
-    plan_.arena_bytes = arena.size();
+    std::vector<std::size_t> order(buffers.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return buffers[a].bytes > buffers[b].bytes;
+    });
+    std::vector<std::size_t> placed;
+    std::vector<std::pair<std::int64_t, std::int64_t>> taken;  // [offset, end) of overlapping
+    std::int64_t arena_end = 0;
+    for (std::size_t b : order) {
+      Buffer& buf = buffers[b];
+      taken.clear();
+      for (std::size_t p : placed) {
+        const Buffer& other = buffers[p];
+        if (other.first <= buf.last && buf.first <= other.last)
+          taken.emplace_back(other.offset, other.offset + other.bytes);
+      }
+      std::sort(taken.begin(), taken.end());
+      std::int64_t offset = 0;
+      for (const auto& [from, to] : taken) {
+        if (from - offset >= buf.bytes) break;
+        offset = std::max(offset, to);
+      }
+      buf.offset = offset;
+      arena_end = std::max(arena_end, offset + buf.bytes);
+      placed.push_back(b);
+    }
+    for (std::size_t r = 0; r < num_roots; ++r)
+      if (buffer_of[r] >= 0)
+        plan_.roots[r].offset = buffers[static_cast<std::size_t>(buffer_of[r])].offset;
+    plan_.arena_bytes = arena_end;
   }
 
   /// An input root of an elementwise step that dies at this step, has exactly `bytes`, and is
   /// read only with the output's own layout, or -1.
   std::int64_t in_place_donor(const Plan::Step& step, std::size_t s,
                               const std::vector<std::int64_t>& last_use,
-                              const std::vector<bool>& released, std::int64_t bytes) const {
+                              const std::vector<bool>& donated, std::int64_t bytes) const {
     const bool elementwise = step.kind == Plan::Step::Kind::flat ||
                              step.kind == Plan::Step::Kind::fused ||
                              (step.kind == Plan::Step::Kind::kernel && is_elementwise(step.prim));
@@ -311,7 +296,7 @@ class PlanBuilder {
     const Plan::Value& out = plan_.values[static_cast<std::size_t>(step.values.back())];
     for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
       const std::size_t r = root_of(step.values[i]);
-      if (plan_.roots[r].kind != Plan::Root::Kind::arena || released[r] ||
+      if (plan_.roots[r].kind != Plan::Root::Kind::arena || donated[r] ||
           last_use[r] != static_cast<std::int64_t>(s) ||
           round_up(std::max<std::int64_t>(bytes_of(plan_.values[static_cast<std::size_t>(
                                                step.values[i])]),
@@ -424,10 +409,7 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
         if (!held[r].impl()->is_contiguous()) held[r] = held[r].contiguous();
         t = &held[r];
         break;
-      case Plan::Root::Kind::escape:
-        held[r] = empty(root.shape, root.dtype);
-        t = &held[r];
-        break;
+      case Plan::Root::Kind::escape:  // allocated by the step that writes it
       case Plan::Root::Kind::arena:
         address[r] = arena_base + root.offset;
         tensor_of_root[r] = nullptr;
@@ -442,9 +424,20 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
            v.offset * static_cast<std::int64_t>(dtype_size(v.dtype));
   };
 
-  std::array<ArrayRef, max_fused_inputs + 1> small_refs;
+  // Refs are copied from the step and completed with addresses; stack space, left uninitialized.
+  constexpr std::size_t small = max_fused_inputs + 1;
+  static_assert(std::is_trivially_destructible_v<ArrayRef> &&
+                std::is_trivially_copy_constructible_v<ArrayRef>);
+  alignas(ArrayRef) unsigned char small_refs[small * sizeof(ArrayRef)];
   std::vector<ArrayRef> many_refs;
   for (const Plan::Step& step : plan.steps) {
+    if (step.allocate_escape >= 0) {
+      const auto r = static_cast<std::size_t>(step.allocate_escape);
+      const Plan::Root& root = plan.roots[r];
+      held[r] = empty(root.shape, root.dtype);
+      tensor_of_root[r] = &held[r];
+      address[r] = held[r].impl()->data();
+    }
     const std::size_t count = step.values.size();
     if (step.kind == Plan::Step::Kind::flat) {
       std::array<const void*, 3> in{};
@@ -454,13 +447,13 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
                            data_of(step.values.back()), out.dtype, out.shape.numel());
       continue;
     }
-    ArrayRef* refs = small_refs.data();
-    if (count > small_refs.size()) {
+    ArrayRef* refs = reinterpret_cast<ArrayRef*>(small_refs);
+    if (count > small) {
       many_refs.resize(count);
       refs = many_refs.data();
     }
     for (std::size_t i = 0; i < count; ++i) {
-      refs[i] = step.refs[i];
+      new (&refs[i]) ArrayRef(step.refs[i]);
       refs[i].data = data_of(step.values[i]);
     }
     const std::span<const ArrayRef> inputs(refs, count - 1);

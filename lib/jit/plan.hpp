@@ -51,6 +51,7 @@ struct Plan {
     const FusedProgram* program = nullptr;  // fused steps
     std::vector<std::int32_t> values;  // value of each ref: inputs, then the output
     std::vector<ArrayRef> refs;        // layouts with data unset, filled in at call time
+    std::int32_t allocate_escape = -1;  // an escape root to allocate just before this step
     std::array<std::int64_t, 3> flat_strides{};
     DType flat_in_dtype = DType::f32;
   };

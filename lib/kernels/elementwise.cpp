@@ -5,6 +5,9 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <string_view>
 #include <xsimd/config/xsimd_config.hpp>
 #include <xsimd/config/xsimd_cpuid.hpp>
@@ -72,6 +75,34 @@ inline void copy_run(const char* src, std::int64_t stride, std::int64_t element_
   }
   gather(src, stride, static_cast<std::size_t>(element_size), dst, n);
 }
+
+/// Outputs of at least this many bytes are written with non-temporal stores (see run_fused).
+constexpr std::int64_t stream_output_bytes = std::int64_t{8} << 20;
+
+/// Copies `bytes` from src to dst (16-byte aligned: a fused block's start) with non-temporal
+/// stores where the instruction set has them; the tail and other targets use memcpy.
+inline void stream_store(char* dst, const void* src, std::int64_t bytes) {
+  std::int64_t done = 0;
+#if defined(__SSE2__)
+  if (reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
+    const auto* from = static_cast<const __m128i*>(src);
+    for (; done + 16 <= bytes; done += 16, ++from)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + done), _mm_load_si128(from));
+  }
+#endif
+  std::memcpy(dst + done, static_cast<const char*>(src) + done,
+              static_cast<std::size_t>(bytes - done));
+}
+
+/// Orders a thread's non-temporal stores before the work that follows (when `active`).
+struct StreamFence {
+  bool active;
+  ~StreamFence() {
+#if defined(__SSE2__)
+    if (active) _mm_sfence();
+#endif
+  }
+};
 
 /// copy_run for the short rows of fused kernels: unit-stride rows are copied in 16-byte chunks
 /// of fixed size (one vector move each) instead of a call to memcpy per row.
@@ -429,6 +460,10 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     return;
   }
 
+  // An output far larger than the caches is written with non-temporal stores: no read of the
+  // destination lines before they are overwritten, and no eviction of the inputs' lines.
+  const bool stream_output = total * out_size >= stream_output_bytes;
+
   // Blocks of fused_block output elements in row-major order (across rows of other ranks),
   // with strided inputs gathered into contiguous scratch first.
   const auto run_block = [&](std::int64_t first, std::int64_t count) {
@@ -495,9 +530,17 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
           break;
       }
     }
-    run_ops(ptr, stride, out_base + first * out_size, count);
+    char* dst = out_base + first * out_size;
+    if (!stream_output) {
+      run_ops(ptr, stride, dst, count);
+      return;
+    }
+    alignas(64) std::uint64_t block[fused_block];
+    run_ops(ptr, stride, block, count);
+    stream_store(dst, block, count * out_size);
   };
   auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+    StreamFence fence{stream_output};
     for (std::int64_t b = begin_block; b < end_block; ++b) {
       const std::int64_t first = b * fused_block;
       run_block(first, std::min(fused_block, total - first));

@@ -68,6 +68,11 @@ inline constexpr std::int64_t flat_elementwise_limit = std::int64_t{1} << 18;
 void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t* strides,
                           DType in_dtype, void* out, DType out_dtype, std::int64_t n);
 
+/// Whether a matmul's first input is a 2-d f32/f64 transpose of a contiguous matrix (strides
+/// [1, rows]):
+/// the matmul kernel reads that layout directly, so callers need not make it contiguous.
+bool a_transposed(const ArrayRef& a);
+
 /// Copies src (any strides) into dst (any strides) of the same shape and dtype.
 void copy_strided(const ArrayRef& src, const ArrayRef& dst);
 

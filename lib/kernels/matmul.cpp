@@ -101,24 +101,30 @@ struct XsmmTraits;
 template <>
 struct XsmmTraits<float> {
   using Kernel = libxsmm_smmfunction;
-  static Kernel dispatch(int m, int n, int k) {
+  /// Column-major C[m,n] = A[m,k] B[k,n], or A B^T with B stored as [n,k] (trans_b).
+  static Kernel dispatch(int m, int n, int k, bool trans_b) {
     const float alpha = 1, beta = 0;
     const int prefetch = LIBXSMM_PREFETCH_NONE;
-    return libxsmm_smmdispatch(m, n, k, &m, &k, &m, &alpha, &beta, nullptr, &prefetch);
+    const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
+    const int ldb = trans_b ? n : k;
+    return libxsmm_smmdispatch(m, n, k, &m, &ldb, &m, &alpha, &beta, &flags, &prefetch);
   }
 };
 template <>
 struct XsmmTraits<double> {
   using Kernel = libxsmm_dmmfunction;
-  static Kernel dispatch(int m, int n, int k) {
+  static Kernel dispatch(int m, int n, int k, bool trans_b) {
     const double alpha = 1, beta = 0;
     const int prefetch = LIBXSMM_PREFETCH_NONE;
-    return libxsmm_dmmdispatch(m, n, k, &m, &k, &m, &alpha, &beta, nullptr, &prefetch);
+    const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
+    const int ldb = trans_b ? n : k;
+    return libxsmm_dmmdispatch(m, n, k, &m, &ldb, &m, &alpha, &beta, &flags, &prefetch);
   }
 };
 
 /// Thread-safe cache of libxsmm kernels for row-major C[m,n] = A[m,k] B[k,n] (tight
-/// leading dims, beta = 0). A null entry records that libxsmm offers no kernel.
+/// leading dims, beta = 0), A optionally given transposed (stored as [k,m]). A null entry
+/// records that libxsmm offers no kernel.
 template <class T>
 class XsmmKernelCache {
  public:
@@ -129,8 +135,8 @@ class XsmmKernelCache {
     return cache;
   }
 
-  Kernel get(int m, int n, int k) {
-    const Key key{m, n, k};
+  Kernel get(int m, int n, int k, bool trans_a) {
+    const Key key{m, n, k, trans_a};
     {
       std::shared_lock lock(mutex_);
       if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
@@ -138,8 +144,9 @@ class XsmmKernelCache {
     ensure_xsmm_initialized();
     std::unique_lock lock(mutex_);
     if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
-    // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m].
-    Kernel kernel = XsmmTraits<T>::dispatch(n, m, k);
+    // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m]; a
+    // transposed A is libxsmm's transposed second operand.
+    Kernel kernel = XsmmTraits<T>::dispatch(n, m, k, trans_a);
     kernels_.emplace(key, kernel);
     return kernel;
   }
@@ -147,6 +154,7 @@ class XsmmKernelCache {
  private:
   struct Key {
     int m, n, k;
+    bool trans_a;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
@@ -154,6 +162,7 @@ class XsmmKernelCache {
       std::size_t h = static_cast<std::size_t>(static_cast<unsigned>(key.m));
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.n);
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.k);
+      h = h * 2 + (key.trans_a ? 1 : 0);
       return h ^ (h >> 29);
     }
   };
@@ -162,26 +171,40 @@ class XsmmKernelCache {
   std::unordered_map<Key, Kernel, KeyHash> kernels_;
 };
 
-/// Row-major C[m,n] = A[m,k] B[k,n] through OpenBLAS (both cores).
-void blas_gemm(const float* a, const float* b, float* c, int m, int n, int k) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a, k, b, n, 0.0f, c, n);
+/// Row-major C[m,n] = A[m,k] B[k,n] through OpenBLAS (both cores); A stored as [k,m] when
+/// trans_a.
+void blas_gemm(const float* a, const float* b, float* c, int m, int n, int k, bool trans_a) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a,
+              trans_a ? m : k, b, n, 0.0f, c, n);
 }
-void blas_gemm(const double* a, const double* b, double* c, int m, int n, int k) {
-  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a, k, b, n, 0.0, c, n);
+void blas_gemm(const double* a, const double* b, double* c, int m, int n, int k, bool trans_a) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a,
+              trans_a ? m : k, b, n, 0.0, c, n);
 }
+
+}  // namespace
+
+bool a_transposed(const ArrayRef& a) {
+  return (a.dtype == DType::f32 || a.dtype == DType::f64) && a.shape.size() == 2 && a.shape[0] > 1 && a.shape[1] > 1 && a.strides[0] == 1 &&
+         a.strides[1] == a.shape[0];
+}
+
+namespace {
 
 /// m*n*k <= small_gemm_limit, without overflowing (every dim is at least 1).
 bool is_small(std::int64_t m, std::int64_t n, std::int64_t k) {
   return n <= small_gemm_limit && k <= small_gemm_limit && m <= small_gemm_limit / (n * k);
 }
 
-/// One GEMM kernel for a fixed (m, n, k): libxsmm when small and available, else BLAS.
+/// One GEMM kernel for a fixed (m, n, k, A transposed or not): libxsmm when small and
+/// available, else BLAS.
 template <class T>
 class FloatGemm {
  public:
-  FloatGemm(std::int64_t m, std::int64_t n, std::int64_t k)
-      : m_(static_cast<int>(m)), n_(static_cast<int>(n)), k_(static_cast<int>(k)) {
-    if (is_small(m, n, k)) xsmm_ = XsmmKernelCache<T>::instance().get(m_, n_, k_);
+  FloatGemm(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a = false)
+      : m_(static_cast<int>(m)), n_(static_cast<int>(n)), k_(static_cast<int>(k)),
+        trans_a_(trans_a) {
+    if (is_small(m, n, k)) xsmm_ = XsmmKernelCache<T>::instance().get(m_, n_, k_, trans_a);
   }
 
   bool uses_blas() const { return xsmm_ == nullptr; }
@@ -190,11 +213,12 @@ class FloatGemm {
     if (xsmm_ != nullptr)
       xsmm_(b, a, c);
     else
-      blas_gemm(a, b, c, m_, n_, k_);
+      blas_gemm(a, b, c, m_, n_, k_, trans_a_);
   }
 
  private:
   int m_, n_, k_;
+  bool trans_a_;
   typename XsmmTraits<T>::Kernel xsmm_ = nullptr;
 };
 
@@ -208,6 +232,12 @@ void matmul_float(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, con
   if (m > blas_max || n > blas_max || k > blas_max)
     fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m, k, k, n, blas_max);
 
+  // A 2-d A given as the transpose of a contiguous [k, m] matrix (a backward pass's x^T): the
+  // kernel reads it transposed, no copy.
+  if (a_transposed(a)) {
+    FloatGemm<T>(m, n, k, true)(a_data, b_data, out_data);
+    return;
+  }
   // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
   if (walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) && walk.count * m <= blas_max) {
     FloatGemm<T>(walk.count * m, n, k)(a_data, b_data, out_data);
