@@ -327,3 +327,25 @@ TEST_CASE("matmul rejects bad operands", "[matmul]") {
   };
   for (const Case& c : cases) CHECK_THAT(error_of(c.a, c.b), Catch::StartsWith(c.message));
 }
+
+TEST_CASE("matmul reads a transposed first operand in place", "[matmul]") {
+  // Small (libxsmm, transposed operand), large (BLAS, transposed), batched b, f64.
+  const std::vector<std::array<std::int64_t, 3>> shapes = {
+      {3, 2, 4}, {16, 64, 256}, {2, 5, 3}, {200, 150, 180}};
+  for (const auto& [m, k, n] : shapes) {
+    for (const kiln::DType dtype : {kiln::f32, kiln::f64}) {
+      INFO("m " << m << " k " << k << " n " << n << " dtype " << kiln::dtype_name(dtype));
+      const kiln::Tensor at = kiln::cast(kiln::random::normal({k, m}, 0, 1, 5), dtype);
+      const kiln::Tensor b = kiln::cast(kiln::random::normal({k, n}, 0, 1, 6), dtype);
+      const kiln::Tensor b3 = kiln::cast(kiln::random::normal({2, k, n}, 0, 1, 7), dtype);
+      const kiln::Tensor a = kiln::transpose(at);
+      CHECK_FALSE(a.is_contiguous());
+      const double tol = dtype == kiln::f32 ? 1e-4 : 1e-10;
+      const auto max_diff = [](const kiln::Tensor& x, const kiln::Tensor& y) {
+        return kiln::cast(kiln::max(kiln::abs(x - y)), kiln::f64).item<double>();
+      };
+      CHECK(max_diff(kiln::matmul(a, b), kiln::matmul(a.contiguous(), b)) <= tol);
+      CHECK(max_diff(kiln::matmul(a, b3), kiln::matmul(a.contiguous(), b3)) <= tol);
+    }
+  }
+}

@@ -232,18 +232,15 @@ void matmul_float(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, con
   if (m > blas_max || n > blas_max || k > blas_max)
     fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m, k, k, n, blas_max);
 
-  // A 2-d A given as the transpose of a contiguous [k, m] matrix (a backward pass's x^T): the
-  // kernel reads it transposed, no copy.
-  if (a_transposed(a)) {
-    FloatGemm<T>(m, n, k, true)(a_data, b_data, out_data);
-    return;
-  }
+  // A 2-d A given as the transpose of a contiguous [k, m] matrix (a backward pass's x^T) is
+  // read transposed by the kernel, without a copy.
+  const bool trans_a = a_transposed(a);
   // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
-  if (walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) && walk.count * m <= blas_max) {
+  if (!trans_a && walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) && walk.count * m <= blas_max) {
     FloatGemm<T>(walk.count * m, n, k)(a_data, b_data, out_data);
     return;
   }
-  const FloatGemm<T> gemm(m, n, k);
+  const FloatGemm<T> gemm(m, n, k, trans_a);
   auto multiply = [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const auto [a_off, b_off] = walk.offsets(i);
