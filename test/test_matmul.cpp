@@ -349,3 +349,24 @@ TEST_CASE("matmul reads a transposed first operand in place", "[matmul]") {
     }
   }
 }
+
+TEST_CASE("matmul reads row-strided operands (slices of wider matrices) in place", "[matmul]") {
+  const std::vector<std::array<std::int64_t, 3>> shapes = {{3, 2, 4}, {32, 10, 80}, {200, 150, 180}};
+  for (const auto& [m, k, n] : shapes) {
+    INFO("m " << m << " k " << k << " n " << n);
+    const Tensor wide_a = kiln::random::normal({m, k + 3}, 0, 1, 8);
+    const Tensor wide_b = kiln::random::normal({k, n + 5}, 0, 1, 9);
+    const Tensor a = kiln::slice(wide_a, {{0, m}, {1, k + 1}});
+    const Tensor b = kiln::slice(wide_b, {{0, k}, {2, n + 2}});
+    const Tensor a3 = kiln::random::normal({2, m, k}, 0, 1, 10);
+    const auto max_diff = [](const Tensor& x, const Tensor& y) {
+      return kiln::max(kiln::abs(x - y)).item<float>();
+    };
+    CHECK(max_diff(kiln::matmul(a, b), kiln::matmul(a.contiguous(), b.contiguous())) <= 1e-4f);
+    CHECK(max_diff(kiln::matmul(a3, b), kiln::matmul(a3, b.contiguous())) <= 1e-4f);
+    // A transposed and row-strided first operand ([k, m] slice of [k, m + 4], transposed).
+    const Tensor at = kiln::transpose(kiln::slice(kiln::random::normal({k, m + 4}, 0, 1, 11),
+                                                  {{0, k}, {0, m}}));
+    CHECK(max_diff(kiln::matmul(at, b), kiln::matmul(at.contiguous(), b.contiguous())) <= 1e-4f);
+  }
+}

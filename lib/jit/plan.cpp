@@ -153,7 +153,8 @@ class PlanBuilder {
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const std::int32_t in = node.inputs[i];
       const bool read_as_is = elementwise || p == Prim::dim_size ||
-                              (p == Prim::matmul && i == 0 && a_transposed(layout(in)));
+                              (p == Prim::matmul && i < 2 &&
+                               matmul_reads_in_place(layout(in), static_cast<int>(i)));
       inputs.push_back(read_as_is ? in : contiguous_input(in));
     }
     plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);

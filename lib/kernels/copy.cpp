@@ -1,4 +1,3 @@
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/kernel.hpp"
@@ -14,19 +13,10 @@ void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
   const std::int64_t ds = c.strides[1][c.rank - 1];
   const T* s = src.ptr<const T>();
   T* d = dst.ptr<T>();
-  if (c.rank == 2 && ds == 1 && c.strides[1][0] == c.shape[1] && c.strides[0][0] == 1) {
-    // A transpose into a contiguous matrix: 8x8 tiles, so the rows read stay in cache while
-    // a tile's columns are written.
-    constexpr std::int64_t tile = 8;
-    const std::int64_t rows = c.shape[0], cols = c.shape[1];
-    for (std::int64_t i0 = 0; i0 < rows; i0 += tile) {
-      const std::int64_t i1 = std::min(rows, i0 + tile);
-      for (std::int64_t j0 = 0; j0 < cols; j0 += tile) {
-        const std::int64_t j1 = std::min(cols, j0 + tile);
-        for (std::int64_t j = j0; j < j1; ++j)
-          for (std::int64_t i = i0; i < i1; ++i) d[i * cols + j] = s[i + j * ss];
-      }
-    }
+  if (c.rank == 2 && ds == 1 && c.strides[1][0] == c.shape[1] && c.strides[0][0] == 1 &&
+      ss >= c.shape[0]) {
+    // A transpose into a contiguous matrix.
+    transpose_matrix(d, s, sizeof(T), c.shape[0], c.shape[1], ss);
     return;
   }
   for_each_row(c, [&](const std::array<std::int64_t, 2>& off, std::int64_t n) {

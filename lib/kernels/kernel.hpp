@@ -68,10 +68,16 @@ inline constexpr std::int64_t flat_elementwise_limit = std::int64_t{1} << 18;
 void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t* strides,
                           DType in_dtype, void* out, DType out_dtype, std::int64_t n);
 
-/// Whether a matmul's first input is a 2-d f32/f64 transpose of a contiguous matrix (strides
-/// [1, rows]):
-/// the matmul kernel reads that layout directly, so callers need not make it contiguous.
-bool a_transposed(const ArrayRef& a);
+/// Whether the matmul kernel reads input `which` (0: a, 1: b) in this non-contiguous layout
+/// directly: a 2-d f32/f64 matrix whose rows are apart by more than their length (a slice of
+/// a wider matrix), or, for a, the transpose of such a matrix (strides [1, ld]). Other layouts
+/// must be made contiguous by the caller.
+bool matmul_reads_in_place(const ArrayRef& x, int which);
+
+/// Row-major out[rows, cols] (contiguous) = element (i, j) read at in[i + j * in_stride]: the
+/// copy of a transposed matrix, through libxsmm's transposition kernels.
+void transpose_matrix(void* out, const void* in, std::size_t element_size, std::int64_t rows,
+                      std::int64_t cols, std::int64_t in_stride);
 
 /// Copies src (any strides) into dst (any strides) of the same shape and dtype.
 void copy_strided(const ArrayRef& src, const ArrayRef& dst);

@@ -33,6 +33,28 @@ std::int64_t grain_for(std::int64_t work_per_item) {
   return std::max<std::int64_t>(1, parallel_chunk_work / std::max<std::int64_t>(1, work_per_item));
 }
 
+/// One GEMM problem, row-major C[m,n] = A[m,k] B[k,n]: A's rows lda elements apart (or, when
+/// trans_a, A stored as [k,m] with rows lda apart), B's rows ldb apart, C tight.
+struct GemmShape {
+  int m, n, k;
+  bool trans_a;
+  int lda, ldb;
+  bool operator==(const GemmShape&) const = default;
+};
+
+/// Whether a 2-d (or batched) operand's rows are contiguous: the usual, untransposed layout.
+bool is_row_major(const ArrayRef& x) {
+  const std::size_t r = x.shape.size();
+  return x.shape[r - 1] == 1 || x.strides[r - 1] == 1;
+}
+
+/// The row stride of a matrix operand with `cols` columns: its own for a strided 2-d operand
+/// (transposed: the stride of its second dim), `cols` for a contiguous one.
+std::int64_t leading_dim(const ArrayRef& x, std::int64_t cols) {
+  if (x.shape.size() != 2 || x.shape[0] <= 1 || x.shape[1] <= 1) return cols;
+  return is_row_major(x) ? x.strides[0] : x.strides[1];
+}
+
 /// Offsets (in elements) of the matrices of a and b that output matrix i multiplies,
 /// walking the output batch dims in row-major order.
 struct BatchWalk {
@@ -101,24 +123,23 @@ struct XsmmTraits;
 template <>
 struct XsmmTraits<float> {
   using Kernel = libxsmm_smmfunction;
-  /// Column-major C[m,n] = A[m,k] B[k,n], or A B^T with B stored as [n,k] (trans_b).
-  static Kernel dispatch(int m, int n, int k, bool trans_b) {
+  /// Column-major C[m,n] = A[m,k] B[k,n] (leading dims lda, ldb; C tight), or A B^T with B
+  /// stored as [n,k] (trans_b).
+  static Kernel dispatch(int m, int n, int k, int lda, int ldb, bool trans_b) {
     const float alpha = 1, beta = 0;
     const int prefetch = LIBXSMM_PREFETCH_NONE;
     const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
-    const int ldb = trans_b ? n : k;
-    return libxsmm_smmdispatch(m, n, k, &m, &ldb, &m, &alpha, &beta, &flags, &prefetch);
+    return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &m, &alpha, &beta, &flags, &prefetch);
   }
 };
 template <>
 struct XsmmTraits<double> {
   using Kernel = libxsmm_dmmfunction;
-  static Kernel dispatch(int m, int n, int k, bool trans_b) {
+  static Kernel dispatch(int m, int n, int k, int lda, int ldb, bool trans_b) {
     const double alpha = 1, beta = 0;
     const int prefetch = LIBXSMM_PREFETCH_NONE;
     const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
-    const int ldb = trans_b ? n : k;
-    return libxsmm_dmmdispatch(m, n, k, &m, &ldb, &m, &alpha, &beta, &flags, &prefetch);
+    return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &m, &alpha, &beta, &flags, &prefetch);
   }
 };
 
@@ -135,8 +156,7 @@ class XsmmKernelCache {
     return cache;
   }
 
-  Kernel get(int m, int n, int k, bool trans_a) {
-    const Key key{m, n, k, trans_a};
+  Kernel get(const GemmShape& key) {
     {
       std::shared_lock lock(mutex_);
       if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
@@ -146,48 +166,59 @@ class XsmmKernelCache {
     if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
     // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m]; a
     // transposed A is libxsmm's transposed second operand.
-    Kernel kernel = XsmmTraits<T>::dispatch(n, m, k, trans_a);
+    Kernel kernel =
+        XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.trans_a);
     kernels_.emplace(key, kernel);
     return kernel;
   }
 
  private:
-  struct Key {
-    int m, n, k;
-    bool trans_a;
-    bool operator==(const Key&) const = default;
-  };
   struct KeyHash {
-    std::size_t operator()(const Key& key) const {
+    std::size_t operator()(const GemmShape& key) const {
       std::size_t h = static_cast<std::size_t>(static_cast<unsigned>(key.m));
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.n);
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.k);
+      h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.lda);
+      h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.ldb);
       h = h * 2 + (key.trans_a ? 1 : 0);
       return h ^ (h >> 29);
     }
   };
 
   std::shared_mutex mutex_;
-  std::unordered_map<Key, Kernel, KeyHash> kernels_;
+  std::unordered_map<GemmShape, Kernel, KeyHash> kernels_;
 };
 
-/// Row-major C[m,n] = A[m,k] B[k,n] through OpenBLAS (both cores); A stored as [k,m] when
-/// trans_a.
-void blas_gemm(const float* a, const float* b, float* c, int m, int n, int k, bool trans_a) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a,
-              trans_a ? m : k, b, n, 0.0f, c, n);
+/// Row-major C = A B through OpenBLAS (both cores).
+void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
+              1.0f, a, g.lda, b, g.ldb, 0.0f, c, g.n);
 }
-void blas_gemm(const double* a, const double* b, double* c, int m, int n, int k, bool trans_a) {
-  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a,
-              trans_a ? m : k, b, n, 0.0, c, n);
+void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g) {
+  cblas_dgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
+              1.0, a, g.lda, b, g.ldb, 0.0, c, g.n);
 }
 
 }  // namespace
 
-bool a_transposed(const ArrayRef& a) {
-  return (a.dtype == DType::f32 || a.dtype == DType::f64) && a.shape.size() == 2 && a.shape[0] > 1 && a.shape[1] > 1 && a.strides[0] == 1 &&
-         a.strides[1] == a.shape[0];
+void transpose_matrix(void* out, const void* in, std::size_t element_size, std::int64_t rows,
+                      std::int64_t cols, std::int64_t in_stride) {
+  ensure_xsmm_initialized();
+  // libxsmm is column-major: `in` is a [rows x cols] column-major matrix with leading dim
+  // in_stride, `out` its [cols x rows] transpose with leading dim cols.
+  libxsmm_otrans(out, in, static_cast<unsigned int>(element_size),
+                 static_cast<libxsmm_blasint>(rows), static_cast<libxsmm_blasint>(cols),
+                 static_cast<libxsmm_blasint>(in_stride), static_cast<libxsmm_blasint>(cols));
 }
+
+bool matmul_reads_in_place(const ArrayRef& x, int which) {
+  if (x.dtype != DType::f32 && x.dtype != DType::f64) return false;
+  if (x.shape.size() != 2 || x.shape[0] <= 1 || x.shape[1] <= 1) return false;
+  const bool rows_apart = x.strides[1] == 1 && x.strides[0] >= x.shape[1];
+  const bool transposed = which == 0 && x.strides[0] == 1 && x.strides[1] >= x.shape[0];
+  return rows_apart || transposed;
+}
+
 
 namespace {
 
@@ -201,10 +232,8 @@ bool is_small(std::int64_t m, std::int64_t n, std::int64_t k) {
 template <class T>
 class FloatGemm {
  public:
-  FloatGemm(std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a = false)
-      : m_(static_cast<int>(m)), n_(static_cast<int>(n)), k_(static_cast<int>(k)),
-        trans_a_(trans_a) {
-    if (is_small(m, n, k)) xsmm_ = XsmmKernelCache<T>::instance().get(m_, n_, k_, trans_a);
+  explicit FloatGemm(const GemmShape& shape) : shape_(shape) {
+    if (is_small(shape.m, shape.n, shape.k)) xsmm_ = XsmmKernelCache<T>::instance().get(shape);
   }
 
   bool uses_blas() const { return xsmm_ == nullptr; }
@@ -213,12 +242,11 @@ class FloatGemm {
     if (xsmm_ != nullptr)
       xsmm_(b, a, c);
     else
-      blas_gemm(a, b, c, m_, n_, k_, trans_a_);
+      blas_gemm(a, b, c, shape_);
   }
 
  private:
-  int m_, n_, k_;
-  bool trans_a_;
+  GemmShape shape_;
   typename XsmmTraits<T>::Kernel xsmm_ = nullptr;
 };
 
@@ -232,15 +260,20 @@ void matmul_float(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, con
   if (m > blas_max || n > blas_max || k > blas_max)
     fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m, k, k, n, blas_max);
 
-  // A 2-d A given as the transpose of a contiguous [k, m] matrix (a backward pass's x^T) is
-  // read transposed by the kernel, without a copy.
-  const bool trans_a = a_transposed(a);
+  // 2-d operands may be strided (see matmul_reads_in_place): rows apart by a leading dim, or
+  // for a, a transposed matrix (a backward pass's x^T), read by the kernel without a copy.
+  const int lda = static_cast<int>(leading_dim(a, k));
+  const int ldb = static_cast<int>(leading_dim(b, n));
+  const bool trans_a = !a.shape.empty() && a.shape.size() == 2 && !is_row_major(a);
+  const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
   // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
-  if (!trans_a && walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) && walk.count * m <= blas_max) {
-    FloatGemm<T>(walk.count * m, n, k)(a_data, b_data, out_data);
+  if (!trans_a && walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) &&
+      walk.count * m <= blas_max) {
+    FloatGemm<T>(GemmShape{static_cast<int>(walk.count * m), ni, ki, false, lda, ldb})(
+        a_data, b_data, out_data);
     return;
   }
-  const FloatGemm<T> gemm(m, n, k, trans_a);
+  const FloatGemm<T> gemm(GemmShape{mi, ni, ki, trans_a, lda, ldb});
   auto multiply = [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       const auto [a_off, b_off] = walk.offsets(i);

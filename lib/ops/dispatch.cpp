@@ -143,8 +143,9 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
                                   ? impl.strides
                                   : broadcast_strides(impl.shape, impl.strides, out_shape)};
     } else if (impl.is_contiguous() || p == Prim::dim_size ||  // dim_size reads no data
-               (p == Prim::matmul && i == 0 &&
-                a_transposed(ArrayRef{nullptr, impl.dtype, impl.shape, impl.strides}))) {
+               (p == Prim::matmul &&
+                matmul_reads_in_place(ArrayRef{nullptr, impl.dtype, impl.shape, impl.strides},
+                                      static_cast<int>(i)))) {
       new (&refs[i]) ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
     } else {
       copies.push_back(inputs[i]->contiguous());

@@ -1,8 +1,8 @@
 // kiln::matmul front end.
 //
 // Prim::matmul contract (kernel in lib/kernels/matmul.cpp; no attrs):
-//   inputs  a [..., m, k] and b [..., k, n]: contiguous (a may also be the 2-d transpose of a
-//           contiguous [k, m] matrix: see a_transposed), rank >= 2, equal dtype among
+//   inputs  a [..., m, k] and b [..., k, n]: contiguous, or 2-d strided layouts the kernel reads
+//           in place (see matmul_reads_in_place), rank >= 2, equal dtype among
 //           f32, f64, i32, i64. Their batch dims (all but the last two) broadcast like
 //           NumPy; a size-1 (or missing) batch dim means that matrix is reused.
 //   output  [broadcast batch dims..., m, n], contiguous, the inputs' dtype.
