@@ -94,6 +94,18 @@ inline void stream_store(char* dst, const void* src, std::int64_t bytes) {
               static_cast<std::size_t>(bytes - done));
 }
 
+/// For inputs streamed from memory: asks for the lines of the block `prefetch_blocks` ahead of
+/// [first, first + count), so several blocks' loads are in flight while this one computes.
+inline void prefetch_ahead(const char* input, std::int64_t first, std::int64_t count,
+                           std::int64_t element_size, std::int64_t total) {
+  constexpr std::int64_t prefetch_blocks = 4;
+  const std::int64_t ahead = first + prefetch_blocks * count;
+  if (ahead + count > total) return;
+  const char* from = input + ahead * element_size;
+  for (std::int64_t offset = 0; offset < count * element_size; offset += 64)
+    __builtin_prefetch(from + offset);
+}
+
 /// Orders a thread's non-temporal stores before the work that follows (when `active`).
 struct StreamFence {
   bool active;
@@ -519,6 +531,7 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
         case FusedRead::flat:
           ptr[k] = base[k] + first * size[k];
           stride[k] = 1;
+          if (stream_output) prefetch_ahead(base[k], first, count, size[k], total);
           break;
         case FusedRead::broadcast:
           ptr[k] = base[k];

@@ -17,7 +17,7 @@ namespace kiln::detail {
 inline constexpr std::size_t max_fused_inputs = 8;
 inline constexpr std::size_t max_fused_slots = 8;
 inline constexpr std::size_t max_fused_ops = 48;
-inline constexpr std::int64_t fused_block = 256;
+inline constexpr std::int64_t fused_block = 1024;
 
 /// One instruction. An operand >= 0 is external input k; an operand < 0 is scratch slot
 /// -(operand + 1). The last instruction writes the kernel's output (result_slot unused).
