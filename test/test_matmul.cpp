@@ -351,7 +351,8 @@ TEST_CASE("matmul reads a transposed first operand in place", "[matmul]") {
 }
 
 TEST_CASE("matmul reads row-strided operands (slices of wider matrices) in place", "[matmul]") {
-  const std::vector<std::array<std::int64_t, 3>> shapes = {{3, 2, 4}, {32, 10, 80}, {200, 150, 180}};
+  const std::vector<std::array<std::int64_t, 3>> shapes = {
+      {3, 2, 4}, {32, 10, 80}, {200, 150, 180}};
   for (const auto& [m, k, n] : shapes) {
     INFO("m " << m << " k " << k << " n " << n);
     const Tensor wide_a = kiln::random::normal({m, k + 3}, 0, 1, 8);
@@ -365,8 +366,8 @@ TEST_CASE("matmul reads row-strided operands (slices of wider matrices) in place
     CHECK(max_diff(kiln::matmul(a, b), kiln::matmul(a.contiguous(), b.contiguous())) <= 1e-4f);
     CHECK(max_diff(kiln::matmul(a3, b), kiln::matmul(a3, b.contiguous())) <= 1e-4f);
     // A transposed and row-strided first operand ([k, m] slice of [k, m + 4], transposed).
-    const Tensor at = kiln::transpose(kiln::slice(kiln::random::normal({k, m + 4}, 0, 1, 11),
-                                                  {{0, k}, {0, m}}));
+    const Tensor at =
+        kiln::transpose(kiln::slice(kiln::random::normal({k, m + 4}, 0, 1, 11), {{0, k}, {0, m}}));
     CHECK(max_diff(kiln::matmul(at, b), kiln::matmul(at.contiguous(), b.contiguous())) <= 1e-4f);
   }
 }

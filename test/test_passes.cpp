@@ -260,7 +260,8 @@ struct SmallNet : kiln::Module {
 
 /// Losses of three traced Adam steps and the final weights, with the given options. The
 /// random initializers are seeded, so every call starts from the same weights.
-std::pair<std::vector<float>, std::vector<Tensor>> train_three_steps(kiln::FunctionOptions options) {
+std::pair<std::vector<float>, std::vector<Tensor>> train_three_steps(
+    kiln::FunctionOptions options) {
   kiln::clear_session();
   SmallNet net;
   kiln::optim::Adam opt{{.learning_rate = 1e-2}};

@@ -159,7 +159,8 @@ TEST_CASE("threads calling one compiled function each get their own arena") {
     threads.emplace_back([&, t] {
       bool all = true;
       for (int i = 0; i < 200; ++i)
-        all = all && close(f(inputs[static_cast<std::size_t>(t)]), expected[static_cast<std::size_t>(t)]);
+        all = all &&
+              close(f(inputs[static_cast<std::size_t>(t)]), expected[static_cast<std::size_t>(t)]);
       ok[static_cast<std::size_t>(t)] = all;
     });
   for (auto& th : threads) th.join();
@@ -167,9 +168,8 @@ TEST_CASE("threads calling one compiled function each get their own arena") {
 }
 
 TEST_CASE("a dynamic batch dim gets a plan per size with the right arena") {
-  auto f = kiln::function(
-      [](const Tensor& x) { return kiln::sum(kiln::tanh(x) * 2.f + x, {1}); },
-      {.input_signature = {kiln::TensorSpec{{-1, 8}, kiln::f32}}});
+  auto f = kiln::function([](const Tensor& x) { return kiln::sum(kiln::tanh(x) * 2.f + x, {1}); },
+                          {.input_signature = {kiln::TensorSpec{{-1, 8}, kiln::f32}}});
   for (std::int64_t b : {1, 5, 64, 5}) {
     const Tensor x = kiln::random::normal({b, 8}, 0, 1, static_cast<std::uint64_t>(b));
     CHECK(close(f(x), kiln::sum(kiln::tanh(x) * 2.f + x, {1})));

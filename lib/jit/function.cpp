@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>

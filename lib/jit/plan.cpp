@@ -71,9 +71,9 @@ class PlanBuilder {
   }
   ArrayRef broadcast_layout(std::int32_t value, const Shape& out_shape) const {
     const Plan::Value& v = plan_.values[static_cast<std::size_t>(value)];
-    return ArrayRef{nullptr, v.dtype, out_shape,
-                    v.shape == out_shape ? v.strides
-                                         : broadcast_strides(v.shape, v.strides, out_shape)};
+    return ArrayRef{
+        nullptr, v.dtype, out_shape,
+        v.shape == out_shape ? v.strides : broadcast_strides(v.shape, v.strides, out_shape)};
   }
 
   /// The value a kernel reads for node input `id`: the value itself when contiguous, else a
@@ -152,9 +152,9 @@ class PlanBuilder {
     std::vector<std::int32_t> inputs;
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const std::int32_t in = node.inputs[i];
-      const bool read_as_is = elementwise || p == Prim::dim_size ||
-                              (p == Prim::matmul && i < 2 &&
-                               matmul_reads_in_place(layout(in), static_cast<int>(i)));
+      const bool read_as_is =
+          elementwise || p == Prim::dim_size ||
+          (p == Prim::matmul && i < 2 && matmul_reads_in_place(layout(in), static_cast<int>(i)));
       inputs.push_back(read_as_is ? in : contiguous_input(in));
     }
     plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
@@ -164,7 +164,8 @@ class PlanBuilder {
     step.values = inputs;
     step.values.push_back(id);
     const std::int64_t n = shape.numel();
-    if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3 && flat_inputs(step, shape)) {
+    if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3 &&
+        flat_inputs(step, shape)) {
       step.kind = Plan::Step::Kind::flat;
       step.flat_in_dtype =
           plan_.values[static_cast<std::size_t>(inputs[inputs.size() == 3 ? 1 : 0])].dtype;
@@ -174,8 +175,10 @@ class PlanBuilder {
     step.kind = Plan::Step::Kind::kernel;
     step.fn = kernel_for(p);
     step.attrs = &node.attrs;
-    for (auto in : inputs) step.refs.push_back(elementwise ? broadcast_layout(in, shape) : layout(in));
+    for (auto in : inputs)
+      step.refs.push_back(elementwise ? broadcast_layout(in, shape) : layout(in));
     step.refs.push_back(layout(id));
+    if (p == Prim::matmul) step.matmul = plan_matmul(step.refs[0], step.refs[1], step.refs[2]);
     plan_.steps.push_back(std::move(step));
   }
 
@@ -239,9 +242,8 @@ class PlanBuilder {
       if (plan_.roots[out_root].kind != Plan::Root::Kind::arena) continue;
       const auto step_index = static_cast<std::int64_t>(s);
       const std::int64_t end = std::max(last_use[out_root], step_index);
-      const std::int64_t bytes =
-          round_up(std::max<std::int64_t>(
-              bytes_of(plan_.values[static_cast<std::size_t>(step.values.back())]), 1));
+      const std::int64_t bytes = round_up(std::max<std::int64_t>(
+          bytes_of(plan_.values[static_cast<std::size_t>(step.values.back())]), 1));
       const std::int64_t donor = in_place_donor(step, s, last_use, donated, bytes);
       if (donor >= 0) {
         donated[static_cast<std::size_t>(donor)] = true;
@@ -299,9 +301,8 @@ class PlanBuilder {
       const std::size_t r = root_of(step.values[i]);
       if (plan_.roots[r].kind != Plan::Root::Kind::arena || donated[r] ||
           last_use[r] != static_cast<std::int64_t>(s) ||
-          round_up(std::max<std::int64_t>(bytes_of(plan_.values[static_cast<std::size_t>(
-                                               step.values[i])]),
-                                           1)) != bytes)
+          round_up(std::max<std::int64_t>(
+              bytes_of(plan_.values[static_cast<std::size_t>(step.values[i])]), 1)) != bytes)
         continue;
       bool same_layout = true;  // every read of this root in the step is the output's layout
       for (std::size_t j = 0; j + 1 < step.values.size() && same_layout; ++j) {
@@ -328,9 +329,9 @@ class PlanBuilder {
 }  // namespace
 
 std::int64_t Plan::bytes() const {
-  std::int64_t total = static_cast<std::int64_t>(
-      sizeof(Plan) + roots.capacity() * sizeof(Root) + values.capacity() * sizeof(Value) +
-      steps.capacity() * sizeof(Step));
+  std::int64_t total = static_cast<std::int64_t>(sizeof(Plan) + roots.capacity() * sizeof(Root) +
+                                                 values.capacity() * sizeof(Value) +
+                                                 steps.capacity() * sizeof(Step));
   for (const Step& s : steps)
     total += static_cast<std::int64_t>(s.values.capacity() * sizeof(std::int32_t) +
                                        s.refs.capacity() * sizeof(ArrayRef));
@@ -460,7 +461,10 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
     const std::span<const ArrayRef> inputs(refs, count - 1);
     switch (step.kind) {
       case Plan::Step::Kind::kernel:
-        step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
+        if (step.matmul)
+          run_planned_matmul(*step.matmul, refs[0].data, refs[1].data, refs[2].data);
+        else
+          step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
         break;
       case Plan::Step::Kind::fused:
         run_fused(*step.program, inputs, refs[count - 1]);

@@ -45,13 +45,14 @@ struct Plan {
     };
     Kind kind = Kind::kernel;
     Prim prim = Prim::add;
-    std::int32_t node = -1;           // the graph node it computes (copy: the consumer's)
-    KernelFn fn = nullptr;            // kernel steps
-    const Attrs* attrs = nullptr;     // kernel steps: the node's attributes
-    const FusedProgram* program = nullptr;  // fused steps
-    std::vector<std::int32_t> values;  // value of each ref: inputs, then the output
-    std::vector<ArrayRef> refs;        // layouts with data unset, filled in at call time
-    std::int32_t allocate_escape = -1;  // an escape root to allocate just before this step
+    std::int32_t node = -1;                    // the graph node it computes (copy: the consumer's)
+    KernelFn fn = nullptr;                     // kernel steps
+    const Attrs* attrs = nullptr;              // kernel steps: the node's attributes
+    const FusedProgram* program = nullptr;     // fused steps
+    std::shared_ptr<const MatmulPlan> matmul;  // matmul kernel steps: the kernel chosen here
+    std::vector<std::int32_t> values;          // value of each ref: inputs, then the output
+    std::vector<ArrayRef> refs;                // layouts with data unset, filled in at call time
+    std::int32_t allocate_escape = -1;         // an escape root to allocate just before this step
     std::array<std::int64_t, 3> flat_strides{};
     DType flat_in_dtype = DType::f32;
   };

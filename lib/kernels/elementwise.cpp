@@ -398,17 +398,17 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     for (std::size_t k = 0; k < N; ++k) padded[k] = inputs[k < num_inputs ? k : 0];
     const Attrs no_attrs;
     const KernelCall call{Prim::add, std::span<const ArrayRef>(padded), out, no_attrs};
-    run_elementwise<N>(call, [&](const std::array<const void*, N>& in,
-                                 const std::array<std::int64_t, N>& strides, void* out_row,
-                                 std::int64_t n) {
-      for (std::int64_t first = 0; first < n; first += fused_block) {
-        std::array<const void*, N> ptr{};
-        for (std::size_t k = 0; k < num_inputs; ++k)
-          ptr[k] = static_cast<const char*>(in[k]) + first * strides[k] * size[k];
-        run_ops(ptr, strides, static_cast<char*>(out_row) + first * out_size,
-                std::min(fused_block, n - first));
-      }
-    });
+    run_elementwise<N>(
+        call, [&](const std::array<const void*, N>& in, const std::array<std::int64_t, N>& strides,
+                  void* out_row, std::int64_t n) {
+          for (std::int64_t first = 0; first < n; first += fused_block) {
+            std::array<const void*, N> ptr{};
+            for (std::size_t k = 0; k < num_inputs; ++k)
+              ptr[k] = static_cast<const char*>(in[k]) + first * strides[k] * size[k];
+            run_ops(ptr, strides, static_cast<char*>(out_row) + first * out_size,
+                    std::min(fused_block, n - first));
+          }
+        });
     return;
   }
 
@@ -421,7 +421,7 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     const std::int64_t num_rows = dims.shape[0];
     // Per range (one per thread): scratch for gathered rows, and how many rows of each
     // row-broadcast input are already in it.
-    const auto run_rows = [&](std::uint64_t (&gathered)[N][fused_block],
+    const auto run_rows = [&](std::uint64_t(&gathered)[N][fused_block],
                               std::array<std::int64_t, N>& filled_rows, std::int64_t first_row,
                               std::int64_t count_rows) {
       std::array<const void*, N> ptr{};

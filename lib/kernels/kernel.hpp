@@ -3,6 +3,7 @@
 // strided arrays, never Tensor handles, so a plan can call them on arena buffers.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -73,6 +74,17 @@ void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t*
 /// a wider matrix), or, for a, the transpose of such a matrix (strides [1, ld]). Other layouts
 /// must be made contiguous by the caller.
 bool matmul_reads_in_place(const ArrayRef& x, int which);
+
+/// A matmul's kernel chosen once for fixed operand layouts (shapes, strides, dtype): the
+/// libxsmm kernel or BLAS call and the walk over batch matrices. Compiled plans keep one per
+/// matmul step, so a call does no kernel lookup.
+struct MatmulPlan;
+/// Null when nothing needs planning (an empty product, k == 0) or the dtype is an integer one;
+/// the caller then runs run_linalg.
+std::shared_ptr<const MatmulPlan> plan_matmul(const ArrayRef& a, const ArrayRef& b,
+                                              const ArrayRef& out);
+/// Runs the planned product on operands laid out as planned.
+void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out);
 
 /// Row-major out[rows, cols] (contiguous) = element (i, j) read at in[i + j * in_stride]: the
 /// copy of a transposed matrix, through libxsmm's transposition kernels.

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 
 #include "core/fail.hpp"
 #include "kernels/kernel.hpp"
@@ -166,8 +168,7 @@ class XsmmKernelCache {
     if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
     // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m]; a
     // transposed A is libxsmm's transposed second operand.
-    Kernel kernel =
-        XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.trans_a);
+    Kernel kernel = XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.trans_a);
     kernels_.emplace(key, kernel);
     return kernel;
   }
@@ -219,7 +220,6 @@ bool matmul_reads_in_place(const ArrayRef& x, int which) {
   return rows_apart || transposed;
 }
 
-
 namespace {
 
 /// m*n*k <= small_gemm_limit, without overflowing (every dim is at least 1).
@@ -250,42 +250,64 @@ class FloatGemm {
   typename XsmmTraits<T>::Kernel xsmm_ = nullptr;
 };
 
+/// The f32/f64 product for fixed operand layouts: the GEMM kernel (libxsmm or BLAS) and the walk
+/// over batch matrices, chosen once. Eager calls build one per call; a compiled plan keeps one
+/// per matmul step (see plan_matmul).
 template <class T>
-void matmul_float(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, const BatchWalk& walk,
-                  std::int64_t m, std::int64_t n, std::int64_t k) {
-  const T* a_data = a.ptr<const T>();
-  const T* b_data = b.ptr<const T>();
-  T* out_data = out.ptr<T>();
-  constexpr std::int64_t blas_max = INT_MAX;
-  if (m > blas_max || n > blas_max || k > blas_max)
-    fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m, k, k, n, blas_max);
+class FloatMatmul {
+ public:
+  FloatMatmul(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out)
+      : walk_(a, b, out),
+        m_(a.shape[a.shape.size() - 2]),
+        n_(b.shape.back()),
+        k_(a.shape.back()),
+        gemm_(choose(a, b)) {}
 
-  // 2-d operands may be strided (see matmul_reads_in_place): rows apart by a leading dim, or
-  // for a, a transposed matrix (a backward pass's x^T), read by the kernel without a copy.
-  const int lda = static_cast<int>(leading_dim(a, k));
-  const int ldb = static_cast<int>(leading_dim(b, n));
-  const bool trans_a = !a.shape.empty() && a.shape.size() == 2 && !is_row_major(a);
-  const auto mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
-  // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
-  if (!trans_a && walk.count > 1 && walk.b_shared() && walk.a_dense(m * k) &&
-      walk.count * m <= blas_max) {
-    FloatGemm<T>(GemmShape{static_cast<int>(walk.count * m), ni, ki, false, lda, ldb})(
-        a_data, b_data, out_data);
-    return;
-  }
-  const FloatGemm<T> gemm(GemmShape{mi, ni, ki, trans_a, lda, ldb});
-  auto multiply = [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const auto [a_off, b_off] = walk.offsets(i);
-      gemm(a_data + a_off, b_data + b_off, out_data + i * m * n);
+  /// For type deduction only (std::visit over the dtypes).
+  static T* element() { return nullptr; }
+
+  void operator()(const T* a_data, const T* b_data, T* out_data) const {
+    if (merged_) {
+      gemm_(a_data, b_data, out_data);
+      return;
     }
-  };
-  // OpenBLAS spreads each GEMM over the cores itself; libxsmm kernels are single-threaded.
-  if (gemm.uses_blas())
-    multiply(0, walk.count);
-  else
-    parallel_for(walk.count, grain_for(m * n * k), multiply);
-}
+    auto multiply = [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto [a_off, b_off] = walk_.offsets(i);
+        gemm_(a_data + a_off, b_data + b_off, out_data + i * m_ * n_);
+      }
+    };
+    // OpenBLAS spreads each GEMM over the cores itself; libxsmm kernels are single-threaded.
+    if (gemm_.uses_blas() || walk_.count == 1)
+      multiply(0, walk_.count);
+    else
+      parallel_for(walk_.count, grain_for(m_ * n_ * k_), multiply);
+  }
+
+ private:
+  FloatGemm<T> choose(const ArrayRef& a, const ArrayRef& b) {
+    constexpr std::int64_t blas_max = INT_MAX;
+    if (m_ > blas_max || n_ > blas_max || k_ > blas_max)
+      fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m_, k_, k_, n_,
+           blas_max);
+    // 2-d operands may be strided (see matmul_reads_in_place): rows apart by a leading dim, or
+    // for a, a transposed matrix (a backward pass's x^T), read by the kernel without a copy.
+    const int lda = static_cast<int>(leading_dim(a, k_));
+    const int ldb = static_cast<int>(leading_dim(b, n_));
+    const bool trans_a = a.shape.size() == 2 && !is_row_major(a);
+    const auto n = static_cast<int>(n_), k = static_cast<int>(k_);
+    // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
+    merged_ = !trans_a && walk_.count > 1 && walk_.b_shared() && walk_.a_dense(m_ * k_) &&
+              walk_.count * m_ <= blas_max;
+    const auto rows = static_cast<int>(merged_ ? walk_.count * m_ : m_);
+    return FloatGemm<T>(GemmShape{rows, n, k, trans_a, lda, ldb});
+  }
+
+  BatchWalk walk_;
+  std::int64_t m_, n_, k_;
+  bool merged_ = false;
+  FloatGemm<T> gemm_;
+};
 
 /// Integer product in i-k-j order; arithmetic in the unsigned type so overflow wraps.
 template <class T>
@@ -327,24 +349,47 @@ void run_linalg(const KernelCall& call) {
     std::memset(out.data, 0, static_cast<std::size_t>(out.numel()) * dtype_size(out.dtype));
     return;
   }
-  const BatchWalk walk(a, b, out);
   switch (out.dtype) {
     case DType::f32:
-      matmul_float<float>(a, b, out, walk, m, n, k);
+      FloatMatmul<float>(a, b, out)(a.ptr<const float>(), b.ptr<const float>(), out.ptr<float>());
       break;
     case DType::f64:
-      matmul_float<double>(a, b, out, walk, m, n, k);
+      FloatMatmul<double>(a, b, out)(a.ptr<const double>(), b.ptr<const double>(),
+                                     out.ptr<double>());
       break;
     case DType::i32:
-      matmul_integer<std::int32_t>(a, b, out, walk, m, n, k);
+      matmul_integer<std::int32_t>(a, b, out, BatchWalk(a, b, out), m, n, k);
       break;
     case DType::i64:
-      matmul_integer<std::int64_t>(a, b, out, walk, m, n, k);
+      matmul_integer<std::int64_t>(a, b, out, BatchWalk(a, b, out), m, n, k);
       break;
     case DType::boolean:
       fail("matmul", "bool operands are not supported");
       break;
   }
+}
+
+struct MatmulPlan {
+  std::variant<FloatMatmul<float>, FloatMatmul<double>> product;
+};
+
+std::shared_ptr<const MatmulPlan> plan_matmul(const ArrayRef& a, const ArrayRef& b,
+                                              const ArrayRef& out) {
+  if (out.numel() == 0 || a.shape.back() == 0) return nullptr;
+  if (out.dtype == DType::f32)
+    return std::make_shared<const MatmulPlan>(MatmulPlan{FloatMatmul<float>(a, b, out)});
+  if (out.dtype == DType::f64)
+    return std::make_shared<const MatmulPlan>(MatmulPlan{FloatMatmul<double>(a, b, out)});
+  return nullptr;
+}
+
+void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out) {
+  std::visit(
+      [&](const auto& product) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(product.element())>>;
+        product(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+      },
+      plan.product);
 }
 
 }  // namespace kiln::detail

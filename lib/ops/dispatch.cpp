@@ -1,8 +1,8 @@
 #include "ops/dispatch.hpp"
 
 #include "autodiff/tape.hpp"
-#include "kernels/fused.hpp"
 #include "jit/trace.hpp"
+#include "kernels/fused.hpp"
 
 #include <array>
 #include <optional>
@@ -174,10 +174,10 @@ Tensor run_fused_program(const FusedProgram& program, std::span<const Tensor* co
   std::array<ArrayRef, max_fused_inputs> refs;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const TensorImpl& impl = *inputs[i]->impl();
-    refs[i] = ArrayRef{impl.data(), impl.dtype, out_shape,
-                       impl.shape == out_shape
-                           ? impl.strides
-                           : broadcast_strides(impl.shape, impl.strides, out_shape)};
+    refs[i] =
+        ArrayRef{impl.data(), impl.dtype, out_shape,
+                 impl.shape == out_shape ? impl.strides
+                                         : broadcast_strides(impl.shape, impl.strides, out_shape)};
   }
   const ArrayRef out_ref{out_impl.data(), out_dtype, out_shape, out_impl.strides};
   run_fused(program, std::span<const ArrayRef>(refs.data(), inputs.size()), out_ref);
