@@ -57,6 +57,12 @@ bool same(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && kiln::all(kiln::equal(a, b)).item<bool>();
 }
 
+/// Equal up to float rounding: a traced dense layer adds its bias inside the GEMM (an epilogue),
+/// so its sums round differently from the eager matmul-then-add.
+bool close(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && kiln::max(kiln::abs(a - b)).item<float>() <= 1e-5f;
+}
+
 std::int64_t rss_pages() {
   std::ifstream statm("/proc/self/statm");
   std::int64_t size = 0, resident = 0;
@@ -92,10 +98,10 @@ TEST_CASE("strict loading reports every problem and changes nothing", "[checkpoi
   net(x);
   const auto before = net.get_weights();
   std::map<std::string, Tensor> values = {
-      {"net/l1/kernel", kiln::zeros({5, 8})},        // fine
-      {"net/l1/bias", kiln::zeros({9})},             // wrong shape
-      {"net/l3/kernel", kiln::zeros({2, 2})},        // no such variable
-  };  // net/l2/* missing
+      {"net/l1/kernel", kiln::zeros({5, 8})},  // fine
+      {"net/l1/bias", kiln::zeros({9})},       // wrong shape
+      {"net/l3/kernel", kiln::zeros({2, 2})},  // no such variable
+  };                                           // net/l2/* missing
   kiln::io::save_safetensors(dir.path / "bad.safetensors", values);
   try {
     kiln::load_weights(net, dir.path / "bad.safetensors");
@@ -123,10 +129,11 @@ TEST_CASE("a key map loads weights named by another framework", "[checkpoint]") 
   TempDir dir;
   Net net;
   net(kiln::ones({1, 5}));
-  std::map<std::string, Tensor> torch_names = {
-      {"fc1.weight", kiln::full({5, 8}, 1.0)}, {"fc1.bias", kiln::full({8}, 2.0)},
-      {"fc2.weight", kiln::full({8, 3}, 3.0)}, {"fc2.bias", kiln::full({3}, 4.0)},
-      {"num_batches_tracked", kiln::scalar(0.0)}};
+  std::map<std::string, Tensor> torch_names = {{"fc1.weight", kiln::full({5, 8}, 1.0)},
+                                               {"fc1.bias", kiln::full({8}, 2.0)},
+                                               {"fc2.weight", kiln::full({8, 3}, 3.0)},
+                                               {"fc2.bias", kiln::full({3}, 4.0)},
+                                               {"num_batches_tracked", kiln::scalar(0.0)}};
   kiln::io::save_safetensors(dir.path / "torch.safetensors", torch_names);
   const auto map = [](const std::string& key) -> std::string {
     if (key == "num_batches_tracked") return "";  // skipped
@@ -142,11 +149,11 @@ TEST_CASE("a key map loads weights named by another framework", "[checkpoint]") 
                               {"fc1.bias", kiln::zeros({8})},
                               {"fc2.weight", kiln::zeros({3, 8})},
                               {"fc2.bias", kiln::zeros({3})}});
-  const auto transposed = kiln::load_weights(
-      net, dir.path / "linear.safetensors",
-      {.key_map = map, .transform = [](const std::string& key, const Tensor& v) {
-         return key.find("weight") != std::string::npos ? kiln::transpose(v) : v;
-       }});
+  const auto transposed =
+      kiln::load_weights(net, dir.path / "linear.safetensors",
+                         {.key_map = map, .transform = [](const std::string& key, const Tensor& v) {
+                            return key.find("weight") != std::string::npos ? kiln::transpose(v) : v;
+                          }});
   CHECK(transposed.loaded.size() == 4);
   CHECK(net.variable("l1/kernel").value().to_vector<float>()[1] == 5.f);  // [0][1] = w[1][0]
 }
@@ -165,7 +172,7 @@ TEST_CASE("loading weights into a cached function: no retrace, nothing grows", "
   const auto nodes = forward.get_concrete_function(x).graph().num_nodes();
 
   kiln::load_weights(net, dir.path / "other.safetensors");
-  CHECK(same(forward(x), other(x)));
+  CHECK(close(forward(x), other(x)));
   CHECK(forward.tracing_count() == 1);
   CHECK(forward.get_concrete_function(x).graph().num_nodes() == nodes);
 
@@ -183,7 +190,7 @@ TEST_CASE("loading weights into a cached function: no retrace, nothing grows", "
   CHECK(after.live_tensors == stats.live_tensors);
   CHECK(after.live_graph_nodes == stats.live_graph_nodes);
 #if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer keeps freed memory in quarantine
-  CHECK(rss_pages() - rss < 256);     // under 1 MiB of 4 KiB pages
+  CHECK(rss_pages() - rss < 256);   // under 1 MiB of 4 KiB pages
 #else
   (void)rss;
 #endif
@@ -229,8 +236,7 @@ TEST_CASE("restoring before a lazy layer builds defers the values", "[checkpoint
   kiln::Checkpoint ckpt({{"model", &fresh}});
   ckpt.restore(dir.path / "ckpt");
   CHECK(ckpt.pending().size() == 4);
-  CHECK_THROWS_WITH(ckpt.assert_consumed(),
-                    Catch::Contains("4 restored values were never used"));
+  CHECK_THROWS_WITH(ckpt.assert_consumed(), Catch::Contains("4 restored values were never used"));
   // The first call builds the layers (here inside a traced function) with the saved values.
   auto forward = kiln::function([&](const Tensor& in) { return fresh(in); });
   CHECK(same(forward(x), expected));

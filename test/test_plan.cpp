@@ -176,3 +176,62 @@ TEST_CASE("a dynamic batch dim gets a plan per size with the right arena") {
   }
   CHECK(f.tracing_count() == 1);
 }
+
+TEST_CASE("matmul epilogues: products summed with a bias accumulate into one buffer",
+          "[function]") {
+  using Kind = Plan::Step::Kind;
+  const auto run = [](const GraphData& g, const Plan& plan, const std::vector<Tensor>& args) {
+    std::vector<Tensor> out;
+    kiln::detail::run_plan(plan, g, args, "test", out);
+    return out;
+  };
+  const auto count = [](const Plan& plan, Kind kind) {
+    std::size_t n = 0;
+    for (const auto& s : plan.steps) n += s.kind == kind;
+    return n;
+  };
+  const std::vector<Tensor> args = {
+      kiln::random::normal({8, 5}, 0, 1, 1), kiln::random::normal({5, 6}, 0, 1, 2),
+      kiln::random::normal({8, 4}, 0, 1, 3), kiln::random::normal({4, 6}, 0, 1, 4),
+      kiln::random::normal({6}, 0, 1, 5)};
+  const std::vector<Shape> shapes = {{8, 5}, {5, 6}, {8, 4}, {4, 6}, {6}};
+  const auto check_close = [](const Tensor& a, const Tensor& b) { CHECK(close(a, b)); };
+
+  SECTION("x W + h U + b: a bias copy and two GEMMs, no add") {
+    const auto f = [](const std::vector<Tensor>& p) {
+      return std::vector<Tensor>{kiln::matmul(p[0], p[1]) + kiln::matmul(p[2], p[3]) + p[4]};
+    };
+    const GraphData g = record(shapes, f);
+    const Plan plan = kiln::detail::build_plan(g);
+    CHECK(count(plan, Kind::kernel) == 3);  // two GEMMs, the second accumulating; the bias add
+    check_close(run(g, plan, args)[0], f(args)[0]);
+    // Fused as kiln::function does it: the three-term sum is one fused step, gone entirely.
+    auto traced = kiln::function([&](const std::vector<Tensor>& p) { return f(p)[0]; });
+    check_close(traced(args), f(args)[0]);
+  }
+  SECTION("a product also read elsewhere keeps its own buffer") {
+    const auto f = [](const std::vector<Tensor>& p) {
+      const Tensor xw = kiln::matmul(p[0], p[1]);
+      return std::vector<Tensor>{xw + p[4], kiln::tanh(xw)};
+    };
+    const GraphData g = record(shapes, f);
+    const Plan plan = kiln::detail::build_plan(g);
+    CHECK(count(plan, Kind::copy) == 0);
+    const auto out = run(g, plan, args), expected = f(args);
+    check_close(out[0], expected[0]);
+    check_close(out[1], expected[1]);
+  }
+  SECTION("x W + b as the output of the function") {
+    const auto f = [](const std::vector<Tensor>& p) {
+      return std::vector<Tensor>{kiln::matmul(p[0], p[1]) + p[4]};
+    };
+    const GraphData g = record(shapes, f);
+    const Plan plan = kiln::detail::build_plan(g);
+    CHECK(count(plan, Kind::copy) == 1);  // the bias, broadcast into the output
+    CHECK(count(plan, Kind::flat) + count(plan, Kind::fused) == 0);
+    const auto first = run(g, plan, args);
+    const auto second = run(g, plan, args);  // a fresh output buffer per call
+    check_close(first[0], f(args)[0]);
+    check_close(second[0], f(args)[0]);
+  }
+}

@@ -80,9 +80,10 @@ bool matmul_reads_in_place(const ArrayRef& x, int which);
 /// matmul step, so a call does no kernel lookup.
 struct MatmulPlan;
 /// Null when nothing needs planning (an empty product, k == 0) or the dtype is an integer one;
-/// the caller then runs run_linalg.
+/// the caller then runs run_linalg. With `accumulate` the product is added to what `out`
+/// holds (GEMM beta = 1: a plan's matmul epilogue, see lib/jit/plan.cpp).
 std::shared_ptr<const MatmulPlan> plan_matmul(const ArrayRef& a, const ArrayRef& b,
-                                              const ArrayRef& out);
+                                              const ArrayRef& out, bool accumulate = false);
 /// Runs the planned product on operands laid out as planned.
 void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out);
 

@@ -41,6 +41,7 @@ struct GemmShape {
   int m, n, k;
   bool trans_a;
   int lda, ldb;
+  bool accumulate = false;  // C += A B instead of C = A B
   bool operator==(const GemmShape&) const = default;
 };
 
@@ -127,8 +128,8 @@ struct XsmmTraits<float> {
   using Kernel = libxsmm_smmfunction;
   /// Column-major C[m,n] = A[m,k] B[k,n] (leading dims lda, ldb; C tight), or A B^T with B
   /// stored as [n,k] (trans_b).
-  static Kernel dispatch(int m, int n, int k, int lda, int ldb, bool trans_b) {
-    const float alpha = 1, beta = 0;
+  static Kernel dispatch(int m, int n, int k, int lda, int ldb, bool trans_b, bool accumulate) {
+    const float alpha = 1, beta = accumulate ? 1 : 0;
     const int prefetch = LIBXSMM_PREFETCH_NONE;
     const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
     return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &m, &alpha, &beta, &flags, &prefetch);
@@ -137,17 +138,17 @@ struct XsmmTraits<float> {
 template <>
 struct XsmmTraits<double> {
   using Kernel = libxsmm_dmmfunction;
-  static Kernel dispatch(int m, int n, int k, int lda, int ldb, bool trans_b) {
-    const double alpha = 1, beta = 0;
+  static Kernel dispatch(int m, int n, int k, int lda, int ldb, bool trans_b, bool accumulate) {
+    const double alpha = 1, beta = accumulate ? 1 : 0;
     const int prefetch = LIBXSMM_PREFETCH_NONE;
     const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
     return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &m, &alpha, &beta, &flags, &prefetch);
   }
 };
 
-/// Thread-safe cache of libxsmm kernels for row-major C[m,n] = A[m,k] B[k,n] (tight
-/// leading dims, beta = 0), A optionally given transposed (stored as [k,m]). A null entry
-/// records that libxsmm offers no kernel.
+/// Thread-safe cache of libxsmm kernels for row-major C[m,n] (+)= A[m,k] B[k,n], one per
+/// GemmShape (leading dims, A transposed or not, accumulate or not). A null entry records that
+/// libxsmm offers no kernel.
 template <class T>
 class XsmmKernelCache {
  public:
@@ -168,7 +169,8 @@ class XsmmKernelCache {
     if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
     // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m]; a
     // transposed A is libxsmm's transposed second operand.
-    Kernel kernel = XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.trans_a);
+    Kernel kernel =
+        XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.trans_a, key.accumulate);
     kernels_.emplace(key, kernel);
     return kernel;
   }
@@ -181,7 +183,7 @@ class XsmmKernelCache {
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.k);
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.lda);
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(key.ldb);
-      h = h * 2 + (key.trans_a ? 1 : 0);
+      h = h * 4 + (key.trans_a ? 1 : 0) + (key.accumulate ? 2 : 0);
       return h ^ (h >> 29);
     }
   };
@@ -193,11 +195,11 @@ class XsmmKernelCache {
 /// Row-major C = A B through OpenBLAS (both cores).
 void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
-              1.0f, a, g.lda, b, g.ldb, 0.0f, c, g.n);
+              1.0f, a, g.lda, b, g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.n);
 }
 void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g) {
   cblas_dgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
-              1.0, a, g.lda, b, g.ldb, 0.0, c, g.n);
+              1.0, a, g.lda, b, g.ldb, g.accumulate ? 1.0 : 0.0, c, g.n);
 }
 
 }  // namespace
@@ -256,12 +258,12 @@ class FloatGemm {
 template <class T>
 class FloatMatmul {
  public:
-  FloatMatmul(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out)
+  FloatMatmul(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, bool accumulate = false)
       : walk_(a, b, out),
         m_(a.shape[a.shape.size() - 2]),
         n_(b.shape.back()),
         k_(a.shape.back()),
-        gemm_(choose(a, b)) {}
+        gemm_(choose(a, b, accumulate)) {}
 
   /// For type deduction only (std::visit over the dtypes).
   static T* element() { return nullptr; }
@@ -285,7 +287,7 @@ class FloatMatmul {
   }
 
  private:
-  FloatGemm<T> choose(const ArrayRef& a, const ArrayRef& b) {
+  FloatGemm<T> choose(const ArrayRef& a, const ArrayRef& b, bool accumulate) {
     constexpr std::int64_t blas_max = INT_MAX;
     if (m_ > blas_max || n_ > blas_max || k_ > blas_max)
       fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m_, k_, k_, n_,
@@ -300,7 +302,7 @@ class FloatMatmul {
     merged_ = !trans_a && walk_.count > 1 && walk_.b_shared() && walk_.a_dense(m_ * k_) &&
               walk_.count * m_ <= blas_max;
     const auto rows = static_cast<int>(merged_ ? walk_.count * m_ : m_);
-    return FloatGemm<T>(GemmShape{rows, n, k, trans_a, lda, ldb});
+    return FloatGemm<T>(GemmShape{rows, n, k, trans_a, lda, ldb, accumulate});
   }
 
   BatchWalk walk_;
@@ -374,12 +376,14 @@ struct MatmulPlan {
 };
 
 std::shared_ptr<const MatmulPlan> plan_matmul(const ArrayRef& a, const ArrayRef& b,
-                                              const ArrayRef& out) {
+                                              const ArrayRef& out, bool accumulate) {
   if (out.numel() == 0 || a.shape.back() == 0) return nullptr;
   if (out.dtype == DType::f32)
-    return std::make_shared<const MatmulPlan>(MatmulPlan{FloatMatmul<float>(a, b, out)});
+    return std::make_shared<const MatmulPlan>(
+        MatmulPlan{FloatMatmul<float>(a, b, out, accumulate)});
   if (out.dtype == DType::f64)
-    return std::make_shared<const MatmulPlan>(MatmulPlan{FloatMatmul<double>(a, b, out)});
+    return std::make_shared<const MatmulPlan>(
+        MatmulPlan{FloatMatmul<double>(a, b, out, accumulate)});
   return nullptr;
 }
 
