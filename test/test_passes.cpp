@@ -6,6 +6,7 @@
 
 #include <kiln/kiln.hpp>
 
+#include "graph_test_support.hpp"
 #include "jit/graph.hpp"
 #include "jit/trace.hpp"
 
@@ -13,22 +14,9 @@ using kiln::Shape;
 using kiln::Tensor;
 using kiln::detail::GraphData;
 using kiln::detail::Node;
+using kiln::test::record;
 
 namespace {
-
-/// Records fn over parameters of the given shapes (f32) into a graph, with no pass run.
-GraphData record(const std::vector<Shape>& shapes,
-                 const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn) {
-  kiln::detail::TraceContext trace("test", false);
-  {
-    kiln::detail::TraceScope scope(&trace);
-    std::vector<Tensor> params;
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      params.push_back(trace.add_parameter(kiln::f32, shapes[i], static_cast<std::int32_t>(i)));
-    for (const Tensor& out : fn(params)) trace.graph().outputs.push_back(trace.node_of(out, "out"));
-  }
-  return std::move(trace.graph());
-}
 
 std::size_t count_kind(const GraphData& g, Node::Kind kind) {
   std::size_t n = 0;

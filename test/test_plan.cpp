@@ -8,6 +8,7 @@
 
 #include <kiln/kiln.hpp>
 
+#include "graph_test_support.hpp"
 #include "jit/graph.hpp"
 #include "jit/plan.hpp"
 #include "jit/trace.hpp"
@@ -16,21 +17,9 @@ using kiln::Shape;
 using kiln::Tensor;
 using kiln::detail::GraphData;
 using kiln::detail::Plan;
+using kiln::test::record;
 
 namespace {
-
-GraphData record(const std::vector<Shape>& shapes,
-                 const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn) {
-  kiln::detail::TraceContext trace("test", false);
-  {
-    kiln::detail::TraceScope scope(&trace);
-    std::vector<Tensor> params;
-    for (std::size_t i = 0; i < shapes.size(); ++i)
-      params.push_back(trace.add_parameter(kiln::f32, shapes[i], static_cast<std::int32_t>(i)));
-    for (const Tensor& out : fn(params)) trace.graph().outputs.push_back(trace.node_of(out, "out"));
-  }
-  return std::move(trace.graph());
-}
 
 bool close(const Tensor& a, const Tensor& b, double tol = 1e-5) {
   if (a.shape() != b.shape()) return false;
