@@ -22,7 +22,7 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-bool TensorImpl::is_contiguous() const {
+bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
   std::int64_t expected = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     if (shape[i] != 1 && strides[i] != expected) return shape.numel() == 0;
@@ -30,6 +30,8 @@ bool TensorImpl::is_contiguous() const {
   }
   return true;
 }
+
+bool TensorImpl::is_contiguous() const { return is_contiguous_layout(shape, strides); }
 
 void check_concrete(const TensorImpl& t, const char* op) {
   if (t.is_symbolic())

@@ -11,6 +11,8 @@ namespace kiln::detail {
 
 /// Contiguous row-major strides (in elements) of `shape`.
 Shape contiguous_strides(const Shape& shape);
+/// Whether (shape, strides) is row-major contiguous; size-1 dims may have any stride.
+bool is_contiguous_layout(const Shape& shape, const Shape& strides);
 
 struct TensorImpl {
   DType dtype;

@@ -20,18 +20,11 @@ std::int64_t round_up(std::int64_t bytes) {
   return (bytes + arena_alignment - 1) / arena_alignment * arena_alignment;
 }
 
-/// Row-major contiguous, ignoring size-1 dims (as TensorImpl::is_contiguous).
-bool is_contiguous(const Shape& shape, const Shape& strides) {
-  std::int64_t expected = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && strides[i] != expected) return shape.numel() == 0;
-    expected *= shape[i];
-  }
-  return true;
-}
-
-std::int64_t bytes_of(const Plan::Value& v) {
-  return v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype));
+/// The arena block a value of this size needs: its bytes (at least 1), rounded up to the
+/// arena's alignment.
+std::int64_t block_bytes(const Plan::Value& v) {
+  return round_up(
+      std::max<std::int64_t>(v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype)), 1));
 }
 
 class PlanBuilder {
@@ -82,7 +75,7 @@ class PlanBuilder {
   /// contiguous copy made once (by a copy step) and shared by every later reader.
   std::int32_t contiguous_input(std::int32_t id) {
     const Plan::Value& v = plan_.values[static_cast<std::size_t>(id)];
-    if (is_contiguous(v.shape, v.strides)) return id;
+    if (is_contiguous_layout(v.shape, v.strides)) return id;
     auto& copy = copies_[static_cast<std::size_t>(id)];
     if (copy >= 0) return copy;
     plan_.values.push_back(fresh_value(v.dtype, v.shape));
@@ -191,7 +184,7 @@ class PlanBuilder {
       const Plan::Value& v = plan_.values[static_cast<std::size_t>(step.values[i])];
       if (v.shape.numel() == 1) {
         step.flat_strides[i] = 0;
-      } else if (v.shape == out_shape && is_contiguous(v.shape, v.strides)) {
+      } else if (v.shape == out_shape && is_contiguous_layout(v.shape, v.strides)) {
         step.flat_strides[i] = 1;
       } else {
         return false;
@@ -365,8 +358,8 @@ class PlanBuilder {
         buffer.last = std::max(buffer.last, end);
         continue;
       }
-      const std::int64_t bytes = round_up(std::max<std::int64_t>(
-          bytes_of(plan_.values[static_cast<std::size_t>(step.values.back())]), 1));
+      const std::int64_t bytes =
+          block_bytes(plan_.values[static_cast<std::size_t>(step.values.back())]);
       const std::int64_t donor = in_place_donor(step, s, last_use, donated, bytes);
       if (donor >= 0) {
         donated[static_cast<std::size_t>(donor)] = true;
@@ -424,8 +417,7 @@ class PlanBuilder {
       const std::size_t r = root_of(step.values[i]);
       if (plan_.roots[r].kind != Plan::Root::Kind::arena || donated[r] ||
           last_use[r] != static_cast<std::int64_t>(s) ||
-          round_up(std::max<std::int64_t>(
-              bytes_of(plan_.values[static_cast<std::size_t>(step.values[i])]), 1)) != bytes)
+          block_bytes(plan_.values[static_cast<std::size_t>(step.values[i])]) != bytes)
         continue;
       bool same_layout = true;  // every read of this root in the step is the output's layout
       for (std::size_t j = 0; j + 1 < step.values.size() && same_layout; ++j) {
