@@ -54,10 +54,18 @@ TEST_CASE("Tensor handle: metadata, copies share, undefined tensors throw", "[co
                     "[tensor] 2 values do not fill shape [3] (3 elements)");
 }
 
-TEST_CASE("Buffers are 64-byte aligned, zero-size included", "[core]") {
-  for (std::int64_t n : {0, 1, 3, 17, 1000}) {
-    Tensor t = kiln::zeros({n});
-    CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+TEST_CASE("Buffers are 64-byte aligned and counted, zero-size and inline ones included",
+          "[core]") {
+  // Up to 16 floats live inside their Storage's allocation; 17 and more get a block of their own.
+  for (std::int64_t n : {0, 1, 3, 16, 17, 1000}) {
+    const std::int64_t before = kiln::memory_stats().live_bytes;
+    {
+      Tensor t = kiln::ones({n});
+      CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 64 == 0);
+      CHECK(kiln::memory_stats().live_bytes == before + 4 * n);
+      CHECK(t.to_vector<float>() == std::vector<float>(static_cast<std::size_t>(n), 1.f));
+    }
+    CHECK(kiln::memory_stats().live_bytes == before);
   }
 }
 

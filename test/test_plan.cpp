@@ -116,6 +116,27 @@ TEST_CASE("outputs may be arguments, constants, variables or views of them") {
   CHECK(f(column)[3].to_vector<float>() == std::vector<float>{2, 3});
 }
 
+TEST_CASE("a computed output is handed over whole, also when returned twice or assigned") {
+  kiln::Variable last(kiln::zeros({3}), "plan_last");
+  auto f = kiln::function([&](const Tensor& x) {
+    Tensor y = x * 2.f;
+    last.assign(y);
+    return std::vector<Tensor>{y, y, kiln::reshape(y, {3, 1}), y + 1.f};
+  });
+  for (float base : {1.f, 10.f}) {
+    const auto out = f(kiln::tensor({base, base + 1, base + 2}));
+    REQUIRE(out.size() == 4);
+    const std::vector<float> doubled{2 * base, 2 * base + 2, 2 * base + 4};
+    CHECK(out[0].to_vector<float>() == doubled);
+    CHECK(out[1].to_vector<float>() == doubled);
+    CHECK(out[2].shape() == Shape{3, 1});
+    CHECK(out[2].to_vector<float>() == doubled);
+    CHECK(out[3].to_vector<float>() ==
+          std::vector<float>{2 * base + 1, 2 * base + 3, 2 * base + 5});
+    CHECK(last.value().to_vector<float>() == doubled);
+  }
+}
+
 TEST_CASE("assigned values are copied out of the call's buffers") {
   kiln::Variable acc(kiln::zeros({3}), "plan_acc");
   auto step = kiln::function([&](const Tensor& x) {
@@ -170,8 +191,10 @@ TEST_CASE("matmul epilogues: products summed with a bias accumulate into one buf
           "[function]") {
   using Kind = Plan::Step::Kind;
   const auto run = [](const GraphData& g, const Plan& plan, const std::vector<Tensor>& args) {
+    std::vector<const Tensor*> borrowed;
+    for (const Tensor& t : args) borrowed.push_back(&t);
     std::vector<Tensor> out;
-    kiln::detail::run_plan(plan, g, args, "test", out);
+    kiln::detail::run_plan(plan, g, borrowed, "test", out);
     return out;
   };
   const auto count = [](const Plan& plan, Kind kind) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -102,7 +103,8 @@ struct ArgPack {
     key.reserve(96);
     args.reserve(4);
   }
-  std::vector<Tensor> tensors;
+  /// The call's tensors, borrowed: the caller's arguments outlive the call.
+  std::vector<const Tensor*> tensors;
   std::string key;
   std::vector<Arg> args;
   std::vector<std::uint32_t> dims_at;  // per tensor: where its dims start in `key`
@@ -170,26 +172,26 @@ template <class R>
 struct Rebuild;
 template <>
 struct Rebuild<Tensor> {
-  static Tensor from(const std::vector<Tensor>& flat, const std::vector<std::size_t>&,
+  static Tensor from(std::vector<Tensor>& flat, const std::vector<std::size_t>&,
                      std::size_t& pos, std::size_t&) {
-    return flat[pos++];
+    return std::move(flat[pos++]);
   }
 };
 template <>
 struct Rebuild<std::vector<Tensor>> {
-  static std::vector<Tensor> from(const std::vector<Tensor>& flat,
-                                  const std::vector<std::size_t>& sizes, std::size_t& pos,
-                                  std::size_t& size_pos) {
+  static std::vector<Tensor> from(std::vector<Tensor>& flat, const std::vector<std::size_t>& sizes,
+                                  std::size_t& pos, std::size_t& size_pos) {
     const std::size_t n = sizes[size_pos++];
-    std::vector<Tensor> out(flat.begin() + static_cast<std::ptrdiff_t>(pos),
-                            flat.begin() + static_cast<std::ptrdiff_t>(pos + n));
+    std::vector<Tensor> out(
+        std::make_move_iterator(flat.begin() + static_cast<std::ptrdiff_t>(pos)),
+        std::make_move_iterator(flat.begin() + static_cast<std::ptrdiff_t>(pos + n)));
     pos += n;
     return out;
   }
 };
 template <class... Ts>
 struct Rebuild<std::tuple<Ts...>> {
-  static std::tuple<Ts...> from(const std::vector<Tensor>& flat,
+  static std::tuple<Ts...> from(std::vector<Tensor>& flat,
                                 const std::vector<std::size_t>& sizes, std::size_t& pos,
                                 std::size_t& size_pos) {
     return std::tuple<Ts...>{Rebuild<Ts>::from(flat, sizes, pos, size_pos)...};
@@ -197,7 +199,7 @@ struct Rebuild<std::tuple<Ts...>> {
 };
 template <class A, class B>
 struct Rebuild<std::pair<A, B>> {
-  static std::pair<A, B> from(const std::vector<Tensor>& flat,
+  static std::pair<A, B> from(std::vector<Tensor>& flat,
                               const std::vector<std::size_t>& sizes, std::size_t& pos,
                               std::size_t& size_pos) {
     A a = Rebuild<A>::from(flat, sizes, pos, size_pos);

@@ -235,22 +235,35 @@ void free_block(void* p, std::size_t bytes) {
   std::free(p);
 }
 
-Storage::Storage(std::size_t bytes) : bytes_(bytes) {
-  data_ = allocate_block(bytes);
-  if (data_ == nullptr)
-    throw Error(fmt::format("[alloc] out of memory allocating {} bytes", bytes));
+namespace {
+void count_new_buffer(std::size_t bytes) {
   bump(&ObjectCounts::buffers, orphan_counts_buffers, 1);
   const auto b = static_cast<std::int64_t>(bytes);
   raise_peak(live_bytes.fetch_add(b, std::memory_order_relaxed) + b);
 }
+}  // namespace
+
+Storage::Storage(std::size_t bytes) : bytes_(bytes) {
+  data_ = allocate_block(bytes);
+  if (data_ == nullptr)
+    throw Error(fmt::format("[alloc] out of memory allocating {} bytes", bytes));
+  count_new_buffer(bytes);
+}
+
+Storage::Storage(std::size_t bytes, void* owned_by_derived)
+    : data_(owned_by_derived), bytes_(bytes), inline_(true) {
+  count_new_buffer(bytes);
+}
 
 Storage::~Storage() {
-  free_block(data_, bytes_);
+  if (!inline_) free_block(data_, bytes_);
   bump(&ObjectCounts::buffers, orphan_counts_buffers, -1);
   live_bytes.fetch_sub(static_cast<std::int64_t>(bytes_), std::memory_order_relaxed);
 }
 
 std::shared_ptr<Storage> allocate_storage(std::size_t bytes) {
+  if (bytes <= InlineStorage::capacity)
+    return std::allocate_shared<InlineStorage>(CachedAllocator<InlineStorage>{}, bytes);
   return std::allocate_shared<Storage>(CachedAllocator<Storage>{}, bytes);
 }
 

@@ -20,9 +20,25 @@ class Storage {
   void* data() const { return data_; }
   std::size_t bytes() const { return bytes_; }
 
+ protected:
+  /// A buffer owned by a derived object (InlineStorage): counted, but not allocated here.
+  Storage(std::size_t bytes, void* owned_by_derived);
+
  private:
   void* data_;
   std::size_t bytes_;
+  bool inline_ = false;
+};
+
+/// A small buffer that lives in the same allocation as its Storage and reference counts, so a
+/// small tensor costs one allocation from the block cache instead of two.
+class InlineStorage final : public Storage {
+ public:
+  static constexpr std::size_t capacity = 64;
+  explicit InlineStorage(std::size_t bytes) : Storage(bytes, buffer_) {}
+
+ private:
+  alignas(64) unsigned char buffer_[capacity];
 };
 
 std::shared_ptr<Storage> allocate_storage(std::size_t bytes);

@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <span>
 #include <unordered_map>
 
 #include "autodiff/tape.hpp"
@@ -42,7 +43,8 @@ struct ConcreteData {
   mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const Plan>> bound;
   mutable std::int64_t bound_bytes = 0;
   /// The plan for this call's sizes of the dynamic dims (built once per distinct sizes).
-  std::shared_ptr<const Plan> plan_for(const std::vector<Tensor>& args) const;
+  std::shared_ptr<const Plan> plan_for(std::span<const Tensor* const> args) const;
+  std::string key;  // the cache key it is stored under
   ~ConcreteData();
 };
 
@@ -82,10 +84,10 @@ ConcreteData::~ConcreteData() {
                           -counted_bytes - bound_bytes);
 }
 
-std::shared_ptr<const Plan> ConcreteData::plan_for(const std::vector<Tensor>& args) const {
+std::shared_ptr<const Plan> ConcreteData::plan_for(std::span<const Tensor* const> args) const {
   thread_local std::vector<std::int64_t> values;
   values.clear();
-  for (auto [t, d] : symbol_sources) values.push_back(args[t].shape()[d]);
+  for (auto [t, d] : symbol_sources) values.push_back(args[t]->shape()[d]);
   std::lock_guard lock(bound_mutex);
   auto it = bound.find(values);
   if (it != bound.end()) return it->second;
@@ -107,22 +109,26 @@ std::shared_ptr<const Plan> ConcreteData::plan_for(const std::vector<Tensor>& ar
 }
 
 namespace {
-void append_tensor_key(ArgPack& p, const Tensor& t) {
-  std::string& key = p.key;
-  const Shape& shape = t.shape();
-  key.push_back(static_cast<char>('0' + static_cast<int>(t.dtype())));
-  key.push_back(static_cast<char>(shape.size()));
-  p.dims_at.push_back(static_cast<std::uint32_t>(key.size()));
-  key.append(reinterpret_cast<const char*>(shape.data()), shape.size() * sizeof(std::int64_t));
+/// Appends a tag, the tensor's dtype, rank and dims to the key with one append.
+void append_tensor_key(ArgPack& p, const Tensor& t, char tag) {
+  const TensorImpl& impl = *t.impl();
+  const std::size_t rank = impl.shape.size();
+  char bytes[3 + Shape::max_rank * sizeof(std::int64_t)];
+  std::size_t n = 0;
+  if (tag != 0) bytes[n++] = tag;
+  bytes[n++] = static_cast<char>('0' + static_cast<int>(impl.dtype));
+  bytes[n++] = static_cast<char>(rank);
+  p.dims_at.push_back(static_cast<std::uint32_t>(p.key.size() + n));
+  std::memcpy(bytes + n, impl.shape.data(), rank * sizeof(std::int64_t));
+  p.key.append(bytes, n + rank * sizeof(std::int64_t));
 }
 }  // namespace
 
 void pack_arg(ArgPack& p, const Tensor& t) {
   check_defined(t, "function", static_cast<int>(p.args.size()));
-  p.key.push_back('T');
-  append_tensor_key(p, t);
+  append_tensor_key(p, t, 'T');
   p.args.push_back({'T', static_cast<std::uint32_t>(p.tensors.size()), 1, {}});
-  p.tensors.push_back(t);
+  p.tensors.push_back(&t);
 }
 
 void pack_arg(ArgPack& p, const std::vector<Tensor>& ts) {
@@ -132,8 +138,8 @@ void pack_arg(ArgPack& p, const std::vector<Tensor>& ts) {
   p.args.push_back({'V', static_cast<std::uint32_t>(p.tensors.size()), n, {}});
   for (const Tensor& t : ts) {
     check_defined(t, "function", static_cast<int>(p.args.size() - 1));
-    append_tensor_key(p, t);
-    p.tensors.push_back(t);
+    append_tensor_key(p, t, 0);
+    p.tensors.push_back(&t);
   }
 }
 
@@ -162,13 +168,13 @@ std::vector<std::string> ArgPack::describe() const {
   std::vector<std::string> out;
   for (const Arg& a : args) {
     if (a.kind == 'T') {
-      const Tensor& t = tensors[a.first];
+      const Tensor& t = *tensors[a.first];
       out.push_back(fmt::format("shape {} dtype {}", t.shape().to_string(), dtype_name(t.dtype())));
     } else if (a.kind == 'V') {
       std::string d = fmt::format("{} tensors:", a.count);
       for (std::uint32_t i = 0; i < a.count; ++i)
         fmt::format_to(std::back_inserter(d), " {}",
-                       shape_text(tensors[a.first + i].dtype(), tensors[a.first + i].shape()));
+                       shape_text(tensors[a.first + i]->dtype(), tensors[a.first + i]->shape()));
       out.push_back(std::move(d));
     } else {
       out.push_back(a.text);
@@ -261,7 +267,7 @@ void check_signature(const FunctionOptions& o, const ArgPack& args) {
          o.input_signature.size());
   for (std::size_t i = 0; i < args.tensors.size(); ++i) {
     const TensorSpec& spec = o.input_signature[i];
-    const Tensor& t = args.tensors[i];
+    const Tensor& t = *args.tensors[i];
     bool ok = spec.dtype == t.dtype() && spec.shape.size() == t.shape().size();
     for (std::size_t d = 0; ok && d < spec.shape.size(); ++d)
       ok = spec.shape[d] == -1 || spec.shape[d] == t.shape()[d];
@@ -284,11 +290,11 @@ std::string relaxed_key(const ArgPack& args,
   symbol_of.clear();
   for (std::size_t j = 0; j < dynamic_dims.size(); ++j) {
     const auto [t, d] = dynamic_dims[j];
-    const std::int64_t size = args.tensors[t].shape()[d];
+    const std::int64_t size = args.tensors[t]->shape()[d];
     std::int64_t symbol = -1;
     for (std::size_t k = 0; k < j && symbol < 0; ++k) {
       const auto [tk, dk] = dynamic_dims[k];
-      if (args.tensors[tk].shape()[dk] == size) symbol = symbol_of[k];
+      if (args.tensors[tk]->shape()[dk] == size) symbol = symbol_of[k];
     }
     if (symbol < 0) {
       symbol = symbols++;
@@ -337,6 +343,11 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   };
   {
     std::lock_guard lock(st.mutex);
+    // Most calls repeat the previous call's signature: compare with it before hashing.
+    if (st.last && st.last->key == key) {
+      st.recent.push(false);
+      return st.last;
+    }
     auto it = st.cache.find(key);
     if (it != st.cache.end()) {
       st.recent.push(false);
@@ -374,12 +385,12 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     std::vector<Tensor> placeholders;
     placeholders.reserve(args.tensors.size());
     for (std::size_t i = 0; i < args.tensors.size(); ++i) {
-      Shape shape = args.tensors[i].shape();
+      Shape shape = args.tensors[i]->shape();
       if (dynamic)  // the symbols the key holds
         std::memcpy(shape.begin(), traced_key.data() + args.dims_at[i],
                     shape.size() * sizeof(std::int64_t));
       placeholders.push_back(
-          trace.add_parameter(args.tensors[i].dtype(), shape, static_cast<std::int32_t>(i)));
+          trace.add_parameter(args.tensors[i]->dtype(), shape, static_cast<std::int32_t>(i)));
     }
     result = trace_fn(placeholders);
     for (std::size_t i = 0; i < result.outputs.size(); ++i) {
@@ -404,7 +415,8 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   cf->descriptions = args.describe();
   cf->owned_variables = std::move(trace.created_variables());
   cf->symbol_sources = std::move(symbol_sources);
-  cf->counted_bytes = graph->bytes() + cf->plan.bytes();
+  cf->key = traced_key;
+  cf->counted_bytes = graph->bytes() + cf->plan.bytes() + static_cast<std::int64_t>(cf->key.capacity());
   trace.commit();  // nothing below can fail: keep what the trace registered
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
 

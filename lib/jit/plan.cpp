@@ -39,6 +39,7 @@ class PlanBuilder {
     fuse_matmul_epilogues();
     mark_escape_allocations();
     place_in_arena();
+    mark_moved_outputs();
     return std::move(plan_);
   }
 
@@ -162,6 +163,7 @@ class PlanBuilder {
     if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3 &&
         flat_inputs(step, shape)) {
       step.kind = Plan::Step::Kind::flat;
+      step.flat_count = n;
       step.flat_in_dtype =
           plan_.values[static_cast<std::size_t>(inputs[inputs.size() == 3 ? 1 : 0])].dtype;
       plan_.steps.push_back(std::move(step));
@@ -328,6 +330,26 @@ class PlanBuilder {
     }
   }
 
+  /// An output that is a whole escape buffer, read by no later output, takes the buffer's
+  /// tensor at the end of the call (a move, not a shared reference).
+  void mark_moved_outputs() {
+    const auto& outputs = g_.outputs;
+    plan_.moved_outputs.assign(outputs.size(), 0);
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      const Plan::Value& v = plan_.values[static_cast<std::size_t>(outputs[i])];
+      const Plan::Root& root = plan_.roots[static_cast<std::size_t>(v.root)];
+      if (root.kind != Plan::Root::Kind::escape || v.offset != 0 || v.shape != root.shape ||
+          !is_contiguous_layout(v.shape, v.strides))
+        continue;
+      const bool read_later = std::any_of(outputs.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                          outputs.end(), [&](std::int32_t o) {
+                                            return plan_.values[static_cast<std::size_t>(o)].root ==
+                                                   v.root;
+                                          });
+      plan_.moved_outputs[i] = read_later ? 0 : 1;
+    }
+  }
+
   /// Lifetimes in steps, then arena offsets. An elementwise step whose input buffer dies there
   /// and has the output's exact layout writes in place (the two share one buffer). Buffers are
   /// then placed largest first, each at the lowest offset free of every placed buffer whose
@@ -469,11 +491,19 @@ std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_
   return shapes;
 }
 
-void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
+void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
               const std::string& function_name, std::vector<Tensor>& outputs) {
+  // Per-thread scratch (a plan never runs inside another on the same thread: nested functions
+  // inline while tracing), emptied on exit so it keeps nothing alive between calls.
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<
+      std::shared_ptr<VariableImpl>>
+      vars_scratch;
+  std::vector<std::shared_ptr<VariableImpl>>& vars = vars_scratch;
+  struct ClearVarsOnExit {
+    std::vector<std::shared_ptr<VariableImpl>>& v;
+    ~ClearVarsOnExit() { v.clear(); }
+  } clear_vars_on_exit{vars};
   // Bind variables first: a destroyed variable fails the call before anything runs.
-  std::vector<std::shared_ptr<VariableImpl>> vars;
-  vars.reserve(g.variables.size());
   for (const auto& weak : g.variables) vars.push_back(weak.lock());
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (!vars[i])
@@ -482,9 +512,7 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
            "variables by reference and does not keep them alive",
            g.variable_names[i]);
   }
-  // Per-thread scratch (a plan never runs inside another on the same thread: nested functions
-  // inline while tracing): each root's tensor (for arguments, constants, variables and escapes)
-  // and address.
+  // Each root's tensor (for arguments, constants, variables and escapes) and address.
   __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> held_scratch;
   __attribute__((tls_model("initial-exec"))) thread_local std::vector<const Tensor*> tensor_scratch;
   __attribute__((tls_model("initial-exec"))) thread_local std::vector<char*> address_scratch;
@@ -512,7 +540,7 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
     const Tensor* t = nullptr;
     switch (root.kind) {
       case Plan::Root::Kind::argument:
-        t = &args[static_cast<std::size_t>(root.index)];
+        t = args[static_cast<std::size_t>(root.index)];
         if (!t->impl()->is_contiguous()) {
           held[r] = t->contiguous();
           t = &held[r];
@@ -561,7 +589,7 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
       for (std::size_t i = 0; i + 1 < count; ++i) in[i] = data_of(step.values[i]);
       const Plan::Value& out = plan.values[static_cast<std::size_t>(step.values.back())];
       run_elementwise_flat(step.prim, in.data(), step.flat_strides.data(), step.flat_in_dtype,
-                           data_of(step.values.back()), out.dtype, out.shape.numel());
+                           data_of(step.values.back()), out.dtype, step.flat_count);
       continue;
     }
     ArrayRef* refs = reinterpret_cast<ArrayRef*>(small_refs);
@@ -606,7 +634,14 @@ void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& a
     vars[static_cast<std::size_t>(node.index)]->write(tensor_of(s).contiguous());
   }
   outputs.clear();
-  for (auto o : g.outputs) outputs.push_back(tensor_of(o));
+  for (std::size_t i = 0; i < g.outputs.size(); ++i) {
+    const std::int32_t o = g.outputs[i];
+    if (plan.moved_outputs[i] != 0)
+      outputs.push_back(std::move(held[static_cast<std::size_t>(
+          plan.values[static_cast<std::size_t>(o)].root)]));
+    else
+      outputs.push_back(tensor_of(o));
+  }
 }
 
 }  // namespace kiln::detail

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct Plan {
     std::vector<ArrayRef> refs;                // layouts with data unset, filled in at call time
     std::int32_t allocate_escape = -1;         // an escape root to allocate just before this step
     std::array<std::int64_t, 3> flat_strides{};
+    std::int64_t flat_count = 0;  // flat steps: elements written
     DType flat_in_dtype = DType::f32;
   };
 
@@ -61,6 +63,9 @@ struct Plan {
   std::vector<Value> values;  // node i's value is values[i]; contiguous copies follow
   std::vector<Step> steps;
   std::int64_t arena_bytes = 0;
+  /// Per function output: 1 if it is a whole escape buffer that no later output reads, so the
+  /// call hands over the buffer's tensor instead of sharing it.
+  std::vector<std::uint8_t> moved_outputs;
 
   std::int64_t bytes() const;
 };
@@ -71,7 +76,7 @@ Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
 /// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads
 /// are bound first; assignments are applied after every step succeeded, in program order.
 /// Outputs never share memory with the arena.
-void run_plan(const Plan& plan, const GraphData& g, const std::vector<Tensor>& args,
+void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
               const std::string& function_name, std::vector<Tensor>& outputs);
 
 /// Every node's shape with dynamic dim i replaced by values[i].
