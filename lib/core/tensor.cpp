@@ -60,6 +60,11 @@ Tensor empty(const Shape& shape, DType dtype) {
                                                  contiguous_strides(shape), 0, std::move(storage)));
 }
 
+Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std::size_t bytes) {
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape,
+                                                 strides, 0, allocate_storage(bytes)));
+}
+
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides,
                  std::int64_t offset) {
   const auto& b = *base.impl();

@@ -45,6 +45,9 @@ void check_concrete(const TensorImpl& t, const char* op);
 
 /// A new, uninitialized contiguous tensor.
 Tensor empty(const Shape& shape, DType dtype);
+/// empty() for a layout checked in advance (a compiled plan's output buffers): `strides` are
+/// shape's contiguous strides and `bytes` its size, so nothing is recomputed or validated.
+Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std::size_t bytes);
 /// A view of `base`'s buffer with the given shape, strides and offset (in elements).
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
 

@@ -51,7 +51,7 @@ class PlanBuilder {
 
   std::int32_t add_root(Plan::Root::Kind kind, std::int32_t index, DType dtype,
                         const Shape& shape) {
-    plan_.roots.push_back(Plan::Root{kind, index, dtype, shape, 0});
+    plan_.roots.push_back(Plan::Root{kind, index, dtype, shape, 0, {}, 0});
     return static_cast<std::int32_t>(plan_.roots.size() - 1);
   }
 
@@ -323,9 +323,12 @@ class PlanBuilder {
     std::vector<bool> allocated(plan_.roots.size(), false);
     for (Plan::Step& step : plan_.steps) {
       const std::size_t r = root_of(step.values.back());
-      if (plan_.roots[r].kind == Plan::Root::Kind::escape && !allocated[r]) {
+      Plan::Root& root = plan_.roots[r];
+      if (root.kind == Plan::Root::Kind::escape && !allocated[r]) {
         step.allocate_escape = static_cast<std::int32_t>(r);
         allocated[r] = true;
+        root.strides = contiguous_strides(root.shape);
+        root.bytes = root.shape.numel() * static_cast<std::int64_t>(dtype_size(root.dtype));
       }
     }
   }
@@ -579,7 +582,8 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     if (step.allocate_escape >= 0) {
       const auto r = static_cast<std::size_t>(step.allocate_escape);
       const Plan::Root& root = plan.roots[r];
-      held[r] = empty(root.shape, root.dtype);
+      held[r] = empty_checked(root.shape, root.strides, root.dtype,
+                              static_cast<std::size_t>(root.bytes));
       tensor_of_root[r] = &held[r];
       address[r] = held[r].impl()->data();
     }

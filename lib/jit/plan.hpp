@@ -28,6 +28,8 @@ struct Plan {
     DType dtype = DType::f32;
     Shape shape;  // arena/escape: the buffer's shape (contiguous)
     std::int64_t offset = 0;
+    Shape strides;           // escape: shape's contiguous strides
+    std::int64_t bytes = 0;  // escape: the buffer's size
   };
   /// Where a value's elements are: a root plus an element offset and strides.
   struct Value {
