@@ -247,3 +247,32 @@ TEST_CASE("matmul epilogues: products summed with a bias accumulate into one buf
     check_close(second[0], f(args)[0]);
   }
 }
+
+TEST_CASE("short rows are copied exactly: broadcast rows, column slices, every width and dtype") {
+  // Row widths around the vector width of each instruction set (8, 16, 32 and 64 bytes), for
+  // the copy step of a broadcast row and for the gathered slices of a fused step.
+  for (std::int64_t width : {1, 2, 3, 5, 8, 13, 20, 33, 80, 257}) {
+    CAPTURE(width);
+    const Tensor row = kiln::random::normal({width}, 0, 1, static_cast<std::uint64_t>(width));
+    const Tensor full = kiln::broadcast_to(row, {7, width}).contiguous();
+    const std::vector<float> row_values = row.to_vector<float>();
+    const std::vector<float> copied = full.to_vector<float>();
+    for (std::size_t i = 0; i < copied.size(); ++i)
+      REQUIRE(copied[i] == row_values[i % row_values.size()]);
+    for (kiln::DType dtype : {kiln::f64, kiln::i64, kiln::i32, kiln::boolean}) {
+      const Tensor typed = kiln::cast(row, dtype);
+      const Tensor copied_typed = kiln::broadcast_to(typed, {3, width}).contiguous();
+      const Tensor expected = kiln::cast(kiln::broadcast_to(row, {3, width}), dtype);
+      CHECK(kiln::cast(copied_typed, kiln::f64).to_vector<double>() ==
+            kiln::cast(expected, kiln::f64).to_vector<double>());
+    }
+
+    const Tensor z = kiln::random::normal({9, 3 * width}, 0, 1, 5);
+    auto gates = kiln::function([](const Tensor& zz) {
+      const auto parts = kiln::split(zz, 3, 1);
+      return kiln::sigmoid(parts[0]) * kiln::tanh(parts[1]) + parts[2];
+    });
+    const auto parts = kiln::split(z, 3, 1);
+    CHECK(close(gates(z), kiln::sigmoid(parts[0]) * kiln::tanh(parts[1]) + parts[2]));
+  }
+}

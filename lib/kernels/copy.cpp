@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/strided_loop.hpp"
 
@@ -17,6 +18,16 @@ void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
       ss >= c.shape[0]) {
     // A transpose into a contiguous matrix.
     transpose_matrix(d, s, sizeof(T), c.shape[0], c.shape[1], ss);
+    return;
+  }
+  // Short unit-stride rows into a contiguous matrix (a bias broadcast over a batch, a slice of
+  // rows): vector moves per row, not a call to memcpy per row.
+  constexpr std::int64_t short_row_bytes = 1024;
+  const auto row_bytes = c.shape[c.rank - 1] * static_cast<std::int64_t>(sizeof(T));
+  if (c.rank == 2 && ss == 1 && ds == 1 && c.strides[1][0] == c.shape[1] &&
+      row_bytes <= short_row_bytes) {
+    elementwise_rows().copy_rows(s, c.strides[0][0] * static_cast<std::int64_t>(sizeof(T)), d,
+                                 row_bytes, c.shape[0]);
     return;
   }
   for_each_row(c, [&](const std::array<std::int64_t, 2>& off, std::int64_t n) {

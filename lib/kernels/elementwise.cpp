@@ -116,25 +116,6 @@ struct StreamFence {
   }
 };
 
-/// copy_run for the short rows of fused kernels: unit-stride rows are copied in 16-byte chunks
-/// of fixed size (one vector move each) instead of a call to memcpy per row.
-inline void copy_short_run(const char* src, std::int64_t stride, std::int64_t element_size,
-                           void* dst, std::int64_t n) {
-  if (stride != 1) {
-    copy_run(src, stride, element_size, dst, n);
-    return;
-  }
-  const std::int64_t bytes = n * element_size;
-  char* out = static_cast<char*>(dst);
-  if (bytes < 16) {
-    std::memcpy(out, src, static_cast<std::size_t>(bytes));
-    return;
-  }
-  // 16-byte chunks, the last one ending at the row's end (it may overlap the one before).
-  for (std::int64_t i = 0; i + 16 < bytes; i += 16) std::memcpy(out + i, src + i, 16);
-  std::memcpy(out + bytes - 16, src + bytes - 16, 16);
-}
-
 /// Runs row(inputs, input_strides, out, n) over the whole output: inputs with inner
 /// stride 0 or 1 are passed straight through, others are gathered into a stack buffer
 /// first. Large outputs are split along their outermost dim across the thread pool.
@@ -413,12 +394,13 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
   }
 
   // Matrices with rows of at most fused_block elements (the gate slices of an LSTM, a bias
-  // broadcast over rows): blocks of whole rows, each gathered input copied row by row with an
-  // inline loop. Cheaper than the general walk below, which tracks an index per element run.
+  // broadcast over rows): blocks of whole rows, each gathered input copied row by row in
+  // vector moves (CopyRowsFn). Cheaper than the general walk below, which tracks an index per element run.
   const std::int64_t row_length = dims.shape[rank - 1];
   if (any_gathered && rank == 2 && row_length <= fused_block) {
     const std::int64_t rows_per_block = fused_block / row_length;
     const std::int64_t num_rows = dims.shape[0];
+    const CopyRowsFn copy_rows = elementwise_rows().copy_rows;
     // Per range (one per thread): scratch for gathered rows, and how many rows of each
     // row-broadcast input are already in it.
     const auto run_rows = [&](std::uint64_t(&gathered)[N][fused_block],
@@ -446,8 +428,12 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
             const std::int64_t step = dims.strides[k + 1][1];
             const char* src = base[k] + first_row * outer;
             char* dst = reinterpret_cast<char*>(gathered[k]);
-            for (std::int64_t r = 0; r < count_rows; ++r, src += outer)
-              copy_short_run(src, step, size[k], dst + r * row_length * size[k], row_length);
+            if (step == 1) {
+              copy_rows(src, outer, dst, row_length * size[k], count_rows);
+            } else {
+              for (std::int64_t r = 0; r < count_rows; ++r, src += outer)
+                copy_run(src, step, size[k], dst + r * row_length * size[k], row_length);
+            }
             filled_rows[k] = count_rows;
             ptr[k] = gathered[k];
             break;

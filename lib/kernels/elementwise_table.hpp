@@ -42,6 +42,10 @@ using WhereRowFn = void (*)(const void* cond, std::int64_t cond_stride, const vo
                             std::int64_t a_stride, const void* b, std::int64_t b_stride, void* out,
                             std::int64_t n);
 
+/// Copies `rows` rows of `row_bytes` bytes: row r from src + r * src_row_stride (in bytes; 0
+/// repeats one row) to dst + r * row_bytes. The two ranges do not overlap.
+using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* dst,
+                            std::int64_t row_bytes, std::int64_t rows);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -52,6 +56,7 @@ struct ElementwiseRowTable {
   UnaryRowFn cast[num_dtypes][num_dtypes] = {};       // [from][to]
   BinaryRowFn binary[num_binary_rows][num_dtypes] = {};
   WhereRowFn where[num_dtypes] = {};  // [dtype of a and b]
+  CopyRowsFn copy_rows = nullptr;     // short rows in full-width vector moves
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and
