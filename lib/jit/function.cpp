@@ -109,18 +109,25 @@ std::shared_ptr<const Plan> ConcreteData::plan_for(std::span<const Tensor* const
 }
 
 namespace {
-/// Appends a tag, the tensor's dtype, rank and dims to the key with one append.
+/// Appends a tag, the tensor's dtype, rank and dims to the key. Written in place: the key grows
+/// by the largest entry, the header and all max_rank dims are stored with fixed-size copies
+/// (variable-size ones compile to `rep movs`, and a staging buffer stalls on store forwarding),
+/// and the key is trimmed to the entry's real length.
 void append_tensor_key(ArgPack& p, const Tensor& t, char tag) {
+  constexpr std::size_t largest = 3 + Shape::max_rank * sizeof(std::int64_t);
   const TensorImpl& impl = *t.impl();
   const std::size_t rank = impl.shape.size();
-  char bytes[3 + Shape::max_rank * sizeof(std::int64_t)];
+  std::string& key = p.key;
+  const std::size_t at = key.size();
+  key.resize(at + largest);
+  char* out = key.data() + at;
   std::size_t n = 0;
-  if (tag != 0) bytes[n++] = tag;
-  bytes[n++] = static_cast<char>('0' + static_cast<int>(impl.dtype));
-  bytes[n++] = static_cast<char>(rank);
-  p.dims_at.push_back(static_cast<std::uint32_t>(p.key.size() + n));
-  std::memcpy(bytes + n, impl.shape.data(), rank * sizeof(std::int64_t));
-  p.key.append(bytes, n + rank * sizeof(std::int64_t));
+  if (tag != 0) out[n++] = tag;
+  out[n++] = static_cast<char>('0' + static_cast<int>(impl.dtype));
+  out[n++] = static_cast<char>(rank);
+  std::memcpy(out + n, impl.shape.data(), Shape::max_rank * sizeof(std::int64_t));
+  p.dims_at.push_back(static_cast<std::uint32_t>(at + n));
+  key.resize(at + n + rank * sizeof(std::int64_t));
 }
 }  // namespace
 

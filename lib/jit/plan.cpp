@@ -516,21 +516,20 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
            g.variable_names[i]);
   }
   // Each root's tensor (for arguments, constants, variables and escapes) and address.
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<Tensor> held_scratch;
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<const Tensor*> tensor_scratch;
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<char*> address_scratch;
-  std::vector<Tensor>& held = held_scratch;
-  std::vector<const Tensor*>& tensor_of_root = tensor_scratch;
-  std::vector<char*>& address = address_scratch;
-  held.resize(plan.roots.size());
-  tensor_of_root.resize(plan.roots.size());
-  address.resize(plan.roots.size());
-  struct ClearOnExit {
-    std::vector<Tensor>& s;
-    ~ClearOnExit() {
-      for (Tensor& t : s) t = Tensor();
+  struct RootBinding {
+    Tensor held;                    // a tensor made for this call (escape, variable, copy)
+    const Tensor* tensor = nullptr;  // the root's tensor (null in the arena)
+    char* address = nullptr;
+  };
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<RootBinding> bindings;
+  std::vector<RootBinding>& bound = bindings;
+  bound.resize(plan.roots.size());
+  struct ReleaseOnExit {
+    std::vector<RootBinding>& b;
+    ~ReleaseOnExit() {
+      for (RootBinding& r : b) r.held = Tensor();
     }
-  } clear_on_exit{held};
+  } release_on_exit{bound};
 
   Tensor arena;
   char* arena_base = nullptr;
@@ -540,35 +539,36 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   }
   for (std::size_t r = 0; r < plan.roots.size(); ++r) {
     const Plan::Root& root = plan.roots[r];
+    RootBinding& b = bound[r];
     const Tensor* t = nullptr;
     switch (root.kind) {
       case Plan::Root::Kind::argument:
         t = args[static_cast<std::size_t>(root.index)];
         if (!t->impl()->is_contiguous()) {
-          held[r] = t->contiguous();
-          t = &held[r];
+          b.held = t->contiguous();
+          t = &b.held;
         }
         break;
       case Plan::Root::Kind::constant:
         t = &g.nodes[static_cast<std::size_t>(root.index)].constant;
         break;
       case Plan::Root::Kind::variable:
-        held[r] = vars[static_cast<std::size_t>(root.index)]->read();
-        if (!held[r].impl()->is_contiguous()) held[r] = held[r].contiguous();
-        t = &held[r];
+        b.held = vars[static_cast<std::size_t>(root.index)]->read();
+        if (!b.held.impl()->is_contiguous()) b.held = b.held.contiguous();
+        t = &b.held;
         break;
       case Plan::Root::Kind::escape:  // allocated by the step that writes it
       case Plan::Root::Kind::arena:
-        address[r] = arena_base + root.offset;
-        tensor_of_root[r] = nullptr;
+        b.address = arena_base + root.offset;
+        b.tensor = nullptr;
         continue;
     }
-    tensor_of_root[r] = t;
-    address[r] = t->impl()->data();
+    b.tensor = t;
+    b.address = t->impl()->data();
   }
   const auto data_of = [&](std::int32_t value) -> char* {
     const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
-    return address[static_cast<std::size_t>(v.root)] +
+    return bound[static_cast<std::size_t>(v.root)].address +
            v.offset * static_cast<std::int64_t>(dtype_size(v.dtype));
   };
 
@@ -582,10 +582,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     if (step.allocate_escape >= 0) {
       const auto r = static_cast<std::size_t>(step.allocate_escape);
       const Plan::Root& root = plan.roots[r];
-      held[r] = empty_checked(root.shape, root.strides, root.dtype,
-                              static_cast<std::size_t>(root.bytes));
-      tensor_of_root[r] = &held[r];
-      address[r] = held[r].impl()->data();
+      RootBinding& b = bound[r];
+      b.held = empty_checked(root.shape, root.strides, root.dtype,
+                             static_cast<std::size_t>(root.bytes));
+      b.tensor = &b.held;
+      b.address = b.held.impl()->data();
     }
     const std::size_t count = step.values.size();
     if (step.kind == Plan::Step::Kind::flat) {
@@ -628,7 +629,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   // here (mark_escapes moved every output and assigned value out of the arena).
   const auto tensor_of = [&](std::int32_t value) -> Tensor {
     const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
-    const Tensor& base = *tensor_of_root[static_cast<std::size_t>(v.root)];
+    const Tensor& base = *bound[static_cast<std::size_t>(v.root)].tensor;
     const TensorImpl& impl = *base.impl();
     if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
     return make_view(base, v.shape, v.strides, impl.offset + v.offset);
@@ -641,8 +642,8 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   for (std::size_t i = 0; i < g.outputs.size(); ++i) {
     const std::int32_t o = g.outputs[i];
     if (plan.moved_outputs[i] != 0)
-      outputs.push_back(std::move(held[static_cast<std::size_t>(
-          plan.values[static_cast<std::size_t>(o)].root)]));
+      outputs.push_back(std::move(
+          bound[static_cast<std::size_t>(plan.values[static_cast<std::size_t>(o)].root)].held));
     else
       outputs.push_back(tensor_of(o));
   }

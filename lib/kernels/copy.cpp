@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/elementwise_table.hpp"
@@ -24,6 +25,17 @@ void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
   // rows): vector moves per row, not a call to memcpy per row.
   constexpr std::int64_t short_row_bytes = 1024;
   const auto row_bytes = c.shape[c.rank - 1] * static_cast<std::int64_t>(sizeof(T));
+  if (c.rank == 2 && ss == 1 && ds == 1 && c.strides[1][0] == c.shape[1] &&
+      c.strides[0][0] == 0) {
+    // One row repeated (a bias broadcast over a batch): copy it once, then double the filled
+    // part with one memcpy per doubling.
+    auto* out = reinterpret_cast<char*>(d);
+    const auto total = row_bytes * c.shape[0];
+    std::memcpy(out, s, static_cast<std::size_t>(row_bytes));
+    for (std::int64_t filled = row_bytes; filled < total; filled *= 2)
+      std::memcpy(out + filled, out, static_cast<std::size_t>(std::min(filled, total - filled)));
+    return;
+  }
   if (c.rank == 2 && ss == 1 && ds == 1 && c.strides[1][0] == c.shape[1] &&
       row_bytes <= short_row_bytes) {
     elementwise_rows().copy_rows(s, c.strides[0][0] * static_cast<std::int64_t>(sizeof(T)), d,
