@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <span>
 #include <unordered_map>
 
@@ -213,8 +214,26 @@ class RecentCalls {
   int count_ = 0;
 };
 
+/// The lock of one function's cache. Its critical sections are short (a key comparison on the
+/// cached path), so a waiter spins briefly, then yields; locking is one atomic exchange and
+/// unlocking a release store, cheaper than a mutex on every cached call.
+class CacheLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      for (int spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
+        if (spins >= 64) std::this_thread::yield();
+      }
+    }
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
+
 struct FunctionCore::State {
-  mutable std::mutex mutex;
+  mutable CacheLock mutex;
   std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
   int traces = 0;
   RecentCalls recent;                        // whether each of the last 10 calls traced
