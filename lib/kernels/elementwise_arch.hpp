@@ -326,18 +326,6 @@ B exp_nonpositive_f32(const B& x) {
   return xsimd::select(x < B(lowest), B(0), p * scale);
 }
 
-/// 1 / d for float batches with d in [1, 2]: the CPU's approximate reciprocal (12 bits or more)
-/// refined by two Newton steps computed with FMAs. One step leaves up to ~2 ulp (1 / 1 came out
-/// one ulp below 1, so sigmoid and tanh did not saturate to 1); the second makes the error a
-/// rounding. A division costs more: its throughput is one per 3.5-5 cycles on the AVX2 machines
-/// kiln is measured on, and sigmoid/tanh were division-bound with it.
-template <class B>
-B reciprocal_1_to_2(const B& d) {
-  B r = xsimd::reciprocal(d);
-  r = xsimd::fma(r, xsimd::fnma(d, r, B(1.f)), r);
-  return xsimd::fma(r, xsimd::fnma(d, r, B(1.f)), r);
-}
-
 /// tanh(|x|) = (1 - e) / (1 + e) with e = exp(-2|x|); below |x| = 0.25, where 1 - e would lose
 /// relative precision, the odd Taylor series to x^9 (error below 1e-8 relative). The sign is
 /// copied back from x. Float only; double keeps xsimd::tanh.
@@ -347,7 +335,7 @@ struct TanhOp : FloatUnary {
     if constexpr (std::is_same_v<typename B::value_type, float>) {
       const B a = xsimd::abs(x);
       const B e = exp_nonpositive_f32(B(-2.f) * a);
-      const B large = (B(1.f) - e) * reciprocal_1_to_2(B(1.f) + e);
+      const B large = (B(1.f) - e) / (B(1.f) + e);
       const B a2 = a * a;
       B p = B(62.f / 2835.f);
       p = xsimd::fma(p, a2, B(-17.f / 315.f));
@@ -366,14 +354,12 @@ struct TanhOp : FloatUnary {
 struct SigmoidOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    B e, r;
-    if constexpr (std::is_same_v<typename B::value_type, float>) {
+    B e;
+    if constexpr (std::is_same_v<typename B::value_type, float>)
       e = exp_nonpositive_f32(-xsimd::abs(x));
-      r = reciprocal_1_to_2(B(1) + e);
-    } else {
+    else
       e = xsimd::exp(-xsimd::abs(x));
-      r = B(1) / (B(1) + e);
-    }
+    const B r = B(1) / (B(1) + e);
     const B result = xsimd::select(x >= B(0), r, e * r);
     return xsimd::select(xsimd::isnan(x), x, result);
   }
