@@ -255,6 +255,7 @@ TEST_CASE("short rows are copied exactly: broadcast rows, column slices, every w
     CAPTURE(width);
     const Tensor row = kiln::random::normal({width}, 0, 1, static_cast<std::uint64_t>(width));
     const Tensor full = kiln::broadcast_to(row, {7, width}).contiguous();
+    CHECK(kiln::broadcast_to(row, {0, width}).contiguous().shape() == Shape{0, width});
     const std::vector<float> row_values = row.to_vector<float>();
     const std::vector<float> copied = full.to_vector<float>();
     for (std::size_t i = 0; i < copied.size(); ++i)

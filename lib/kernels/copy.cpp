@@ -21,23 +21,23 @@ void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
     transpose_matrix(d, s, sizeof(T), c.shape[0], c.shape[1], ss);
     return;
   }
-  // Short unit-stride rows into a contiguous matrix (a bias broadcast over a batch, a slice of
-  // rows): vector moves per row, not a call to memcpy per row.
-  constexpr std::int64_t short_row_bytes = 1024;
+  // Unit-stride rows into a contiguous matrix.
   const auto row_bytes = c.shape[c.rank - 1] * static_cast<std::int64_t>(sizeof(T));
-  if (c.rank == 2 && ss == 1 && ds == 1 && c.strides[1][0] == c.shape[1] &&
-      c.strides[0][0] == 0) {
+  const bool rows_into_matrix = c.rank == 2 && ss == 1 && ds == 1 && c.strides[1][0] == c.shape[1];
+  if (rows_into_matrix && c.strides[0][0] == 0) {
     // One row repeated (a bias broadcast over a batch): copy it once, then double the filled
     // part with one memcpy per doubling.
     auto* out = reinterpret_cast<char*>(d);
     const auto total = row_bytes * c.shape[0];
+    if (total == 0) return;
     std::memcpy(out, s, static_cast<std::size_t>(row_bytes));
     for (std::int64_t filled = row_bytes; filled < total; filled *= 2)
       std::memcpy(out + filled, out, static_cast<std::size_t>(std::min(filled, total - filled)));
     return;
   }
-  if (c.rank == 2 && ss == 1 && ds == 1 && c.strides[1][0] == c.shape[1] &&
-      row_bytes <= short_row_bytes) {
+  constexpr std::int64_t short_row_bytes = 1024;
+  if (rows_into_matrix && row_bytes <= short_row_bytes) {
+    // Short rows (a slice of columns): vector moves per row, not a call to memcpy per row.
     elementwise_rows().copy_rows(s, c.strides[0][0] * static_cast<std::int64_t>(sizeof(T)), d,
                                  row_bytes, c.shape[0]);
     return;
