@@ -35,6 +35,8 @@
 #define xsimd KILN_ISA_NAMESPACE(KILN_ELEMENTWISE_ISA)
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/copy_rows_arch.hpp"
+
 namespace kiln::detail {
 
 namespace {
@@ -722,29 +724,6 @@ template <class Arch, class Op>
 constexpr void set_unary(ElementwiseRowTable& table, Prim p) {
   fill_by_dtype<UnaryEntries<Arch, Op>::template Entry>(table.unary[unary_row_index(p)]);
 }
-/// CopyRowsFn: each row in vector-width moves, the last one ending at the row's end (it may
-/// overlap the one before); rows shorter than a vector in 8-byte moves, then bytes.
-template <class Arch>
-void copy_rows(const void* src, std::int64_t src_row_stride, void* dst, std::int64_t row_bytes,
-               std::int64_t rows) {
-  using V = xsimd::batch<std::uint8_t, Arch>;
-  constexpr std::int64_t width = V::size;
-  const auto* from = static_cast<const std::uint8_t*>(src);
-  auto* to = static_cast<std::uint8_t*>(dst);
-  for (std::int64_t r = 0; r < rows; ++r, from += src_row_stride, to += row_bytes) {
-    if (row_bytes >= width) {
-      for (std::int64_t i = 0; i + width < row_bytes; i += width)
-        V::load_unaligned(from + i).store_unaligned(to + i);
-      V::load_unaligned(from + row_bytes - width).store_unaligned(to + row_bytes - width);
-    } else if (row_bytes >= 8) {
-      for (std::int64_t i = 0; i + 8 < row_bytes; i += 8) __builtin_memcpy(to + i, from + i, 8);
-      __builtin_memcpy(to + row_bytes - 8, from + row_bytes - 8, 8);
-    } else {
-      for (std::int64_t i = 0; i < row_bytes; ++i) to[i] = from[i];
-    }
-  }
-}
-
 template <class Arch, class Op>
 constexpr void set_binary(ElementwiseRowTable& table, Prim p) {
   fill_by_dtype<BinaryEntries<Arch, Op>::template Entry>(table.binary[binary_row_index(p)]);
