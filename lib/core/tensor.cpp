@@ -55,9 +55,8 @@ Tensor empty(const Shape& shape, DType dtype) {
   }
   if (overflow || n > (std::int64_t{1} << 50))
     fail("empty", "shape {} has too many elements", shape);
-  auto storage = allocate_storage(static_cast<std::size_t>(n) * dtype_size(dtype));
-  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape,
-                                                 contiguous_strides(shape), 0, std::move(storage)));
+  return empty_checked(shape, contiguous_strides(shape), dtype,
+                       static_cast<std::size_t>(n) * dtype_size(dtype));
 }
 
 Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std::size_t bytes) {

@@ -12,8 +12,8 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <thread>
 #include <span>
+#include <thread>
 #include <unordered_map>
 
 #include "autodiff/tape.hpp"
