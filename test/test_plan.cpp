@@ -277,3 +277,44 @@ TEST_CASE("short rows are copied exactly: broadcast rows, column slices, every w
     CHECK(close(gates(z), kiln::sigmoid(parts[0]) * kiln::tanh(parts[1]) + parts[2]));
   }
 }
+
+TEST_CASE("fused steps are laid out when the plan is built; long rows keep the row walk") {
+  using kiln::detail::FusedLayout;
+  struct Case {
+    const char* what;
+    Shape z_shape;  // split in 3 along dim 1: slices are gathered inputs
+    FusedLayout::Mode mode;
+    bool planned;
+  };
+  const Case cases[] = {
+      {"gate slices of a matrix", {32, 60}, FusedLayout::Mode::whole_rows, true},
+      {"slices of a 3-d tensor coalesce to rows", {4, 30, 5}, FusedLayout::Mode::whole_rows, true},
+      {"rows of 1,500", {3, 4500}, FusedLayout::Mode::blocks, true},
+      {"rows of 3,000", {3, 9000}, FusedLayout::Mode::long_rows, false},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const auto body = [](const Tensor& z) {
+      const auto parts = kiln::split(z, 3, 1);
+      return kiln::sigmoid(parts[0]) * kiln::tanh(parts[1]) + parts[2];
+    };
+    GraphData g = record(
+        {c.z_shape}, [&](const std::vector<Tensor>& p) { return std::vector<Tensor>{body(p[0])}; });
+    REQUIRE(kiln::detail::fuse_elementwise(g) == 1);
+    const Plan plan = kiln::detail::build_plan(g);
+    std::size_t fused = 0;
+    for (const auto& s : plan.steps) {
+      if (s.kind != Plan::Step::Kind::fused) continue;
+      ++fused;
+      CHECK((s.fused_layout != nullptr) == c.planned);
+      const FusedLayout layout =
+          kiln::detail::layout_fused(std::span(s.refs).first(s.refs.size() - 1), s.refs.back());
+      CHECK(layout.mode == c.mode);
+      CHECK(layout.num_gathered == 3);
+    }
+    CHECK(fused == 1);
+    auto f = kiln::function(body);
+    const Tensor z = kiln::random::normal(c.z_shape, 0, 1, 11);
+    for (int call = 0; call < 2; ++call) CHECK(close(f(z), body(z)));
+  }
+}

@@ -37,6 +37,7 @@ class PlanBuilder {
     for (std::size_t i = 0; i < g_.nodes.size(); ++i) add_node(static_cast<std::int32_t>(i));
     mark_escapes();
     fuse_matmul_epilogues();
+    lay_out_fused_steps();
     mark_escape_allocations();
     place_in_arena();
     mark_moved_outputs();
@@ -428,6 +429,17 @@ class PlanBuilder {
     plan_.arena_bytes = arena_end;
   }
 
+  /// Each fused step's walk over its (now final) layouts, so a call passes only addresses.
+  void lay_out_fused_steps() {
+    for (Plan::Step& step : plan_.steps) {
+      if (step.kind != Plan::Step::Kind::fused) continue;
+      const std::span<const ArrayRef> refs(step.refs);
+      auto layout =
+          std::make_shared<FusedLayout>(layout_fused(refs.first(refs.size() - 1), refs.back()));
+      if (layout->mode != FusedLayout::Mode::long_rows) step.fused_layout = std::move(layout);
+    }
+  }
+
   /// An input root of an elementwise step that dies at this step, has exactly `bytes`, and is
   /// read only with the output's own layout, or -1.
   std::int64_t in_place_donor(const Plan::Step& step, std::size_t s,
@@ -474,7 +486,8 @@ std::int64_t Plan::bytes() const {
                                                  steps.capacity() * sizeof(Step));
   for (const Step& s : steps)
     total += static_cast<std::int64_t>(s.values.capacity() * sizeof(std::int32_t) +
-                                       s.refs.capacity() * sizeof(ArrayRef));
+                                       s.refs.capacity() * sizeof(ArrayRef) +
+                                       (s.fused_layout ? sizeof(FusedLayout) : 0));
   return total;
 }
 
@@ -595,6 +608,12 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
       const Plan::Value& out = plan.values[static_cast<std::size_t>(step.values.back())];
       run_elementwise_flat(step.prim, in.data(), step.flat_strides.data(), step.flat_in_dtype,
                            data_of(step.values.back()), out.dtype, step.flat_count);
+      continue;
+    }
+    if (step.fused_layout) {
+      std::array<const void*, max_fused_inputs> in{};
+      for (std::size_t i = 0; i + 1 < count; ++i) in[i] = data_of(step.values[i]);
+      run_fused(*step.program, *step.fused_layout, in.data(), data_of(step.values.back()));
       continue;
     }
     ArrayRef* refs = reinterpret_cast<ArrayRef*>(small_refs);

@@ -56,6 +56,8 @@ struct Plan {
     std::vector<std::int32_t> values;          // value of each ref: inputs, then the output
     std::vector<ArrayRef> refs;                // layouts with data unset, filled in at call time
     std::int32_t allocate_escape = -1;         // an escape root to allocate just before this step
+    /// Fused steps: how run_fused walks the refs (null for long rows, which need the refs).
+    std::shared_ptr<const FusedLayout> fused_layout;
     std::array<std::int64_t, 3> flat_strides{};
     std::int64_t flat_count = 0;  // flat steps: elements written
     DType flat_in_dtype = DType::f32;

@@ -287,186 +287,189 @@ void resolve_fused_program(FusedProgram& program) {
   }
 }
 
-namespace {
-
-/// How run_fused reads one input over a block of output elements.
-enum class FusedRead : std::uint8_t { flat, broadcast, gathered };
-
-}  // namespace
-
-void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, const ArrayRef& out) {
+FusedLayout layout_fused(std::span<const ArrayRef> inputs, const ArrayRef& out) {
   constexpr std::size_t N = max_fused_inputs;
-  const std::int64_t total = out.numel();
-  if (total == 0) return;
-  const std::size_t num_inputs = inputs.size();
+  FusedLayout l;
+  l.total = out.numel();
+  l.num_inputs = inputs.size();
+  l.out_size = static_cast<std::int64_t>(dtype_size(out.dtype));
   // Coalesce the output with its inputs (unused positions repeat the output's strides).
   std::array<const Shape*, N + 1> stride_sets{};
   stride_sets[0] = &out.strides;
   for (std::size_t k = 0; k < N; ++k)
-    stride_sets[k + 1] = k < num_inputs ? &inputs[k].strides : &out.strides;
-  const CoalescedDims<N + 1> dims = coalesce<N + 1>(out.shape, stride_sets);
-  const std::size_t rank = dims.rank;
-  std::array<FusedRead, N> how{};
-  std::array<const char*, N> base{};
-  std::array<std::int64_t, N> size{};
-  bool any_gathered = false;
-  for (std::size_t k = 0; k < num_inputs; ++k) {
-    base[k] = static_cast<const char*>(inputs[k].data);
-    size[k] = static_cast<std::int64_t>(dtype_size(inputs[k].dtype));
+    stride_sets[k + 1] = k < l.num_inputs ? &inputs[k].strides : &out.strides;
+  l.dims = coalesce<N + 1>(out.shape, stride_sets);
+  const std::size_t rank = l.dims.rank;
+  for (std::size_t k = 0; k < l.num_inputs; ++k) {
+    l.size[k] = static_cast<std::int64_t>(dtype_size(inputs[k].dtype));
     bool flat = true, broadcast = true;
     for (std::size_t d = 0; d < rank; ++d) {
-      flat = flat && dims.strides[k + 1][d] == dims.strides[0][d];
-      broadcast = broadcast && dims.strides[k + 1][d] == 0;
+      flat = flat && l.dims.strides[k + 1][d] == l.dims.strides[0][d];
+      broadcast = broadcast && l.dims.strides[k + 1][d] == 0;
     }
-    how[k] = flat ? FusedRead::flat : broadcast ? FusedRead::broadcast : FusedRead::gathered;
-    any_gathered = any_gathered || how[k] == FusedRead::gathered;
+    l.how[k] = flat ? FusedRead::flat : broadcast ? FusedRead::broadcast : FusedRead::gathered;
+    if (l.how[k] == FusedRead::gathered) l.gathered_inputs[l.num_gathered++] = k;
   }
-  std::array<std::size_t, N> gathered_inputs{};
-  std::size_t num_gathered = 0;
-  for (std::size_t k = 0; k < num_inputs; ++k)
-    if (how[k] == FusedRead::gathered) gathered_inputs[num_gathered++] = k;
-  char* out_base = static_cast<char*>(out.data);
-  const auto out_size = static_cast<std::int64_t>(dtype_size(out.dtype));
-
-  // Runs every instruction over `count` (<= fused_block) elements whose inputs are read at
-  // ptr[k] with element stride stride[k] (0 or 1), writing the output at dst.
-  const auto run_ops = [&](const std::array<const void*, N>& ptr,
-                           const std::array<std::int64_t, N>& stride, void* dst_out,
-                           std::int64_t count) {
-    alignas(64) std::uint64_t slots[max_fused_slots][fused_block];
-    const auto operand = [&](std::int16_t a, std::int64_t& s) -> const void* {
-      if (a < 0) {
-        s = 1;
-        return slots[-a - 1];
-      }
-      s = stride[static_cast<std::size_t>(a)];
-      return ptr[static_cast<std::size_t>(a)];
-    };
-    for (std::size_t i = 0; i < program.ops.size(); ++i) {
-      const FusedOp& op = program.ops[i];
-      void* dst = i + 1 == program.ops.size() ? dst_out : static_cast<void*>(slots[op.result_slot]);
-      std::int64_t s0 = 0, s1 = 0, s2 = 0;
-      switch (info(op.prim).family) {
-        case Family::unary: {
-          const void* a = operand(op.operands[0], s0);
-          reinterpret_cast<UnaryRowFn>(op.fn)(a, s0, dst, count);
-          break;
-        }
-        case Family::binary: {
-          const void* a = operand(op.operands[0], s0);
-          const void* b = operand(op.operands[1], s1);
-          reinterpret_cast<BinaryRowFn>(op.fn)(a, s0, b, s1, dst, count);
-          break;
-        }
-        default: {
-          const void* c = operand(op.operands[0], s0);
-          const void* a = operand(op.operands[1], s1);
-          const void* b = operand(op.operands[2], s2);
-          reinterpret_cast<WhereRowFn>(op.fn)(c, s0, a, s1, b, s2, dst, count);
-          break;
-        }
-      }
-    }
-  };
-
-  // Very long rows with inputs that are neither flat nor a single broadcast value: walk the
-  // output row by row (run_elementwise reads inner stride 0 or 1 in place and gathers others),
+  l.stream_output = l.total * l.out_size >= stream_output_bytes;
+  // Very long rows with inputs that are neither flat nor a single broadcast value are walked
+  // row by row (run_elementwise reads inner stride 0 or 1 in place and gathers others),
   // saving the copies of blocked mode. Shorter rows go blockwise: walking rows costs a few
-  // hundred instructions per row, more than gathering a short row.
+  // hundred instructions per row, more than gathering a short row. Matrices with rows of at
+  // most fused_block elements (the gate slices of an LSTM, a bias broadcast over rows) go in
+  // blocks of whole rows.
   constexpr std::int64_t long_row = 2048;
-  if (any_gathered && dims.shape[rank - 1] >= long_row) {
-    std::array<ArrayRef, N> padded;
-    for (std::size_t k = 0; k < N; ++k) padded[k] = inputs[k < num_inputs ? k : 0];
-    const Attrs no_attrs;
-    const KernelCall call{Prim::add, std::span<const ArrayRef>(padded), out, no_attrs};
-    run_elementwise<N>(
-        call, [&](const std::array<const void*, N>& in, const std::array<std::int64_t, N>& strides,
-                  void* out_row, std::int64_t n) {
-          for (std::int64_t first = 0; first < n; first += fused_block) {
-            std::array<const void*, N> ptr{};
-            for (std::size_t k = 0; k < num_inputs; ++k)
-              ptr[k] = static_cast<const char*>(in[k]) + first * strides[k] * size[k];
-            run_ops(ptr, strides, static_cast<char*>(out_row) + first * out_size,
-                    std::min(fused_block, n - first));
-          }
-        });
-    return;
-  }
+  if (l.total == 0 || l.num_gathered == 0)
+    l.mode = FusedLayout::Mode::blocks;
+  else if (l.dims.shape[rank - 1] >= long_row)
+    l.mode = FusedLayout::Mode::long_rows;
+  else if (rank == 2 && l.dims.shape[1] <= fused_block)
+    l.mode = FusedLayout::Mode::whole_rows;
+  else
+    l.mode = FusedLayout::Mode::blocks;
+  return l;
+}
 
-  // Matrices with rows of at most fused_block elements (the gate slices of an LSTM, a bias
-  // broadcast over rows): blocks of whole rows, each gathered input copied row by row in
-  // vector moves (CopyRowsFn). Cheaper than the general walk below, which tracks an index per element run.
-  const std::int64_t row_length = dims.shape[rank - 1];
-  if (any_gathered && rank == 2 && row_length <= fused_block) {
-    const std::int64_t rows_per_block = fused_block / row_length;
-    const std::int64_t num_rows = dims.shape[0];
-    const CopyRowsFn copy_rows = elementwise_rows().copy_rows;
-    // Per range (one per thread): scratch for gathered rows, and how many rows of each
-    // row-broadcast input are already in it.
-    const auto run_rows = [&](std::uint64_t(&gathered)[N][fused_block],
-                              std::array<std::int64_t, N>& filled_rows, std::int64_t first_row,
-                              std::int64_t count_rows) {
-      std::array<const void*, N> ptr{};
-      std::array<std::int64_t, N> stride{};
-      const std::int64_t first = first_row * row_length;
-      for (std::size_t k = 0; k < num_inputs; ++k) {
-        stride[k] = how[k] == FusedRead::broadcast ? 0 : 1;
-        switch (how[k]) {
-          case FusedRead::flat:
-            ptr[k] = base[k] + first * size[k];
-            break;
-          case FusedRead::broadcast:
-            ptr[k] = base[k];
-            break;
-          default: {
-            // A row broadcast over rows (a bias) holds the same block every time: fill once.
-            const std::int64_t outer = dims.strides[k + 1][0] * size[k];
-            if (outer == 0 && filled_rows[k] >= count_rows) {
-              ptr[k] = gathered[k];
-              break;
-            }
-            const std::int64_t step = dims.strides[k + 1][1];
-            const char* src = base[k] + first_row * outer;
-            char* dst = reinterpret_cast<char*>(gathered[k]);
-            if (step == 1) {
-              copy_rows(src, outer, dst, row_length * size[k], count_rows);
-            } else {
-              for (std::int64_t r = 0; r < count_rows; ++r, src += outer)
-                copy_run(src, step, size[k], dst + r * row_length * size[k], row_length);
-            }
-            filled_rows[k] = count_rows;
+namespace {
+
+constexpr std::size_t N = max_fused_inputs;
+
+/// Runs every instruction over `count` (<= fused_block) elements whose inputs are read at
+/// ptr[k] with element stride stride[k] (0 or 1), writing the output at dst_out.
+void run_ops(const FusedProgram& program, const std::array<const void*, N>& ptr,
+             const std::array<std::int64_t, N>& stride, void* dst_out, std::int64_t count) {
+  alignas(64) std::uint64_t slots[max_fused_slots][fused_block];
+  const auto operand = [&](std::int16_t a, std::int64_t& s) -> const void* {
+    if (a < 0) {
+      s = 1;
+      return slots[-a - 1];
+    }
+    s = stride[static_cast<std::size_t>(a)];
+    return ptr[static_cast<std::size_t>(a)];
+  };
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    const FusedOp& op = program.ops[i];
+    void* dst = i + 1 == program.ops.size() ? dst_out : static_cast<void*>(slots[op.result_slot]);
+    std::int64_t s0 = 0, s1 = 0, s2 = 0;
+    switch (info(op.prim).family) {
+      case Family::unary: {
+        const void* a = operand(op.operands[0], s0);
+        reinterpret_cast<UnaryRowFn>(op.fn)(a, s0, dst, count);
+        break;
+      }
+      case Family::binary: {
+        const void* a = operand(op.operands[0], s0);
+        const void* b = operand(op.operands[1], s1);
+        reinterpret_cast<BinaryRowFn>(op.fn)(a, s0, b, s1, dst, count);
+        break;
+      }
+      default: {
+        const void* c = operand(op.operands[0], s0);
+        const void* a = operand(op.operands[1], s1);
+        const void* b = operand(op.operands[2], s2);
+        reinterpret_cast<WhereRowFn>(op.fn)(c, s0, a, s1, b, s2, dst, count);
+        break;
+      }
+    }
+  }
+}
+
+/// FusedLayout::Mode::long_rows: each output row handed to the program by run_elementwise.
+void run_fused_long_rows(const FusedProgram& program, const FusedLayout& l,
+                         std::span<const ArrayRef> inputs, const ArrayRef& out) {
+  std::array<ArrayRef, N> padded;
+  for (std::size_t k = 0; k < N; ++k) padded[k] = inputs[k < l.num_inputs ? k : 0];
+  const Attrs no_attrs;
+  const KernelCall call{Prim::add, std::span<const ArrayRef>(padded), out, no_attrs};
+  run_elementwise<N>(
+      call, [&](const std::array<const void*, N>& in, const std::array<std::int64_t, N>& strides,
+                void* out_row, std::int64_t n) {
+        for (std::int64_t first = 0; first < n; first += fused_block) {
+          std::array<const void*, N> ptr{};
+          for (std::size_t k = 0; k < l.num_inputs; ++k)
+            ptr[k] = static_cast<const char*>(in[k]) + first * strides[k] * l.size[k];
+          run_ops(program, ptr, strides, static_cast<char*>(out_row) + first * l.out_size,
+                  std::min(fused_block, n - first));
+        }
+      });
+}
+
+/// FusedLayout::Mode::whole_rows: blocks of whole rows, each gathered input copied row by row
+/// in vector moves (CopyRowsFn). Cheaper than the general walk of run_fused_blocks, which
+/// tracks an index per element run.
+void run_fused_whole_rows(const FusedProgram& program, const FusedLayout& l,
+                          const void* const* inputs, char* out_base) {
+  const CoalescedDims<N + 1>& dims = l.dims;
+  const std::int64_t row_length = dims.shape[1];
+  const std::int64_t rows_per_block = fused_block / row_length;
+  const std::int64_t num_rows = dims.shape[0];
+  const CopyRowsFn copy_rows = elementwise_rows().copy_rows;
+  // Per range (one per thread): scratch for gathered rows, and how many rows of each
+  // row-broadcast input are already in it.
+  const auto run_rows = [&](std::uint64_t(&gathered)[N][fused_block],
+                            std::array<std::int64_t, N>& filled_rows, std::int64_t first_row,
+                            std::int64_t count_rows) {
+    std::array<const void*, N> ptr{};
+    std::array<std::int64_t, N> stride{};
+    const std::int64_t first = first_row * row_length;
+    for (std::size_t k = 0; k < l.num_inputs; ++k) {
+      const char* base = static_cast<const char*>(inputs[k]);
+      stride[k] = l.how[k] == FusedRead::broadcast ? 0 : 1;
+      switch (l.how[k]) {
+        case FusedRead::flat:
+          ptr[k] = base + first * l.size[k];
+          break;
+        case FusedRead::broadcast:
+          ptr[k] = base;
+          break;
+        default: {
+          // A row broadcast over rows (a bias) holds the same block every time: fill once.
+          const std::int64_t outer = dims.strides[k + 1][0] * l.size[k];
+          if (outer == 0 && filled_rows[k] >= count_rows) {
             ptr[k] = gathered[k];
             break;
           }
+          const std::int64_t step = dims.strides[k + 1][1];
+          const char* src = base + first_row * outer;
+          char* dst = reinterpret_cast<char*>(gathered[k]);
+          if (step == 1) {
+            copy_rows(src, outer, dst, row_length * l.size[k], count_rows);
+          } else {
+            for (std::int64_t r = 0; r < count_rows; ++r, src += outer)
+              copy_run(src, step, l.size[k], dst + r * row_length * l.size[k], row_length);
+          }
+          filled_rows[k] = count_rows;
+          ptr[k] = gathered[k];
+          break;
         }
       }
-      run_ops(ptr, stride, out_base + first * out_size, count_rows * row_length);
-    };
-    auto run_row_range = [&](std::int64_t begin_block, std::int64_t end_block) {
-      alignas(64) std::uint64_t gathered[N][fused_block];
-      std::array<std::int64_t, N> filled_rows{};
-      for (std::int64_t b = begin_block; b < end_block; ++b) {
-        const std::int64_t first_row = b * rows_per_block;
-        run_rows(gathered, filled_rows, first_row, std::min(rows_per_block, num_rows - first_row));
-      }
-    };
-    const std::int64_t blocks = (num_rows + rows_per_block - 1) / rows_per_block;
-    if (total < parallel_min_elements || num_threads() == 1)
-      run_row_range(0, blocks);
-    else
-      parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_row_range);
-    return;
-  }
+    }
+    run_ops(program, ptr, stride, out_base + first * l.out_size, count_rows * row_length);
+  };
+  auto run_row_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+    alignas(64) std::uint64_t gathered[N][fused_block];
+    std::array<std::int64_t, N> filled_rows{};
+    for (std::int64_t b = begin_block; b < end_block; ++b) {
+      const std::int64_t first_row = b * rows_per_block;
+      run_rows(gathered, filled_rows, first_row, std::min(rows_per_block, num_rows - first_row));
+    }
+  };
+  const std::int64_t blocks = (num_rows + rows_per_block - 1) / rows_per_block;
+  if (l.total < parallel_min_elements || num_threads() == 1)
+    run_row_range(0, blocks);
+  else
+    parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_row_range);
+}
 
-  // An output far larger than the caches is written with non-temporal stores: no read of the
-  // destination lines before they are overwritten, and no eviction of the inputs' lines.
-  const bool stream_output = total * out_size >= stream_output_bytes;
-
-  // Blocks of fused_block output elements in row-major order (across rows of other ranks),
-  // with strided inputs gathered into contiguous scratch first.
+/// FusedLayout::Mode::blocks: blocks of fused_block output elements in row-major order (across
+/// rows of other ranks), with strided inputs gathered into contiguous scratch first.
+void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const void* const* inputs,
+                      char* out_base) {
+  const CoalescedDims<N + 1>& dims = l.dims;
+  const std::size_t rank = dims.rank;
+  const auto base = [&](std::size_t k) { return static_cast<const char*>(inputs[k]); };
   const auto run_block = [&](std::int64_t first, std::int64_t count) {
     alignas(64) std::uint64_t gathered[N][fused_block];
-    if (num_gathered > 0) {
+    if (l.num_gathered > 0) {
       // Walk the block's elements row by row; each gathered input keeps a pointer to the start
       // of its current row, moved by one outer stride per row (recomputed only on a carry).
       std::array<std::int64_t, Shape::max_rank> index{};
@@ -478,21 +481,21 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
       const std::size_t inner = rank - 1;
       std::array<const char*, N> row{};
       const auto find_rows = [&] {
-        for (std::size_t g = 0; g < num_gathered; ++g) {
-          const std::size_t k = gathered_inputs[g];
+        for (std::size_t g = 0; g < l.num_gathered; ++g) {
+          const std::size_t k = l.gathered_inputs[g];
           std::int64_t offset = 0;
           for (std::size_t d = 0; d < inner; ++d) offset += index[d] * dims.strides[k + 1][d];
-          row[k] = base[k] + offset * size[k];
+          row[k] = base(k) + offset * l.size[k];
         }
       };
       find_rows();
       for (std::int64_t done = 0; done < count;) {
         const std::int64_t run = std::min(dims.shape[inner] - index[inner], count - done);
-        for (std::size_t g = 0; g < num_gathered; ++g) {
-          const std::size_t k = gathered_inputs[g];
+        for (std::size_t g = 0; g < l.num_gathered; ++g) {
+          const std::size_t k = l.gathered_inputs[g];
           const std::int64_t step = dims.strides[k + 1][inner];
-          copy_run(row[k] + index[inner] * step * size[k], step, size[k],
-                   reinterpret_cast<char*>(gathered[k]) + done * size[k], run);
+          copy_run(row[k] + index[inner] * step * l.size[k], step, l.size[k],
+                   reinterpret_cast<char*>(gathered[k]) + done * l.size[k], run);
         }
         done += run;
         index[inner] += run;
@@ -501,9 +504,9 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
         std::size_t d = inner;
         while (d > 0 && ++index[d - 1] == dims.shape[d - 1]) index[--d] = 0;
         if (inner > 0 && d == inner) {
-          for (std::size_t g = 0; g < num_gathered; ++g) {
-            const std::size_t k = gathered_inputs[g];
-            row[k] += dims.strides[k + 1][inner - 1] * size[k];
+          for (std::size_t g = 0; g < l.num_gathered; ++g) {
+            const std::size_t k = l.gathered_inputs[g];
+            row[k] += dims.strides[k + 1][inner - 1] * l.size[k];
           }
         } else {
           find_rows();
@@ -512,15 +515,15 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
     }
     std::array<const void*, N> ptr{};
     std::array<std::int64_t, N> stride{};
-    for (std::size_t k = 0; k < num_inputs; ++k) {
-      switch (how[k]) {
+    for (std::size_t k = 0; k < l.num_inputs; ++k) {
+      switch (l.how[k]) {
         case FusedRead::flat:
-          ptr[k] = base[k] + first * size[k];
+          ptr[k] = base(k) + first * l.size[k];
           stride[k] = 1;
-          if (stream_output) prefetch_ahead(base[k], first, count, size[k], total);
+          if (l.stream_output) prefetch_ahead(base(k), first, count, l.size[k], l.total);
           break;
         case FusedRead::broadcast:
-          ptr[k] = base[k];
+          ptr[k] = base(k);
           stride[k] = 0;
           break;
         default:
@@ -529,27 +532,58 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
           break;
       }
     }
-    char* dst = out_base + first * out_size;
-    if (!stream_output) {
-      run_ops(ptr, stride, dst, count);
+    char* dst = out_base + first * l.out_size;
+    if (!l.stream_output) {
+      run_ops(program, ptr, stride, dst, count);
       return;
     }
+    // An output far larger than the caches is written with non-temporal stores: no read of
+    // the destination lines before they are overwritten, and no eviction of the inputs' lines.
     alignas(64) std::uint64_t block[fused_block];
-    run_ops(ptr, stride, block, count);
-    stream_store(dst, block, count * out_size);
+    run_ops(program, ptr, stride, block, count);
+    stream_store(dst, block, count * l.out_size);
   };
   auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
-    StreamFence fence{stream_output};
+    StreamFence fence{l.stream_output};
     for (std::int64_t b = begin_block; b < end_block; ++b) {
       const std::int64_t first = b * fused_block;
-      run_block(first, std::min(fused_block, total - first));
+      run_block(first, std::min(fused_block, l.total - first));
     }
   };
-  const std::int64_t blocks = (total + fused_block - 1) / fused_block;
-  if (total < parallel_min_elements || num_threads() == 1)
+  const std::int64_t blocks = (l.total + fused_block - 1) / fused_block;
+  if (l.total < parallel_min_elements || num_threads() == 1)
     run_range(0, blocks);
   else
     parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_range);
+}
+
+}  // namespace
+
+void run_fused(const FusedProgram& program, const FusedLayout& layout, const void* const* inputs,
+               void* out) {
+  if (layout.total == 0) return;
+  switch (layout.mode) {
+    case FusedLayout::Mode::whole_rows:
+      run_fused_whole_rows(program, layout, inputs, static_cast<char*>(out));
+      break;
+    case FusedLayout::Mode::blocks:
+      run_fused_blocks(program, layout, inputs, static_cast<char*>(out));
+      break;
+    case FusedLayout::Mode::long_rows:
+      fail("fused", "a long-row layout needs the inputs' layouts: call run_fused with ArrayRefs");
+  }
+}
+
+void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, const ArrayRef& out) {
+  const FusedLayout layout = layout_fused(inputs, out);
+  if (layout.total == 0) return;
+  if (layout.mode == FusedLayout::Mode::long_rows) {
+    run_fused_long_rows(program, layout, inputs, out);
+    return;
+  }
+  std::array<const void*, N> data{};
+  for (std::size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
+  run_fused(program, layout, data.data(), out.data);
 }
 
 }  // namespace kiln::detail

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/kernel.hpp"
+#include "kernels/strided_loop.hpp"
 
 namespace kiln::detail {
 
@@ -41,8 +42,40 @@ struct FusedProgram {
 /// Looks up each instruction's row kernel for this CPU. Throws if a dtype has no kernel.
 void resolve_fused_program(FusedProgram& program);
 
-/// Runs the program: inputs are broadcast to out.shape (stride 0 on broadcast dims), as the
-/// elementwise families receive them; out is contiguous.
+/// How a fused kernel reads one input over a block of output elements.
+enum class FusedRead : std::uint8_t { flat, broadcast, gathered };
+
+/// How run_fused walks one set of input and output layouts (shapes, strides and dtypes; not
+/// addresses). A compiled plan computes it once per fused step, so a call only supplies data
+/// pointers.
+struct FusedLayout {
+  enum class Mode : std::uint8_t {
+    blocks,      // blocks of fused_block elements; strided inputs gathered per element run
+    whole_rows,  // a matrix with rows of at most fused_block: blocks of whole rows
+    long_rows,   // rows of 2,048 or more with strided inputs: walked row by row (needs refs)
+  };
+  Mode mode = Mode::blocks;
+  std::int64_t total = 0;     // output elements
+  std::int64_t out_size = 0;  // output element bytes
+  std::size_t num_inputs = 0;
+  std::size_t num_gathered = 0;
+  bool stream_output = false;                // output large enough for non-temporal stores
+  CoalescedDims<max_fused_inputs + 1> dims;  // [0] the output's strides, [k + 1] input k's
+  std::array<FusedRead, max_fused_inputs> how{};
+  std::array<std::int64_t, max_fused_inputs> size{};  // input element bytes
+  std::array<std::size_t, max_fused_inputs> gathered_inputs{};
+};
+
+/// The layout of a fused kernel over these inputs (broadcast to out.shape, stride 0 on
+/// broadcast dims, as the elementwise families receive them) and a contiguous out.
+FusedLayout layout_fused(std::span<const ArrayRef> inputs, const ArrayRef& out);
+
+/// Runs the program on data laid out as `layout` says: inputs[k] is input k's first element,
+/// out the output's. The layout's mode must not be long_rows.
+void run_fused(const FusedProgram& program, const FusedLayout& layout, const void* const* inputs,
+               void* out);
+
+/// Runs the program: layout_fused, then the run above (or the row walk of long_rows).
 void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, const ArrayRef& out);
 
 }  // namespace kiln::detail
