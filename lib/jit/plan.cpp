@@ -610,6 +610,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
                            data_of(step.values.back()), out.dtype, step.flat_count);
       continue;
     }
+    if (step.matmul) {
+      run_planned_matmul(*step.matmul, data_of(step.values[0]), data_of(step.values[1]),
+                         data_of(step.values[2]));
+      continue;
+    }
     if (step.fused_layout) {
       std::array<const void*, max_fused_inputs> in{};
       for (std::size_t i = 0; i + 1 < count; ++i) in[i] = data_of(step.values[i]);
@@ -628,10 +633,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     const std::span<const ArrayRef> inputs(refs, count - 1);
     switch (step.kind) {
       case Plan::Step::Kind::kernel:
-        if (step.matmul)
-          run_planned_matmul(*step.matmul, refs[0].data, refs[1].data, refs[2].data);
-        else
-          step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
+        step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
         break;
       case Plan::Step::Kind::fused:
         run_fused(*step.program, inputs, refs[count - 1]);
