@@ -22,6 +22,7 @@
 #include "jit/graph.hpp"
 #include "jit/plan.hpp"
 #include "jit/trace.hpp"
+#include "jit/batch_split.hpp"
 #include "ops/dispatch.hpp"
 #include "state/variable_impl.hpp"
 
@@ -33,6 +34,8 @@ namespace detail {
 struct ConcreteData {
   std::shared_ptr<const GraphData> graph;
   Plan plan;
+  // Static shapes with independent rows: two half plans instead of `plan` (left empty).
+  std::unique_ptr<BatchSplit> split;
   std::vector<std::size_t> vector_sizes;
   std::vector<std::string> descriptions;                       // of the arguments it was traced for
   std::vector<std::shared_ptr<VariableImpl>> owned_variables;  // created by its trace
@@ -435,14 +438,18 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     if (options_.fuse_elementwise) fuse_elementwise(*graph);
   }
   auto cf = std::make_shared<ConcreteData>();
-  if (symbol_sources.empty()) cf->plan = build_plan(*graph);  // else per set of sizes
+  if (symbol_sources.empty()) {  // else per set of sizes
+    cf->split = plan_batch_split(*graph);
+    if (!cf->split) cf->plan = build_plan(*graph);
+  }
   cf->graph = graph;
   cf->vector_sizes = std::move(result.vector_sizes);
   cf->descriptions = args.describe();
   cf->owned_variables = std::move(trace.created_variables());
   cf->symbol_sources = std::move(symbol_sources);
   cf->key = traced_key;
-  cf->counted_bytes = graph->bytes() + cf->plan.bytes() + static_cast<std::int64_t>(cf->key.capacity());
+  cf->counted_bytes = graph->bytes() + cf->plan.bytes() + (cf->split ? cf->split->bytes() : 0) +
+                      static_cast<std::int64_t>(cf->key.capacity());
   trace.commit();  // nothing below can fail: keep what the trace registered
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
 
@@ -467,6 +474,10 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
 
 void FunctionCore::execute(const ConcreteData& cf, const ArgPack& args,
                            std::vector<Tensor>& outputs) const {
+  if (cf.split) {
+    run_batch_split(*cf.split, *cf.graph, args.tensors, options_.name, outputs);
+    return;
+  }
   if (cf.symbol_sources.empty()) {
     run_plan(cf.plan, *cf.graph, args.tensors, options_.name, outputs);
     return;

@@ -562,9 +562,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
           t = &b.held;
         }
         break;
-      case Plan::Root::Kind::constant:
+      case Plan::Root::Kind::constant:  // from byte `offset` on (a batch split's half)
         t = &g.nodes[static_cast<std::size_t>(root.index)].constant;
-        break;
+        b.tensor = t;
+        b.address = t->impl()->data() + root.offset;
+        continue;
       case Plan::Root::Kind::variable:
         b.held = vars[static_cast<std::size_t>(root.index)]->read();
         if (!b.held.impl()->is_contiguous()) b.held = b.held.contiguous();

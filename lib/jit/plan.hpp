@@ -27,8 +27,8 @@ struct Plan {
     std::int32_t index = -1;
     DType dtype = DType::f32;
     Shape shape;  // arena/escape: the buffer's shape (contiguous)
-    std::int64_t offset = 0;
-    Shape strides;           // escape: shape's contiguous strides
+    std::int64_t offset = 0;  // arena: bytes into the arena; constant: bytes into the tensor
+    Shape strides;            // escape: shape's contiguous strides
     std::int64_t bytes = 0;  // escape: the buffer's size
   };
   /// Where a value's elements are: a root plus an element offset and strides.

@@ -37,6 +37,14 @@ int num_threads();
 /// exception thrown by fn is rethrown in the caller (after all chunks have finished).
 void parallel_for(std::int64_t n, std::int64_t grain, RangeFnRef fn);
 
+/// Runs first(0, 1) on the calling thread and second(1, 2) on a helper thread at the same time,
+/// for splits of work too small for the pool's wake-up (a call of a few microseconds): the
+/// helper spins for a while after each job, so back-to-back calls hand over in well under a
+/// microsecond. Runs both inline, one after the other, when there is one thread, when called
+/// from inside a parallel region, or when another thread is using the helper. Returns when both
+/// are done; rethrows first's exception, else second's.
+void parallel_pair(RangeFnRef first, RangeFnRef second);
+
 template <class F>
 requires(!std::is_same_v<std::remove_cvref_t<F>, RangeFnRef>) void parallel_for(std::int64_t n,
                                                                                 std::int64_t grain,
