@@ -4,6 +4,7 @@
 
 #include "core/tensor_impl.hpp"
 #include "kernels/parallel.hpp"
+#include "state/variable_impl.hpp"
 
 namespace kiln::detail {
 
@@ -243,6 +244,14 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g) {
 void run_batch_split(const BatchSplit& split, const GraphData& g,
                      std::span<const Tensor* const> args, const std::string& function_name,
                      std::vector<Tensor>& outputs) {
+  // Both halves see one reading of the variables, as an unsplit call would.
+  std::vector<Tensor> variable_values;
+  if (!g.variables.empty()) {
+    std::vector<std::shared_ptr<VariableImpl>> vars;
+    lock_variables(g, function_name, vars);
+    variable_values.reserve(vars.size());
+    for (const auto& v : vars) variable_values.push_back(v->read());
+  }
   std::array<std::vector<Tensor>, 2> views;
   std::array<std::vector<const Tensor*>, 2> half_args;
   std::array<std::vector<Tensor>, 2> half_outputs;
@@ -259,10 +268,10 @@ void run_batch_split(const BatchSplit& split, const GraphData& g,
     }
   }
   auto run_first = [&](std::int64_t, std::int64_t) {
-    run_plan(split.halves[0], g, half_args[0], function_name, half_outputs[0]);
+    run_plan(split.halves[0], g, half_args[0], function_name, half_outputs[0], variable_values);
   };
   auto run_second = [&](std::int64_t, std::int64_t) {
-    run_plan(split.halves[1], g, half_args[1], function_name, half_outputs[1]);
+    run_plan(split.halves[1], g, half_args[1], function_name, half_outputs[1], variable_values);
   };
   parallel_pair(run_first, run_second);
 

@@ -19,10 +19,10 @@
 #include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "jit/batch_split.hpp"
 #include "jit/graph.hpp"
 #include "jit/plan.hpp"
 #include "jit/trace.hpp"
-#include "jit/batch_split.hpp"
 #include "ops/dispatch.hpp"
 #include "state/variable_impl.hpp"
 

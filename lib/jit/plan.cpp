@@ -507,8 +507,21 @@ std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_
   return shapes;
 }
 
+void lock_variables(const GraphData& g, const std::string& function_name,
+                    std::vector<std::shared_ptr<VariableImpl>>& vars) {
+  for (const auto& weak : g.variables) vars.push_back(weak.lock());
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (!vars[i])
+      fail(function_name,
+           "variable '{}' used by this function was destroyed; the cached graph refers to "
+           "variables by reference and does not keep them alive",
+           g.variable_names[i]);
+  }
+}
+
 void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
-              const std::string& function_name, std::vector<Tensor>& outputs) {
+              const std::string& function_name, std::vector<Tensor>& outputs,
+              std::span<const Tensor> variable_values) {
   // Per-thread scratch (a plan never runs inside another on the same thread: nested functions
   // inline while tracing), emptied on exit so it keeps nothing alive between calls.
   __attribute__((tls_model("initial-exec"))) thread_local std::vector<
@@ -520,14 +533,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     ~ClearVarsOnExit() { v.clear(); }
   } clear_vars_on_exit{vars};
   // Bind variables first: a destroyed variable fails the call before anything runs.
-  for (const auto& weak : g.variables) vars.push_back(weak.lock());
-  for (std::size_t i = 0; i < vars.size(); ++i) {
-    if (!vars[i])
-      fail(function_name,
-           "variable '{}' used by this function was destroyed; the cached graph refers to "
-           "variables by reference and does not keep them alive",
-           g.variable_names[i]);
-  }
+  if (variable_values.empty()) lock_variables(g, function_name, vars);
   // Each root's tensor (for arguments, constants, variables and escapes) and address.
   struct RootBinding {
     Tensor held;                    // a tensor made for this call (escape, variable, copy)
@@ -568,7 +574,8 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
         b.address = t->impl()->data() + root.offset;
         continue;
       case Plan::Root::Kind::variable:
-        b.held = vars[static_cast<std::size_t>(root.index)]->read();
+        b.held = variable_values.empty() ? vars[static_cast<std::size_t>(root.index)]->read()
+                                         : variable_values[static_cast<std::size_t>(root.index)];
         if (!b.held.impl()->is_contiguous()) b.held = b.held.contiguous();
         t = &b.held;
         break;

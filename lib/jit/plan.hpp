@@ -26,10 +26,10 @@ struct Plan {
     Kind kind = Kind::arena;
     std::int32_t index = -1;
     DType dtype = DType::f32;
-    Shape shape;  // arena/escape: the buffer's shape (contiguous)
+    Shape shape;              // arena/escape: the buffer's shape (contiguous)
     std::int64_t offset = 0;  // arena: bytes into the arena; constant: bytes into the tensor
     Shape strides;            // escape: shape's contiguous strides
-    std::int64_t bytes = 0;  // escape: the buffer's size
+    std::int64_t bytes = 0;   // escape: the buffer's size
   };
   /// Where a value's elements are: a root plus an element offset and strides.
   struct Value {
@@ -78,10 +78,17 @@ struct Plan {
 Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
 
 /// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads
-/// are bound first; assignments are applied after every step succeeded, in program order.
-/// Outputs never share memory with the arena.
+/// are bound first (or taken from `variable_values`, one per variable slot, read by the caller:
+/// the halves of a batch split see one reading; such a graph assigns nothing); assignments are
+/// applied after every step succeeded, in program order. Outputs never share memory with the
+/// arena.
 void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
-              const std::string& function_name, std::vector<Tensor>& outputs);
+              const std::string& function_name, std::vector<Tensor>& outputs,
+              std::span<const Tensor> variable_values = {});
+
+/// Appends g's variables to `vars`, failing with a clear error if one was destroyed.
+void lock_variables(const GraphData& g, const std::string& function_name,
+                    std::vector<std::shared_ptr<VariableImpl>>& vars);
 
 /// Every node's shape with dynamic dim i replaced by values[i].
 std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values);
