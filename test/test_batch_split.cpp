@@ -144,6 +144,7 @@ TEST_CASE("small or unsplittable work runs one plan") {
       {"the LSTM over 32 rows", {32, 5, input}, true},
       {"the LSTM over 4 rows: too few rows", {4, 5, input}, false},
       {"one step of it: too little work", {32, 1, input}, false},
+      {"4,096 rows: kernels large enough to use the cores themselves", {4096, 5, input}, false},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);

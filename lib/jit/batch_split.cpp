@@ -195,7 +195,8 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g) {
   if (!rows) return nullptr;
   constexpr std::int64_t min_rows = 8;
   const std::int64_t batch = g.nodes[static_cast<std::size_t>(g.outputs[0])].shape[0];
-  if (batch < min_rows || work_of(g) < min_split_work) return nullptr;
+  const std::int64_t work = work_of(g);
+  if (batch < min_rows || work < min_split_work || work > max_split_work) return nullptr;
 
   auto split = std::make_unique<BatchSplit>();
   split->rows = batch;

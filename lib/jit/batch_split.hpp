@@ -39,9 +39,13 @@ struct BatchSplit {
 /// Work (multiply-adds of products, elementwise element-ops) below which a call is not split:
 /// each half must outweigh the hand-over and the join of the outputs.
 inline constexpr std::int64_t min_split_work = 400'000;
+/// Work above which a call is not split either: its kernels are large enough to spread over the
+/// cores themselves (the thread pool for elementwise ops, OpenBLAS for large products).
+inline constexpr std::int64_t max_split_work = std::int64_t{1} << 24;
 
 /// The split of g for its static shapes, or null when the rows are not independent, the batch
-/// has fewer than 8 rows, the work is below min_split_work, or there is one thread.
+/// has fewer than 8 rows, the work is outside [min_split_work, max_split_work], or there is one
+/// thread.
 std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g);
 
 /// Runs both halves (parallel_pair) and joins their outputs along dim 0.
