@@ -62,31 +62,64 @@ TEST_CASE("batch_rows splits graphs whose rows are independent and refuses the o
     bool independent;
   };
   const std::vector<Case> cases = {
-      {"dense layer", {32, 8},
-       [&](const Tensor& x) { return kiln::relu(kiln::matmul(x, weight.value()) + 1.F); }, true},
-      {"sum over features", {32, 8},
-       [](const Tensor& x) { return x * kiln::sum(x, {1}, true); }, true},
-      {"transpose keeping rows first", {32, 4, 8},
-       [](const Tensor& x) { return kiln::transpose(x, {0, 2, 1}) * 2.F; }, true},
-      {"concat along features", {32, 8},
-       [](const Tensor& x) { return kiln::concat({x, kiln::exp(x)}, 1); }, true},
+      {"dense layer",
+       {32, 8},
+       [&](const Tensor& x) { return kiln::relu(kiln::matmul(x, weight.value()) + 1.F); },
+       true},
+      {"sum over features",
+       {32, 8},
+       [](const Tensor& x) { return x * kiln::sum(x, {1}, true); },
+       true},
+      {"transpose keeping rows first",
+       {32, 4, 8},
+       [](const Tensor& x) {
+         return kiln::transpose(x, {0, 2, 1}) * 2.F;
+       },
+       true},
+      {"concat along features",
+       {32, 8},
+       [](const Tensor& x) {
+         return kiln::concat({x, kiln::exp(x)}, 1);
+       },
+       true},
       {"sum over the batch", {32, 8}, [](const Tensor& x) { return kiln::sum(x, {0}); }, false},
       {"mean of everything", {32, 8}, [](const Tensor& x) { return kiln::mean(x) * x; }, false},
-      {"contraction over rows", {32, 8},
-       [](const Tensor& x) { return kiln::matmul(kiln::transpose(x), x); }, false},
-      {"a variable with a value per row", {32, 8},
-       [&](const Tensor& x) { return x + rows_var.value(); }, false},
-      {"concat along the batch", {32, 8}, [](const Tensor& x) { return kiln::concat({x, x}, 0); },
+      {"contraction over rows",
+       {32, 8},
+       [](const Tensor& x) { return kiln::matmul(kiln::transpose(x), x); },
        false},
-      {"some of the rows", {32, 8},
-       [](const Tensor& x) { return kiln::slice(x, {{0, 16}, {0, 8}}); }, false},
-      {"rows reversed into a transpose", {32, 8},
-       [](const Tensor& x) { return kiln::transpose(x) * 2.F; }, false},
+      {"a variable with a value per row",
+       {32, 8},
+       [&](const Tensor& x) { return x + rows_var.value(); },
+       false},
+      {"concat along the batch",
+       {32, 8},
+       [](const Tensor& x) {
+         return kiln::concat({x, x}, 0);
+       },
+       false},
+      {"some of the rows",
+       {32, 8},
+       [](const Tensor& x) {
+         return kiln::slice(x, {{0, 16}, {0, 8}});
+       },
+       false},
+      {"random numbers drawn in the graph",
+       {32, 8},
+       [](const Tensor& x) {
+         const Tensor key = kiln::tensor<std::int64_t>({1, 2});
+         return x + kiln::random::stateless_uniform({32, 8}, key);
+       },
+       false},
+      {"rows reversed into a transpose",
+       {32, 8},
+       [](const Tensor& x) { return kiln::transpose(x) * 2.F; },
+       false},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
-    const GraphData g =
-        record({c.x}, [&](const std::vector<Tensor>& p) { return std::vector<Tensor>{c.fn(p[0])}; });
+    const GraphData g = record(
+        {c.x}, [&](const std::vector<Tensor>& p) { return std::vector<Tensor>{c.fn(p[0])}; });
     const auto rows = kiln::detail::batch_rows(g);
     CHECK(rows.has_value() == c.independent);
     if (rows) {
@@ -211,8 +244,7 @@ TEST_CASE("parallel_pair runs both parts and rethrows") {
   CHECK_THROWS_WITH(kiln::detail::parallel_pair(first, throws), "part failed");
   CHECK_THROWS_WITH(kiln::detail::parallel_pair(throws, second), "part failed");
   // Nested inside a parallel region: both parts run inline, one after the other.
-  kiln::detail::parallel_for(2, 1, [&](std::int64_t, std::int64_t) {
-    kiln::detail::parallel_pair(first, second);
-  });
+  kiln::detail::parallel_for(
+      2, 1, [&](std::int64_t, std::int64_t) { kiln::detail::parallel_pair(first, second); });
   CHECK(ran.load() >= 204);
 }

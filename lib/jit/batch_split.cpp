@@ -69,7 +69,8 @@ class RowAnalysis {
     bool any_split = false;
     for (auto in : node.inputs) any_split = any_split || is_split(in);
     const Prim p = node.prim;
-    if (p == Prim::dim_size) return std::nullopt;
+    // dim_size would read a half's rows; random numbers drawn twice would differ from one draw.
+    if (p == Prim::dim_size || info(p).family == Family::random) return std::nullopt;
     if (is_elementwise(p)) return elementwise_rule(id, node);
     if (p == Prim::matmul) return matmul_rule(id, node);
     if (p == Prim::broadcast_to && !any_split)
