@@ -150,17 +150,19 @@ class RowAnalysis {
 };
 
 /// Multiply-adds of the products plus element-ops of the elementwise steps.
-std::int64_t work_of(const GraphData& g) {
+std::int64_t work_of(const GraphData& g, const std::vector<Shape>& shapes) {
   std::int64_t work = 0;
-  for (const Node& n : g.nodes) {
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const std::int64_t elements = shapes[i].numel();
     if (n.kind == Node::Kind::fused) {
-      work += n.shape.numel() * static_cast<std::int64_t>(n.program->ops.size());
+      work += elements * static_cast<std::int64_t>(n.program->ops.size());
     } else if (n.kind == Node::Kind::primitive) {
       if (n.prim == Prim::matmul) {
-        const Shape& a = g.nodes[static_cast<std::size_t>(n.inputs[0])].shape;
-        work += n.shape.numel() * (a.empty() ? 1 : a[a.size() - 1]);
+        const Shape& a = shapes[static_cast<std::size_t>(n.inputs[0])];
+        work += elements * (a.empty() ? 1 : a[a.size() - 1]);
       } else if (is_elementwise(n.prim)) {
-        work += n.shape.numel();
+        work += elements;
       }
     }
   }
@@ -188,15 +190,22 @@ std::int64_t BatchSplit::bytes() const {
          halves[0].bytes() + halves[1].bytes();
 }
 
-std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g) {
+std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
+                                             const std::vector<Shape>* bound_shapes) {
   if (num_threads() < 2) return nullptr;
-  for (const Node& n : g.nodes)
-    if (n.shape.has_dynamic_dims()) return nullptr;
-  const auto rows = batch_rows(g);
+  std::vector<Shape> node_shapes;
+  if (bound_shapes == nullptr) {
+    for (const Node& n : g.nodes) node_shapes.push_back(n.shape);
+    bound_shapes = &node_shapes;
+  }
+  const std::vector<Shape>& full = *bound_shapes;
+  for (const Shape& s : full)
+    if (s.has_dynamic_dims()) return nullptr;
+  const auto rows = batch_rows(g, &full);
   if (!rows) return nullptr;
   constexpr std::int64_t min_rows = 8;
-  const std::int64_t batch = g.nodes[static_cast<std::size_t>(g.outputs[0])].shape[0];
-  const std::int64_t work = work_of(g);
+  const std::int64_t batch = full[static_cast<std::size_t>(g.outputs[0])][0];
+  const std::int64_t work = work_of(g, full);
   if (batch < min_rows || work < min_split_work || work > max_split_work) return nullptr;
 
   auto split = std::make_unique<BatchSplit>();
@@ -208,7 +217,7 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g) {
     if (h == 0 || count != batch / 2) {
       shapes.reserve(g.nodes.size());
       for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-        shapes.push_back(g.nodes[i].shape);
+        shapes.push_back(full[i]);
         if ((*rows)[i] != 0) shapes.back()[0] = count;
       }
     }
@@ -238,9 +247,23 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g) {
   for (std::size_t i = 0; i < g.nodes.size(); ++i)
     if (g.nodes[i].kind == Node::Kind::parameter && (*rows)[i] != 0)
       split->split_arguments[static_cast<std::size_t>(g.nodes[i].index)] = 1;
-  for (auto o : g.outputs)
-    split->output_shapes.push_back(g.nodes[static_cast<std::size_t>(o)].shape);
+  for (auto o : g.outputs) split->output_shapes.push_back(full[static_cast<std::size_t>(o)]);
   return split;
+}
+
+Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes) {
+  Executable e;
+  e.split = plan_batch_split(g, shapes);
+  if (!e.split) e.plan = build_plan(g, shapes);
+  return e;
+}
+
+void run_executable(const Executable& e, const GraphData& g, std::span<const Tensor* const> args,
+                    const std::string& function_name, std::vector<Tensor>& outputs) {
+  if (e.split)
+    run_batch_split(*e.split, g, args, function_name, outputs);
+  else
+    run_plan(e.plan, g, args, function_name, outputs);
 }
 
 void run_batch_split(const BatchSplit& split, const GraphData& g,

@@ -43,10 +43,27 @@ inline constexpr std::int64_t min_split_work = 400'000;
 /// cores themselves (the thread pool for elementwise ops, OpenBLAS for large products).
 inline constexpr std::int64_t max_split_work = std::int64_t{1} << 24;
 
-/// The split of g for its static shapes, or null when the rows are not independent, the batch
-/// has fewer than 8 rows, the work is outside [min_split_work, max_split_work], or there is one
-/// thread.
-std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g);
+/// The split of g for the node shapes given (null: the nodes' own, which must be static), or
+/// null when the rows are not independent, the batch has fewer than 8 rows, the work is outside
+/// [min_split_work, max_split_work], or there is one thread.
+std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
+                                             const std::vector<Shape>* shapes = nullptr);
+
+/// What a call of one concrete function for one set of shapes runs: a batch split when the
+/// function qualifies, else one plan.
+struct Executable {
+  Plan plan;  // empty when split is set
+  std::unique_ptr<BatchSplit> split;
+
+  std::int64_t bytes() const { return split ? split->bytes() : plan.bytes(); }
+};
+
+/// Builds the executable of g for the node shapes given (null: the nodes' own).
+Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
+
+/// Runs it: the split's halves, or the plan.
+void run_executable(const Executable& e, const GraphData& g, std::span<const Tensor* const> args,
+                    const std::string& function_name, std::vector<Tensor>& outputs);
 
 /// Runs both halves (parallel_pair) and joins their outputs along dim 0.
 void run_batch_split(const BatchSplit& split, const GraphData& g,

@@ -33,9 +33,7 @@ namespace detail {
 /// A traced, optimized and planned specialization.
 struct ConcreteData {
   std::shared_ptr<const GraphData> graph;
-  Plan plan;
-  // Static shapes with independent rows: two half plans instead of `plan` (left empty).
-  std::unique_ptr<BatchSplit> split;
+  Executable executable;  // static shapes; with dynamic dims, one per set of sizes in `bound`
   std::vector<std::size_t> vector_sizes;
   std::vector<std::string> descriptions;                       // of the arguments it was traced for
   std::vector<std::shared_ptr<VariableImpl>> owned_variables;  // created by its trace
@@ -44,10 +42,10 @@ struct ConcreteData {
   // shapes for each set of sizes seen so far.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
   mutable std::mutex bound_mutex;
-  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const Plan>> bound;
+  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const Executable>> bound;
   mutable std::int64_t bound_bytes = 0;
-  /// The plan for this call's sizes of the dynamic dims (built once per distinct sizes).
-  std::shared_ptr<const Plan> plan_for(std::span<const Tensor* const> args) const;
+  /// The executable for this call's sizes of the dynamic dims (built once per distinct sizes).
+  std::shared_ptr<const Executable> executable_for(std::span<const Tensor* const> args) const;
   std::string key;  // the cache key it is stored under
   ~ConcreteData();
 };
@@ -88,7 +86,8 @@ ConcreteData::~ConcreteData() {
                           -counted_bytes - bound_bytes);
 }
 
-std::shared_ptr<const Plan> ConcreteData::plan_for(std::span<const Tensor* const> args) const {
+std::shared_ptr<const Executable> ConcreteData::executable_for(
+    std::span<const Tensor* const> args) const {
   thread_local std::vector<std::int64_t> values;
   values.clear();
   for (auto [t, d] : symbol_sources) values.push_back(args[t]->shape()[d]);
@@ -103,13 +102,13 @@ std::shared_ptr<const Plan> ConcreteData::plan_for(std::span<const Tensor* const
     bound_bytes = 0;
   }
   const std::vector<Shape> shapes = bind_shapes(*graph, values);
-  auto bound_plan = std::make_shared<const Plan>(build_plan(*graph, &shapes));
-  const auto bytes =
-      bound_plan->bytes() + static_cast<std::int64_t>(values.size() * sizeof(std::int64_t) + 64);
+  auto bound_executable = std::make_shared<const Executable>(build_executable(*graph, &shapes));
+  const auto bytes = bound_executable->bytes() +
+                     static_cast<std::int64_t>(values.size() * sizeof(std::int64_t) + 64);
   bound_bytes += bytes;
   count_cached_function(0, 0, bytes);
-  bound.emplace(values, bound_plan);
-  return bound_plan;
+  bound.emplace(values, bound_executable);
+  return bound_executable;
 }
 
 namespace {
@@ -438,17 +437,14 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     if (options_.fuse_elementwise) fuse_elementwise(*graph);
   }
   auto cf = std::make_shared<ConcreteData>();
-  if (symbol_sources.empty()) {  // else per set of sizes
-    cf->split = plan_batch_split(*graph);
-    if (!cf->split) cf->plan = build_plan(*graph);
-  }
+  if (symbol_sources.empty()) cf->executable = build_executable(*graph);  // else per set of sizes
   cf->graph = graph;
   cf->vector_sizes = std::move(result.vector_sizes);
   cf->descriptions = args.describe();
   cf->owned_variables = std::move(trace.created_variables());
   cf->symbol_sources = std::move(symbol_sources);
   cf->key = traced_key;
-  cf->counted_bytes = graph->bytes() + cf->plan.bytes() + (cf->split ? cf->split->bytes() : 0) +
+  cf->counted_bytes = graph->bytes() + cf->executable.bytes() +
                       static_cast<std::int64_t>(cf->key.capacity());
   trace.commit();  // nothing below can fail: keep what the trace registered
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
@@ -474,16 +470,12 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
 
 void FunctionCore::execute(const ConcreteData& cf, const ArgPack& args,
                            std::vector<Tensor>& outputs) const {
-  if (cf.split) {
-    run_batch_split(*cf.split, *cf.graph, args.tensors, options_.name, outputs);
-    return;
-  }
   if (cf.symbol_sources.empty()) {
-    run_plan(cf.plan, *cf.graph, args.tensors, options_.name, outputs);
+    run_executable(cf.executable, *cf.graph, args.tensors, options_.name, outputs);
     return;
   }
-  const auto plan = cf.plan_for(args.tensors);
-  run_plan(*plan, *cf.graph, args.tensors, options_.name, outputs);
+  const auto executable = cf.executable_for(args.tensors);
+  run_executable(*executable, *cf.graph, args.tensors, options_.name, outputs);
 }
 
 const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& cf) const {

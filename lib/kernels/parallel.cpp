@@ -260,10 +260,17 @@ void parallel_pair(RangeFnRef first, RangeFnRef second) {
     ran = pair_helper().try_run(first, second, first_error, second_error);
     inside_parallel_region = false;
   }
-  if (!ran) {
-    first(0, 1);
-    second(1, 2);
-    return;
+  if (!ran) {  // both parts run, as on two threads, even when the first throws
+    try {
+      first(0, 1);
+    } catch (...) {
+      first_error = std::current_exception();
+    }
+    try {
+      second(1, 2);
+    } catch (...) {
+      second_error = std::current_exception();
+    }
   }
   if (first_error) std::rethrow_exception(first_error);
   if (second_error) std::rethrow_exception(second_error);
