@@ -18,17 +18,10 @@
 using kiln::Shape;
 using kiln::Tensor;
 using kiln::detail::GraphData;
+using kiln::test::close;
 using kiln::test::record;
 
 namespace {
-
-bool close(const Tensor& a, const Tensor& b, double tol = 1e-5) {
-  if (a.shape() != b.shape()) return false;
-  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
-  for (std::size_t i = 0; i < x.size(); ++i)
-    if (std::abs(x[i] - y[i]) > tol * (1 + std::abs(y[i]))) return false;
-  return true;
-}
 
 constexpr std::int64_t input = 10, hidden = 20;
 
