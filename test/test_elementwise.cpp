@@ -574,12 +574,23 @@ TEST_CASE("zero-size, non-contiguous and long inputs", "[elementwise]") {
   }
 }
 
-TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
+namespace {
+
+/// The row tables this CPU can run: sse2 always, then avx2 and avx512 when present.
+std::vector<const kiln::detail::ElementwiseRowTable*> row_tables_of_this_cpu() {
   using namespace kiln::detail;
   const auto cpu = xsimd::available_architectures();
   std::vector<const ElementwiseRowTable*> tables = {&elementwise_rows_sse2()};
   if (cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx2());
   if (cpu.avx512f && cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx512());
+  return tables;
+}
+
+}  // namespace
+
+TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
+  using namespace kiln::detail;
+  const auto tables = row_tables_of_this_cpu();
   if (std::getenv("KILN_SIMD") == nullptr)
     CHECK(std::string(elementwise_rows().isa_name) == tables.back()->isa_name);
   std::vector<double> in;
@@ -600,10 +611,7 @@ TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
 TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruction set",
           "[elementwise]") {
   using namespace kiln::detail;
-  const auto cpu = xsimd::available_architectures();
-  std::vector<const ElementwiseRowTable*> tables = {&elementwise_rows_sse2()};
-  if (cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx2());
-  if (cpu.avx512f && cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx512());
+  const auto tables = row_tables_of_this_cpu();
   // Every 4099th float in [-100, 100] (about a million, reaching down to 1e-38 in magnitude),
   // then both signs of the normal powers of two.
   std::vector<float> in;

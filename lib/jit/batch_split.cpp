@@ -212,9 +212,10 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
   split->rows = batch;
   split->first_row = {0, batch / 2};
   for (std::size_t h = 0; h < 2; ++h) {
-    const std::int64_t count = h == 0 ? batch / 2 : batch - batch / 2;
+    const std::int64_t count = split->half_rows(h);
+    const bool same_as_first = h == 1 && count == split->half_rows(0);
     std::vector<Shape> shapes;
-    if (h == 0 || count != batch / 2) {
+    if (!same_as_first) {
       shapes.reserve(g.nodes.size());
       for (std::size_t i = 0; i < g.nodes.size(); ++i) {
         shapes.push_back(full[i]);
@@ -222,7 +223,7 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
       }
     }
     Plan& plan = split->halves[h];
-    if (h == 1 && count == batch / 2)
+    if (same_as_first)
       plan = split->halves[0];  // an even batch: the same plan, read from other rows
     else
       plan = build_plan(g, &shapes);
@@ -281,7 +282,7 @@ void run_batch_split(const BatchSplit& split, const GraphData& g,
   std::array<std::vector<const Tensor*>, 2> half_args;
   std::array<std::vector<Tensor>, 2> half_outputs;
   for (std::size_t h = 0; h < 2; ++h) {
-    const std::int64_t count = h == 0 ? split.first_row[1] : split.rows - split.first_row[1];
+    const std::int64_t count = split.half_rows(h);
     views[h].reserve(args.size());
     for (std::size_t a = 0; a < args.size(); ++a) {
       if (a < split.split_arguments.size() && split.split_arguments[a] != 0) {

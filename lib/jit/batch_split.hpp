@@ -33,6 +33,9 @@ struct BatchSplit {
   std::vector<std::uint8_t> split_arguments;  // per tensor argument: sliced by rows or not
   std::vector<Shape> output_shapes;           // of the whole call
 
+  /// Rows of half h: rows / 2, then the rest.
+  std::int64_t half_rows(std::size_t h) const { return h == 0 ? rows / 2 : rows - rows / 2; }
+
   std::int64_t bytes() const;
 };
 
