@@ -251,6 +251,22 @@ TEST_CASE("creation ops reject bad arguments", "[creation]") {
          kiln::full({std::int64_t{1} << 32, std::int64_t{1} << 32}, 1.0);
        },
        "[full] shape [4294967296,4294967296] has too many elements"},
+      // Past the element limit, and beyond any address space: the error names the op called.
+      {"zeros past the element limit", [] { kiln::zeros({std::int64_t{1} << 62}); },
+       "[zeros] shape [4611686018427387904] has too many elements"},
+      {"zeros beyond memory", [] { kiln::zeros({std::int64_t{1} << 48}); },
+       "[zeros] out of memory allocating 1125899906842624 bytes"},
+      {"ones beyond memory",
+       [] {
+         kiln::ones({std::int64_t{1} << 24, std::int64_t{1} << 24});
+       },
+       "[ones] out of memory allocating 1125899906842624 bytes"},
+      {"random.normal beyond memory",
+       [] { kiln::random::normal({std::int64_t{1} << 48}, 0, 1, 1); },
+       "[random.normal] out of memory allocating 1125899906842624 bytes"},
+      {"broadcast_to beyond memory",
+       [] { kiln::broadcast_to(kiln::ones({1}), {std::int64_t{1} << 48}) + 1.f; },
+       "[add] out of memory allocating 1125899906842624 bytes"},
       {"zeros_like undefined", [] { kiln::zeros_like(Tensor{}); },
        "[zeros_like] argument 0 is an undefined tensor"},
       {"full_like undefined", [] { kiln::full_like(Tensor{}, 1.0); },

@@ -47,9 +47,9 @@ struct FunctionOptions {
   bool optimize = true;
   /// Individual passes, used when `optimize` is true (dead-code and common-subexpression
   /// elimination always run then).
-  bool fold_constants = true;     ///< evaluate subgraphs that depend only on constants
-  bool simplify = true;           ///< x*1, x+0, transpose of transpose, reshape chains, ...
-  bool fuse_elementwise = true;   ///< one kernel per tree of elementwise ops
+  bool fold_constants = true;    ///< evaluate subgraphs that depend only on constants
+  bool simplify = true;          ///< x*1, x+0, transpose of transpose, reshape chains, ...
+  bool fuse_elementwise = true;  ///< one kernel per tree of elementwise ops
 };
 
 /// A traced graph (read-only view for introspection).
@@ -172,8 +172,8 @@ template <class R>
 struct Rebuild;
 template <>
 struct Rebuild<Tensor> {
-  static Tensor from(std::vector<Tensor>& flat, const std::vector<std::size_t>&,
-                     std::size_t& pos, std::size_t&) {
+  static Tensor from(std::vector<Tensor>& flat, const std::vector<std::size_t>&, std::size_t& pos,
+                     std::size_t&) {
     return std::move(flat[pos++]);
   }
 };
@@ -191,17 +191,15 @@ struct Rebuild<std::vector<Tensor>> {
 };
 template <class... Ts>
 struct Rebuild<std::tuple<Ts...>> {
-  static std::tuple<Ts...> from(std::vector<Tensor>& flat,
-                                const std::vector<std::size_t>& sizes, std::size_t& pos,
-                                std::size_t& size_pos) {
+  static std::tuple<Ts...> from(std::vector<Tensor>& flat, const std::vector<std::size_t>& sizes,
+                                std::size_t& pos, std::size_t& size_pos) {
     return std::tuple<Ts...>{Rebuild<Ts>::from(flat, sizes, pos, size_pos)...};
   }
 };
 template <class A, class B>
 struct Rebuild<std::pair<A, B>> {
-  static std::pair<A, B> from(std::vector<Tensor>& flat,
-                              const std::vector<std::size_t>& sizes, std::size_t& pos,
-                              std::size_t& size_pos) {
+  static std::pair<A, B> from(std::vector<Tensor>& flat, const std::vector<std::size_t>& sizes,
+                              std::size_t& pos, std::size_t& size_pos) {
     A a = Rebuild<A>::from(flat, sizes, pos, size_pos);
     B b = Rebuild<B>::from(flat, sizes, pos, size_pos);
     return {std::move(a), std::move(b)};
@@ -292,7 +290,10 @@ class Function {
     detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
     auto tracer = make_tracer<R>(args...);
     auto cf = core_->lookup(pack, mode, tracer);
-    if (mode == detail::FunctionCore::Mode::run_eagerly) return (*f_)(args...);
+    if (mode == detail::FunctionCore::Mode::run_eagerly) {
+      detail::VariableSnapshot snapshot;  // one value of each variable for the whole call
+      return (*f_)(args...);
+    }
     // Outputs also go through a per-thread vector (no allocation per call once warm).
     thread_local std::vector<Tensor> flat;
     struct ReleaseOutputs {

@@ -75,4 +75,21 @@ std::vector<Variable> global_variables(std::string_view scope_prefix = "");
 /// Like global_variables, keeping only variables whose trainable() is true.
 std::vector<Variable> trainable_variables(std::string_view scope_prefix = "");
 
+namespace detail {
+/// Internal. While a VariableSnapshot lives, every read of a variable on its thread returns one
+/// value: the one the first read returned, or the one this thread assigned since. An eagerly run
+/// call of a kiln::function holds one, so it sees one consistent value of each variable it reads,
+/// as a compiled plan does. Snapshots nest: an inner one shares the outer one's values.
+class VariableSnapshot {
+ public:
+  VariableSnapshot();
+  ~VariableSnapshot();
+  VariableSnapshot(const VariableSnapshot&) = delete;
+  VariableSnapshot& operator=(const VariableSnapshot&) = delete;
+
+ private:
+  bool outermost_;
+};
+}  // namespace detail
+
 }  // namespace kiln

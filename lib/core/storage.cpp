@@ -243,10 +243,10 @@ void count_new_buffer(std::size_t bytes) {
 }
 }  // namespace
 
-Storage::Storage(std::size_t bytes) : bytes_(bytes) {
+Storage::Storage(std::size_t bytes, const char* op) : bytes_(bytes) {
   data_ = allocate_block(bytes);
   if (data_ == nullptr)
-    throw Error(fmt::format("[alloc] out of memory allocating {} bytes", bytes));
+    throw Error(fmt::format("[{}] out of memory allocating {} bytes", op, bytes));
   count_new_buffer(bytes);
 }
 
@@ -261,10 +261,10 @@ Storage::~Storage() {
   live_bytes.fetch_sub(static_cast<std::int64_t>(bytes_), std::memory_order_relaxed);
 }
 
-std::shared_ptr<Storage> allocate_storage(std::size_t bytes) {
+std::shared_ptr<Storage> allocate_storage(std::size_t bytes, const char* op) {
   if (bytes <= InlineStorage::capacity)
     return std::allocate_shared<InlineStorage>(CachedAllocator<InlineStorage>{}, bytes);
-  return std::allocate_shared<Storage>(CachedAllocator<Storage>{}, bytes);
+  return std::allocate_shared<Storage>(CachedAllocator<Storage>{}, bytes, op);
 }
 
 void count_cached_function(std::int64_t functions, std::int64_t nodes, std::int64_t bytes) {

@@ -12,7 +12,8 @@ class Storage {
  public:
   /// Uninitialized buffer of `bytes` bytes (64-byte aligned; a zero-size buffer still has
   /// a valid, non-null pointer).
-  explicit Storage(std::size_t bytes);
+  /// Throws "[op] out of memory ..." when the buffer cannot be had.
+  explicit Storage(std::size_t bytes, const char* op = "alloc");
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -41,7 +42,8 @@ class InlineStorage final : public Storage {
   alignas(64) unsigned char buffer_[capacity];
 };
 
-std::shared_ptr<Storage> allocate_storage(std::size_t bytes);
+/// A buffer of `bytes` bytes for op `op` (named in the out-of-memory error).
+std::shared_ptr<Storage> allocate_storage(std::size_t bytes, const char* op = "alloc");
 
 /// 64-byte aligned memory from a per-thread cache of small blocks (falls back to
 /// aligned_alloc for large sizes). free_block must get the same size.

@@ -42,21 +42,22 @@ void check_concrete(const TensorImpl& t, const char* op) {
          dtype_name(t.dtype), t.shape);
 }
 
-Tensor empty(const Shape& shape, DType dtype) {
+Tensor empty(const Shape& shape, DType dtype, const char* op) {
   // `span`, the product of the non-zero dims, bounds the strides: it must not overflow even
   // when a zero dim makes the tensor empty.
   std::int64_t n = 1;
   std::int64_t span = 1;
   bool overflow = false;
   for (auto d : shape) {
-    if (d < 0) fail("empty", "negative dimension in shape {}", shape);
+    if (d < 0) fail(op, "negative dimension in shape {}", shape);
     overflow = overflow || __builtin_mul_overflow(n, d, &n);
     if (d != 0) overflow = overflow || __builtin_mul_overflow(span, d, &span);
   }
-  if (overflow || n > (std::int64_t{1} << 50))
-    fail("empty", "shape {} has too many elements", shape);
-  return empty_checked(shape, contiguous_strides(shape), dtype,
-                       static_cast<std::size_t>(n) * dtype_size(dtype));
+  if (overflow || n > (std::int64_t{1} << 50)) fail(op, "shape {} has too many elements", shape);
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape,
+                                                 contiguous_strides(shape), 0,
+                                                 allocate_storage(bytes, op)));
 }
 
 Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std::size_t bytes) {

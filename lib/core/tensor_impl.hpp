@@ -43,8 +43,9 @@ struct TensorImpl {
 /// Throws "[op] ... symbolic ..." when t is a symbolic tensor of a function being traced.
 void check_concrete(const TensorImpl& t, const char* op);
 
-/// A new, uninitialized contiguous tensor.
-Tensor empty(const Shape& shape, DType dtype);
+/// A new, uninitialized contiguous tensor for op `op`, which errors name (a shape with too
+/// many elements, or out of memory).
+Tensor empty(const Shape& shape, DType dtype, const char* op = "empty");
 /// empty() for a layout checked in advance (a compiled plan's output buffers): `strides` are
 /// shape's contiguous strides and `bytes` its size, so nothing is recomputed or validated.
 Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std::size_t bytes);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <bit>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -234,6 +235,26 @@ class CacheLock {
   std::atomic<bool> locked_{false};
 };
 
+/// A trace in progress, which callers with the same signature wait for.
+struct PendingTrace {
+  std::thread::id tracer = std::this_thread::get_id();
+  std::mutex mutex;
+  std::condition_variable done_changed;
+  bool done = false;
+
+  void wait() {
+    std::unique_lock lock(mutex);
+    done_changed.wait(lock, [&] { return done; });
+  }
+  void finish() {
+    {
+      std::lock_guard lock(mutex);
+      done = true;
+    }
+    done_changed.notify_all();
+  }
+};
+
 struct FunctionCore::State {
   mutable CacheLock mutex;
   std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
@@ -242,6 +263,9 @@ struct FunctionCore::State {
   std::shared_ptr<const ConcreteData> last;  // concrete function of the previous call
   int retrace_warnings = 0;
   bool limit_warned = false;
+  // Signatures being traced now, each by one thread; they count against max_traces, and a
+  // second caller with the same signature waits for that trace instead of tracing again.
+  std::unordered_map<std::string, std::shared_ptr<PendingTrace>> pending;
   // Dims marked -1 in the input_signature: (tensor index, dim), in order.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> dynamic_dims;
 };
@@ -369,40 +393,77 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   const auto previous = [](const State& state) -> std::vector<std::string> {
     return state.last ? state.last->descriptions : std::vector<std::string>{};
   };
-  {
-    std::lock_guard lock(st.mutex);
-    // Most calls repeat the previous call's signature: compare with it before hashing.
-    if (st.last && st.last->key == key) {
-      st.recent.push(false);
-      return st.last;
-    }
-    auto it = st.cache.find(key);
-    if (it != st.cache.end()) {
-      st.recent.push(false);
-      if (st.last != it->second) st.last = it->second;
-      return it->second;
-    }
-    if (st.traces >= options_.max_traces) {
-      if (options_.on_limit == OnTraceLimit::throw_error)
-        fail(options_.name,
-             "a new input signature after {} traces (max_traces); {}. Mark varying dims dynamic "
-             "with input_signature, pass varying numbers as tensors, or raise max_traces",
-             st.traces, describe_change(previous(st), args.describe()));
-      if (!st.limit_warned) {
-        st.limit_warned = true;
-        log_warning(fmt::format(
-            "[{}] reached max_traces={}; new input signatures now run eagerly "
-            "({})",
-            options_.name, options_.max_traces, describe_change(previous(st), args.describe())));
+  std::shared_ptr<PendingTrace> pending;  // this thread's trace of `key`, once reserved
+  bool first_trace = false;
+  for (;;) {
+    std::shared_ptr<PendingTrace> other;
+    {
+      std::lock_guard lock(st.mutex);
+      // Most calls repeat the previous call's signature: compare with it before hashing.
+      if (st.last && st.last->key == key) {
+        st.recent.push(false);
+        return st.last;
       }
-      mode = Mode::run_eagerly;
-      return nullptr;
+      auto it = st.cache.find(key);
+      if (it != st.cache.end()) {
+        st.recent.push(false);
+        if (st.last != it->second) st.last = it->second;
+        return it->second;
+      }
+      auto busy = st.pending.find(key);
+      if (busy != st.pending.end()) {
+        // Tracing the same signature on this thread again (get_concrete_function from inside
+        // the trace) cannot wait for itself: it traces without a place of its own.
+        if (busy->second->tracer == std::this_thread::get_id()) break;
+        other = busy->second;
+      } else {
+        // Traces in progress hold their places under the limit, so concurrent first calls
+        // cannot trace past it.
+        const int reserved = st.traces + static_cast<int>(st.pending.size());
+        if (reserved >= options_.max_traces) {
+          if (options_.on_limit == OnTraceLimit::throw_error)
+            fail(options_.name,
+                 "a new input signature after {} traces (max_traces); {}. Mark varying dims "
+                 "dynamic with input_signature, pass varying numbers as tensors, or raise "
+                 "max_traces",
+                 reserved, describe_change(previous(st), args.describe()));
+          if (!st.limit_warned) {
+            st.limit_warned = true;
+            log_warning(
+                fmt::format("[{}] reached max_traces={}; new input signatures now run eagerly "
+                            "({})",
+                            options_.name, options_.max_traces,
+                            describe_change(previous(st), args.describe())));
+          }
+          mode = Mode::run_eagerly;
+          return nullptr;
+        }
+        pending = std::make_shared<PendingTrace>();
+        st.pending.emplace(key, pending);
+        first_trace = st.traces == 0;
+      }
     }
+    if (pending) break;
+    other->wait();  // then look again: it published its result, or failed
   }
+  // However this trace ends, its place under the limit is given back and waiters wake.
+  struct EndPending {
+    State& st;
+    std::string key;
+    std::shared_ptr<PendingTrace> pending;
+    ~EndPending() {
+      if (!pending) return;
+      {
+        std::lock_guard lock(st.mutex);
+        st.pending.erase(key);
+      }
+      pending->finish();
+    }
+  } end_pending{st, pending ? key : std::string(), pending};
 
   // Trace outside the lock (user code may call other functions). A failed trace publishes
   // nothing and releases the variables it created.
-  TraceContext trace(options_.name, /*allow_variable_creation*/ tracing_count() == 0);
+  TraceContext trace(options_.name, /*allow_variable_creation*/ first_trace);
   TraceResult result;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
   const std::string traced_key =
@@ -441,17 +502,17 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   cf->graph = graph;
   cf->vector_sizes = std::move(result.vector_sizes);
   cf->descriptions = args.describe();
-  cf->owned_variables = std::move(trace.created_variables());
+  cf->owned_variables = std::move(trace.owned_variables());
   cf->symbol_sources = std::move(symbol_sources);
   cf->key = traced_key;
-  cf->counted_bytes = graph->bytes() + cf->executable.bytes() +
-                      static_cast<std::int64_t>(cf->key.capacity());
+  cf->counted_bytes =
+      graph->bytes() + cf->executable.bytes() + static_cast<std::int64_t>(cf->key.capacity());
   trace.commit();  // nothing below can fail: keep what the trace registered
   count_cached_function(1, static_cast<std::int64_t>(graph->nodes.size()), cf->counted_bytes);
 
   std::lock_guard lock(st.mutex);
   auto [it, inserted] = st.cache.emplace(traced_key, cf);
-  if (!inserted) return it->second;  // another thread published the same signature first
+  if (!inserted) return it->second;  // only after a nested trace of the same signature
   ++st.traces;
   st.recent.push(true);
   const int traced = st.recent.traced();

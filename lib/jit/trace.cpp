@@ -1,5 +1,6 @@
 #include "jit/trace.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include "core/fail.hpp"
@@ -25,6 +26,20 @@ TraceContext::TraceContext(std::string function_name, bool allow_variable_creati
 
 TraceContext::~TraceContext() {
   for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
+  for (auto it = claimed_.rbegin(); it != claimed_.rend(); ++it)
+    release_provisional(**it, /*succeeded*/ false);
+}
+
+void TraceContext::commit() {
+  undo_.clear();
+  for (VariableImpl* v : claimed_) release_provisional(*v, /*succeeded*/ true);
+  claimed_.clear();
+}
+
+void TraceContext::add_created_variable(const std::shared_ptr<VariableImpl>& v) {
+  mark_provisional(*v);
+  owned_.push_back(v);
+  claimed_.push_back(v.get());
 }
 
 std::int32_t TraceContext::add_node(Node n) {
@@ -103,6 +118,13 @@ Tensor TraceContext::add_primitive(Prim p, std::span<const Tensor* const> inputs
 std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v) {
   auto it = slots_.find(v.get());
   if (it != slots_.end()) return it->second;
+  // A variable another unfinished trace created: this trace's success must keep it.
+  if (v->provisional.load(std::memory_order_acquire) &&
+      std::find(claimed_.begin(), claimed_.end(), v.get()) == claimed_.end() &&
+      claim_provisional(*v)) {
+    owned_.push_back(v);
+    claimed_.push_back(v.get());
+  }
   const auto slot = static_cast<std::int32_t>(graph_.variables.size());
   graph_.variables.push_back(v);
   graph_.variable_names.push_back(v->name);

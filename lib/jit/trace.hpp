@@ -18,7 +18,8 @@ class TraceContext {
   /// `allow_variable_creation`: whether variables may be created while this trace runs (only
   /// during a function's first trace). `function_name` is used in messages.
   TraceContext(std::string function_name, bool allow_variable_creation);
-  /// Runs the on_failure actions (newest first) unless commit() was called.
+  /// Unless commit() was called: runs the on_failure actions (newest first) and ends this
+  /// trace's claims on provisional variables as failed.
   ~TraceContext();
   TraceContext(const TraceContext&) = delete;
   TraceContext& operator=(const TraceContext&) = delete;
@@ -40,14 +41,18 @@ class TraceContext {
   Tensor read_variable(const std::shared_ptr<VariableImpl>& v);
   /// Records an assignment of `value` to v.
   void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value);
-  /// Variables created while this trace ran (released if the trace fails).
-  std::vector<std::shared_ptr<VariableImpl>>& created_variables() { return created_; }
+  /// Variables this trace created, and provisional ones of other unfinished traces that it
+  /// used: the concrete function keeps them alive (released if the trace fails).
+  std::vector<std::shared_ptr<VariableImpl>>& owned_variables() { return owned_; }
+  /// Records a variable this trace has just created: provisional, with this trace's claim.
+  void add_created_variable(const std::shared_ptr<VariableImpl>& v);
   /// Registers `undo` to run if this trace fails (ends without commit()): it reverts
   /// bookkeeping done while tracing, such as a module or variable store recording a variable
   /// the trace created, so that a failed trace leaves no trace. `undo` must not throw.
   void on_failure(std::function<void()> undo) { undo_.push_back(std::move(undo)); }
-  /// The trace succeeded: its on_failure actions are dropped.
-  void commit() { undo_.clear(); }
+  /// The trace succeeded: its on_failure actions are dropped, and the provisional variables it
+  /// created or used are kept.
+  void commit();
   /// Marks t (an output of the traced function) and returns its node.
   std::int32_t node_of(const Tensor& t, const char* what);
 
@@ -67,7 +72,8 @@ class TraceContext {
   // Per variable slot: the symbolic tensor reads return until the next assignment (one tensor,
   // so gradient tapes see every read of the same value as the same tensor).
   std::vector<Tensor> current_tensor_;
-  std::vector<std::shared_ptr<VariableImpl>> created_;
+  std::vector<std::shared_ptr<VariableImpl>> owned_;
+  std::vector<VariableImpl*> claimed_;  // provisional variables this trace holds a claim on
   std::vector<std::function<void()>> undo_;
 };
 

@@ -101,7 +101,7 @@ std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs,
 /// Allocates the output and runs p's kernel on inputs (see KernelCall for what kernels get).
 Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
                   DType out_dtype, const Shape& out_shape) {
-  Tensor out = empty(out_shape, out_dtype);
+  Tensor out = empty(out_shape, out_dtype, name(p).data());  // names are literals
   const TensorImpl& out_impl = *out.impl();
   const bool elementwise = is_elementwise(p);
   const std::int64_t n = out_shape.numel();

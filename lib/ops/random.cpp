@@ -108,8 +108,8 @@ constexpr std::int64_t elements_per_chunk = 1 << 14;
 
 /// A new tensor whose element i is sample(i), written as T.
 template <class T, class Sample>
-Tensor generate(const Shape& shape, DType dtype, const Sample& sample) {
-  Tensor out = detail::empty(shape, dtype);
+Tensor generate(std::string_view op, const Shape& shape, DType dtype, const Sample& sample) {
+  Tensor out = detail::empty(shape, dtype, op.data());  // op names are literals
   T* values = detail::data_ptr<T>(out);
   auto fill_range = [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) values[i] = sample(static_cast<std::uint64_t>(i));
@@ -119,11 +119,11 @@ Tensor generate(const Shape& shape, DType dtype, const Sample& sample) {
 }
 
 template <class T>
-Tensor normal_tensor(const Shape& shape, double mean, double stddev, std::uint64_t seed,
-                     DType dtype, bool truncated) {
+Tensor normal_tensor(std::string_view op, const Shape& shape, double mean, double stddev,
+                     std::uint64_t seed, DType dtype, bool truncated) {
   const auto mean_t = static_cast<T>(mean);
   const auto stddev_t = static_cast<T>(stddev);
-  return generate<T>(shape, dtype, [&](std::uint64_t index) {
+  return generate<T>(op, shape, dtype, [&](std::uint64_t index) {
     double z = standard_normal(random_block(seed, index, 0));
     for (std::uint32_t attempt = 1; truncated && std::abs(z) > 2.0; ++attempt)
       z = standard_normal(random_block(seed, index, attempt));
@@ -134,8 +134,9 @@ Tensor normal_tensor(const Shape& shape, double mean, double stddev, std::uint64
 Tensor draw_normal(std::string_view op, const Shape& shape, double mean, double stddev,
                    std::uint64_t seed, DType dtype, bool truncated) {
   check_normal(op, shape, mean, stddev, dtype);
-  if (dtype == DType::f32) return normal_tensor<float>(shape, mean, stddev, seed, dtype, truncated);
-  return normal_tensor<double>(shape, mean, stddev, seed, dtype, truncated);
+  if (dtype == DType::f32)
+    return normal_tensor<float>(op, shape, mean, stddev, seed, dtype, truncated);
+  return normal_tensor<double>(op, shape, mean, stddev, seed, dtype, truncated);
 }
 
 template <class T>
@@ -143,7 +144,7 @@ Tensor uniform_tensor(const Shape& shape, double low, double high, std::uint64_t
                       DType dtype) {
   const auto low_t = static_cast<T>(low);
   const auto high_t = static_cast<T>(high);
-  return generate<T>(shape, dtype, [&](std::uint64_t index) {
+  return generate<T>(uniform_op, shape, dtype, [&](std::uint64_t index) {
     return uniform_sample<T>(random_block(seed, index, 0), low_t, high_t);
   });
 }

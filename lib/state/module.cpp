@@ -267,16 +267,14 @@ Variable Module::add_variable(std::string_view name, const Shape& shape,
   Variable v =
       detail::create_variable(initial, std::move(full), trainable && !effectively_frozen(s));
   s.variables.push_back({std::string(name), v, trainable});
-  if (detail::TraceContext* trace = detail::current_trace()) {
-    // If the trace fails, the module forgets the variable it created (a failed trace leaves
-    // no trace), and the retry creates it again.
-    trace->on_failure([weak = std::weak_ptr(state_), id = v.id()]() noexcept {
-      TreeLock undo_lock(tree_mutex());
-      if (auto state = weak.lock())
-        std::erase_if(state->variables,
-                      [&](const detail::ModuleVariable& e) { return e.variable.id() == id; });
-    });
-  }
+  // If the trace that created it fails and nothing else used it, the module forgets the
+  // variable (a failed trace leaves no trace), and the retry creates it again.
+  detail::on_rollback(*v.impl(), [weak = std::weak_ptr(state_), id = v.id()]() noexcept {
+    TreeLock undo_lock(tree_mutex());
+    if (auto state = weak.lock())
+      std::erase_if(state->variables,
+                    [&](const detail::ModuleVariable& e) { return e.variable.id() == id; });
+  });
   return v;
 }
 

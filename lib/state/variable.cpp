@@ -10,8 +10,8 @@
 #include "jit/trace.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
-#include "state/names.hpp"
 #include "state/deferred_restore.hpp"
+#include "state/names.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln {
@@ -108,7 +108,7 @@ Variable create_variable(const Tensor& initial, std::string name, bool trainable
     impl->id = next_variable_id.fetch_add(1);
     registry().emplace(impl->id, Registration{impl.get(), impl});
   }
-  if (trace != nullptr) trace->created_variables().push_back(impl);
+  if (trace != nullptr) trace->add_created_variable(impl);
   return Variable(std::move(impl));
 }
 
@@ -130,6 +130,7 @@ Variable::Variable(const Tensor& initial, std::string name, bool trainable) {
 Tensor Variable::value() const {
   const auto& v = checked(impl_, "Variable.value");
   detail::TraceContext* trace = detail::current_trace();
+  if (trace == nullptr) detail::note_eager_use(*impl_);
   Tensor value = trace != nullptr ? trace->read_variable(impl_) : v.read();
   if (detail::any_tape_recording()) detail::note_variable_read(*this, value);
   return value;
@@ -143,6 +144,7 @@ void Variable::assign(const Tensor& value) const {
     return;
   }
   detail::check_concrete(*value.impl(), "Variable.assign");
+  detail::note_eager_use(v);
   v.write(value);
 }
 

@@ -2,6 +2,8 @@
 // The state behind kiln::Variable.
 
 #include <atomic>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -9,6 +11,8 @@
 #include "kiln/variable.hpp"
 
 namespace kiln::detail {
+
+struct ProvisionalRecord;
 
 struct VariableImpl {
   VariableImpl() = default;
@@ -24,20 +28,44 @@ struct VariableImpl {
   std::atomic<bool> trainable{true};
   mutable std::mutex mutex;  // guards value
   Tensor value;
+  /// Whether `pending` is set: the variable was created by a trace that has not finished (see
+  /// claim_provisional). Read without a lock on every use; `pending` only under its mutex.
+  std::atomic<bool> provisional{false};
+  std::shared_ptr<ProvisionalRecord> pending;
 
-  Tensor read() const {
-    std::lock_guard lock(mutex);
-    return value;
-  }
-  void write(Tensor t) {
-    std::lock_guard lock(mutex);
-    value = std::move(t);
-  }
+  /// The variable's value; inside a VariableSnapshot on this thread, the value this thread
+  /// first read or last wrote while the snapshot lives.
+  Tensor read() const;
+  void write(Tensor t);
 };
 
 /// Creates a variable named exactly `name` (no name scope applied), registered in the
 /// collections. Inside a trace this is allowed only during a function's first trace.
 Variable create_variable(const Tensor& initial, std::string name, bool trainable);
+
+// Variables created by traces that have not finished. Such a variable is provisional: the
+// creating trace and every other unfinished trace that uses it hold a claim. When the last
+// claim ends, the variable is rolled back (the undo actions registered for it run: a module or
+// store forgets it) only if none of those traces succeeded and no eager code used it; else it
+// is kept for good. So a failed trace rolls back only what nothing else has used.
+
+/// Marks a variable that the current (unfinished) trace has just created as provisional, with
+/// that trace's claim on it.
+void mark_provisional(VariableImpl& v);
+/// An unfinished trace uses v: takes a claim and returns true if v is provisional.
+bool claim_provisional(VariableImpl& v);
+/// Ends a claim; `succeeded` keeps v for good. The last claim of a failed, unused variable runs
+/// its undo actions (outside any lock). Must not throw.
+void release_provisional(VariableImpl& v, bool succeeded) noexcept;
+/// Keeps provisional v for good (see note_eager_use).
+void keep_provisional(VariableImpl& v);
+/// Eager code read or assigned v: a provisional v is kept for good.
+inline void note_eager_use(VariableImpl& v) {
+  if (v.provisional.load(std::memory_order_acquire)) keep_provisional(v);
+}
+/// Registers `undo` to run if provisional v is rolled back (it must not throw). Returns false,
+/// registering nothing, if v is not provisional.
+bool on_rollback(VariableImpl& v, std::function<void()> undo);
 
 /// Throws the "tried to create variable ... while retracing" error when a trace that may not
 /// create variables is recording on this thread. Callers that compute an initial value check

@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "core/fail.hpp"
-#include "jit/trace.hpp"
 #include "kiln/name_scope.hpp"
 #include "state/names.hpp"
 #include "state/variable_impl.hpp"
@@ -80,19 +79,18 @@ Variable VariableStore::get_variable(std::string_view name, const Shape& shape,
   if (it != st.variables.end()) return reuse_existing(it->second, reuse, shape, dtype);
   Variable v = detail::create_variable(initial, full, trainable);
   st.variables.emplace(full, v);
-  if (detail::TraceContext* trace = detail::current_trace()) {
-    // A trace that fails after this point must not leave the variable in the store.
-    trace->on_failure([weak = std::weak_ptr(state_), full, id = v.id()]() noexcept {
-      auto state = weak.lock();
-      if (!state) return;
-      Variable removed;  // released after the lock
-      std::lock_guard undo_lock(state->mutex);
-      auto found = state->variables.find(full);
-      if (found == state->variables.end() || found->second.id() != id) return;
-      removed = std::move(found->second);
-      state->variables.erase(found);
-    });
-  }
+  // A trace that fails after this point must not leave the variable in the store, unless
+  // another trace that succeeded or eager code used it meanwhile.
+  detail::on_rollback(*v.impl(), [weak = std::weak_ptr(state_), full, id = v.id()]() noexcept {
+    auto state = weak.lock();
+    if (!state) return;
+    Variable removed;  // released after the lock
+    std::lock_guard undo_lock(state->mutex);
+    auto found = state->variables.find(full);
+    if (found == state->variables.end() || found->second.id() != id) return;
+    removed = std::move(found->second);
+    state->variables.erase(found);
+  });
   return v;
 }
 

@@ -1,0 +1,104 @@
+// How variables are used by concurrent calls and traces: reads through a per-call snapshot,
+// and provisional variables (created by a trace that has not finished) with their claims.
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "state/variable_impl.hpp"
+
+namespace kiln::detail {
+
+/// The claims on a provisional variable and what undoes its creation.
+struct ProvisionalRecord {
+  int claims = 0;     // unfinished traces that created or used the variable
+  bool kept = false;  // a trace that used it succeeded, or eager code used it
+  std::vector<std::function<void()>> undo;
+};
+
+namespace {
+
+// One lock for every provisional record: they change only while traces start and end.
+std::mutex provisional_mutex;
+
+using SnapshotValues = std::unordered_map<std::uint64_t, Tensor>;
+thread_local SnapshotValues* active_snapshot = nullptr;
+
+}  // namespace
+
+Tensor VariableImpl::read() const {
+  if (SnapshotValues* snapshot = active_snapshot) {
+    auto it = snapshot->find(id);
+    if (it != snapshot->end()) return it->second;
+    Tensor current;
+    {
+      std::lock_guard lock(mutex);
+      current = value;
+    }
+    snapshot->emplace(id, current);
+    return current;
+  }
+  std::lock_guard lock(mutex);
+  return value;
+}
+
+void VariableImpl::write(Tensor t) {
+  if (SnapshotValues* snapshot = active_snapshot) (*snapshot)[id] = t;
+  std::lock_guard lock(mutex);
+  value = std::move(t);
+}
+
+VariableSnapshot::VariableSnapshot() : outermost_(active_snapshot == nullptr) {
+  if (outermost_) active_snapshot = new SnapshotValues;
+}
+
+VariableSnapshot::~VariableSnapshot() {
+  if (!outermost_) return;
+  delete active_snapshot;
+  active_snapshot = nullptr;
+}
+
+void mark_provisional(VariableImpl& v) {
+  auto record = std::make_shared<ProvisionalRecord>();
+  record->claims = 1;
+  std::lock_guard lock(provisional_mutex);
+  v.pending = std::move(record);
+  v.provisional.store(true, std::memory_order_release);
+}
+
+bool claim_provisional(VariableImpl& v) {
+  if (!v.provisional.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(provisional_mutex);
+  if (!v.pending) return false;
+  ++v.pending->claims;
+  return true;
+}
+
+void release_provisional(VariableImpl& v, bool succeeded) noexcept {
+  std::vector<std::function<void()>> undo;
+  {
+    std::lock_guard lock(provisional_mutex);
+    if (!v.pending) return;
+    ProvisionalRecord& record = *v.pending;
+    record.kept = record.kept || succeeded;
+    if (--record.claims > 0) return;
+    if (!record.kept) undo = std::move(record.undo);
+    v.pending.reset();
+    v.provisional.store(false, std::memory_order_release);
+  }
+  // Newest first, outside the lock: undo actions take the locks of modules and stores.
+  for (auto it = undo.rbegin(); it != undo.rend(); ++it) (*it)();
+}
+
+void keep_provisional(VariableImpl& v) {
+  std::lock_guard lock(provisional_mutex);
+  if (v.pending) v.pending->kept = true;
+}
+
+bool on_rollback(VariableImpl& v, std::function<void()> undo) {
+  std::lock_guard lock(provisional_mutex);
+  if (!v.pending) return false;
+  v.pending->undo.push_back(std::move(undo));
+  return true;
+}
+
+}  // namespace kiln::detail
