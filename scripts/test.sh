@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Command 2 of the README: build and run the whole test suite twice, an optimized build and an
-# address+undefined sanitizer build, then print "N passed, N failed" as the last line.
+# Command 2 of the README: build and run the whole test suite in an optimized build and an
+# address+undefined sanitizer build, the threaded tests in a thread-sanitizer build, then print
+# "N passed, N failed" as the last line.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || exit 1
@@ -70,7 +71,9 @@ for variant in release asan; do
   fi
   echo "== $variant: unit tests"
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-  export ASAN_OPTIONS=detect_leaks=1
+  # allocator_may_return_null: a request beyond memory returns null, as malloc does, so the
+  # tests of kiln's out-of-memory errors run under ASan too.
+  export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
   "$dir/test/kiln_tests" >"$logdir/unit-$variant.log" 2>&1
   status=$?
   tail -n 3 "$logdir/unit-$variant.log"
@@ -92,6 +95,25 @@ for variant in release asan; do
   # Every ```cpp block of docs/ compiled against this build and run (docs/dev/docs-code-blocks.md).
   [ "$variant" = release ] && check "$variant-docs-code" bash scripts/check-docs.sh "$dir"
 done
+
+# ThreadSanitizer: a third build, running the threaded tests (tag [threads]: concurrent traces,
+# caches, plans, batch splits, variables). OpenBLAS is not instrumented, so it runs with one
+# thread here (OPENBLAS_NUM_THREADS=1): its own worker threads would be invisible to TSan and
+# report false races; kiln's threads (parallel kernels, batch split helpers) are all checked.
+echo "== tsan: threaded tests"
+if run_build build-tsan -Db_sanitize=thread -Dbuildtype=debug -Db_lundef=false; then
+  OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    build-tsan/test/kiln_tests "[threads]" >"$logdir/unit-tsan.log" 2>&1
+  status=$?
+  tail -n 3 "$logdir/unit-tsan.log"
+  count_catch "$logdir/unit-tsan.log"
+  if [ $status -ne 0 ]; then
+    grep -B2 -A30 -E 'FAILED|WARNING: ThreadSanitizer' "$logdir/unit-tsan.log" | head -n 120
+    grep -q 'ThreadSanitizer' "$logdir/unit-tsan.log" && failed=$((failed + 1))
+  fi
+else
+  failed=$((failed + 1))
+fi
 
 echo "== API reference (Doxygen, fails on warnings)"
 check api-docs bash scripts/api-docs.sh

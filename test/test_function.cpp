@@ -215,7 +215,7 @@ TEST_CASE("a train step with a tape compiles to one graph", "[function]") {
   CHECK(w.value().item<float>() == Approx(2.f).margin(0.05));
 }
 
-TEST_CASE("nested functions inline; threads share one cache", "[function]") {
+TEST_CASE("nested functions inline; threads share one cache", "[function][threads]") {
   auto inner = kiln::function([](const Tensor& x) { return x * 3.f; });
   auto outer = kiln::function([&](const Tensor& x) { return inner(x) + 1.f; });
   CHECK(same(outer(kiln::tensor({1.f, 2.f})), kiln::tensor({4.f, 7.f})));

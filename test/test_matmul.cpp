@@ -282,7 +282,7 @@ TEST_CASE("matmul integer arithmetic wraps", "[matmul]") {
   CHECK(kiln::matmul(a64, b64).item<std::int64_t>() == min64 + 1);
 }
 
-TEST_CASE("matmul is safe to call from several threads", "[matmul]") {
+TEST_CASE("matmul is safe to call from several threads", "[matmul][threads]") {
   std::vector<std::vector<std::int64_t>> sizes = {{7, 9, 11}, {8, 9, 10}, {32, 10, 80}, {3, 3, 3}};
   std::vector<std::string> failures(2);
   auto worker = [&](std::size_t id) {

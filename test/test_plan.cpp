@@ -143,7 +143,7 @@ TEST_CASE("assigned values are copied out of the call's buffers") {
   CHECK(acc.value().to_vector<float>() == std::vector<float>{2, 4, 6});
 }
 
-TEST_CASE("threads calling one compiled function each get their own arena") {
+TEST_CASE("threads calling one compiled function each get their own arena", "[threads]") {
   auto f = kiln::function([](const Tensor& x) {
     Tensor h = x;
     for (int i = 0; i < 4; ++i) h = kiln::tanh(kiln::matmul(h, h) * 0.1f + 1.f);

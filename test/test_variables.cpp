@@ -207,7 +207,8 @@ TEST_CASE("collections hold weak references and match scopes by whole components
   CHECK(kiln::memory_stats().live_bytes == baseline);
 }
 
-TEST_CASE("collections are safe while other threads create and destroy variables", "[variables]") {
+TEST_CASE("collections are safe while other threads create and destroy variables",
+          "[variables][threads]") {
   kiln::clear_session();
   std::atomic<bool> stop{false};
   std::thread churn([&] {
