@@ -82,6 +82,31 @@ for variant in release asan; do
     grep -B2 -A12 -E 'FAILED|ERROR|runtime error|Sanitizer' "$logdir/unit-$variant.log" | head -n 120
     grep -qE 'runtime error|Sanitizer' "$logdir/unit-$variant.log" && failed=$((failed + 1))
   fi
+  # Kernel-level tests once per instruction set this CPU has, each forced with KILN_SIMD (the
+  # unit tests above ran only the best one): row kernels, special values, ulp sweeps, fused
+  # programs, row copies, matmul. OpenBLAS picks its kernels when it is loaded, so it is
+  # lowered with OPENBLAS_CORETYPE for sse2 and avx2 (kiln lowers libxsmm itself).
+  if [ "$variant" = release ]; then
+    kernel_tests='[elementwise],[simd],[passes],[ops],[matmul],[shape],short rows are copied exactly*,fused steps are laid out*'
+    cpu_flags=" $(grep -m 1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+    simd_sets=(sse2)
+    if [[ $cpu_flags == *" avx2 "* && $cpu_flags == *" fma "* ]]; then
+      simd_sets+=(avx2)
+      [[ $cpu_flags == *" avx512f "* ]] && simd_sets+=(avx512)
+    fi
+    for isa in "${simd_sets[@]}"; do
+      echo "== $variant: kernel tests with KILN_SIMD=$isa"
+      simd_env=(KILN_SIMD="$isa")
+      [ "$isa" = sse2 ] && simd_env+=(OPENBLAS_CORETYPE=Prescott)
+      [ "$isa" = avx2 ] && simd_env+=(OPENBLAS_CORETYPE=Haswell)
+      env "${simd_env[@]}" "$dir/test/kiln_tests" "$kernel_tests" >"$logdir/kernels-$isa.log" 2>&1
+      status=$?
+      tail -n 2 "$logdir/kernels-$isa.log"
+      count_catch "$logdir/kernels-$isa.log"
+      [ $status -ne 0 ] && grep -B2 -A12 -E 'FAILED|ERROR' "$logdir/kernels-$isa.log" | head -n 80
+    done
+    echo "== $variant: kernel tests ran with KILN_SIMD=${simd_sets[*]}"
+  fi
   check "$variant-bench-smoke" "$dir/bench/kiln_bench" --quick
   check "$variant-bench-function-smoke" "$dir/bench/kiln_bench_function" --quick
   check "$variant-bench-train-smoke" "$dir/bench/kiln_bench_train" --quick

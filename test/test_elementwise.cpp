@@ -14,13 +14,12 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include <xsimd/config/xsimd_config.hpp>
-#include <xsimd/config/xsimd_cpuid.hpp>
 #include "core/dtype_visit.hpp"
 
 #include "core/tensor_impl.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/parallel.hpp"
+#include "simd_test_support.hpp"
 
 namespace {
 
@@ -195,10 +194,28 @@ TEST_CASE("unary ops match a double reference for every accepted dtype", "[eleme
 }
 
 TEST_CASE("unary special values", "[elementwise]") {
-  SECTION("neg of zero is negative zero") {
-    const auto v = kiln::neg(make({0.0}, kiln::f32)).item<float>();
-    CHECK(v == 0.0F);
-    CHECK(std::signbit(v));
+  SECTION("neg flips the sign of zeros: eager, traced and fused, vector body and tail") {
+    // On the instruction set KILN_SIMD selects (scripts/test.sh runs this once per set).
+    for (DType d : {kiln::f32, kiln::f64})
+      for (std::size_t n : {1, 16, 67}) {
+        INFO(kiln::dtype_name(d) << " n = " << n);
+        std::vector<double> zeros(n, 0.0);
+        for (std::size_t i = 1; i < n; i += 2) zeros[i] = -0.0;
+        const Tensor x = make(zeros, d);
+        const auto plain = kiln::function([](const Tensor& t) { return kiln::neg(t); });
+        const auto fused =
+            kiln::function([](const Tensor& t) { return kiln::neg(kiln::abs(t) * 2.0); });
+        REQUIRE(fused.get_concrete_function(x).graph().to_string().find("fused[") !=
+                std::string::npos);
+        const auto eager_v = values_of(kiln::neg(x)), traced_v = values_of(plain(x));
+        const auto fused_v = values_of(fused(x));
+        for (std::size_t i = 0; i < n; ++i) {
+          INFO("element " << i << " of " << zeros[i]);
+          CHECK((eager_v[i] == 0 && std::signbit(eager_v[i]) != std::signbit(zeros[i])));
+          CHECK((traced_v[i] == 0 && std::signbit(traced_v[i]) != std::signbit(zeros[i])));
+          CHECK((fused_v[i] == 0 && std::signbit(fused_v[i])));
+        }
+      }
   }
   SECTION("integer neg, abs and square wrap") {
     auto a = kiln::tensor<std::int32_t>({i32_min, i32_max, -5});
@@ -574,25 +591,9 @@ TEST_CASE("zero-size, non-contiguous and long inputs", "[elementwise]") {
   }
 }
 
-namespace {
-
-/// The row tables this CPU can run: sse2 always, then avx2 and avx512 when present.
-std::vector<const kiln::detail::ElementwiseRowTable*> row_tables_of_this_cpu() {
-  using namespace kiln::detail;
-  const auto cpu = xsimd::available_architectures();
-  std::vector<const ElementwiseRowTable*> tables = {&elementwise_rows_sse2()};
-  if (cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx2());
-  if (cpu.avx512f && cpu.fma3_avx2) tables.push_back(&elementwise_rows_avx512());
-  return tables;
-}
-
-}  // namespace
-
 TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
   using namespace kiln::detail;
-  const auto tables = row_tables_of_this_cpu();
-  if (std::getenv("KILN_SIMD") == nullptr)
-    CHECK(std::string(elementwise_rows().isa_name) == tables.back()->isa_name);
+  const auto tables = kiln::test::row_tables_of_this_cpu();
   std::vector<double> in;
   for (int i = 0; i < 37; ++i) in.push_back(-9.0 + 0.5 * i);
   const auto n = static_cast<std::int64_t>(in.size());
@@ -611,7 +612,7 @@ TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
 TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruction set",
           "[elementwise]") {
   using namespace kiln::detail;
-  const auto tables = row_tables_of_this_cpu();
+  const auto tables = kiln::test::row_tables_of_this_cpu();
   // Every 4099th float in [-100, 100] (about a million, reaching down to 1e-38 in magnitude),
   // then both signs of the normal powers of two.
   std::vector<float> in;

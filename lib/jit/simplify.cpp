@@ -2,6 +2,7 @@
 // folding and algebraic simplification. Each pass works on the graph alone (graph in, graph
 // out) and is tested on its own in test/test_passes.cpp.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "core/tensor_impl.hpp"
@@ -21,13 +22,18 @@ std::vector<std::int32_t> identity_map(std::size_t n) {
   return r;
 }
 
-/// True when constant node n holds `value` in every element (small constants only).
+/// True when constant node n holds `value` in every element (small constants only). A
+/// floating-point zero must also have value's sign: x + -0 and x - +0 are x for every x, but
+/// x + +0 and x - -0 turn -0 into +0, which eager ops would return.
 bool constant_equals(const Node& n, double value) {
   if (n.kind != Node::Kind::constant || !is_static(n)) return false;
   constexpr std::int64_t max_checked = 4096;
   if (n.constant.size() > max_checked || n.constant.size() == 0) return false;
   const std::vector<double> values = cast(n.constant, DType::f64).to_vector<double>();
-  return std::all_of(values.begin(), values.end(), [&](double v) { return v == value; });
+  const bool signed_zero = is_floating(n.dtype);
+  return std::all_of(values.begin(), values.end(), [&](double v) {
+    return v == value && (!signed_zero || std::signbit(v) == std::signbit(value));
+  });
 }
 
 /// How many times each node is used (as an input, an output or a side effect).
@@ -150,7 +156,7 @@ std::size_t simplify_algebra(GraphData& g) {
           ++simplified;
           break;
         }
-        const double identity = n.prim == Prim::mul ? 1.0 : 0.0;
+        const double identity = n.prim == Prim::mul ? 1.0 : -0.0;
         const std::int32_t a = n.inputs[0], b = n.inputs[1];
         if (constant_equals(node(b), identity) && same_as(a))
           bypass(i, a);

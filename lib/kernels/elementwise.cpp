@@ -9,8 +9,6 @@
 #include <emmintrin.h>
 #endif
 #include <string_view>
-#include <xsimd/config/xsimd_config.hpp>
-#include <xsimd/config/xsimd_cpuid.hpp>
 
 #include "core/fail.hpp"
 #include "kernels/elementwise_table.hpp"
@@ -29,17 +27,6 @@ constexpr std::int64_t gather_block = 256;
 constexpr std::int64_t parallel_min_elements = std::int64_t{1} << 18;
 /// Smallest piece of work worth handing to another thread.
 constexpr std::int64_t parallel_grain = std::int64_t{1} << 16;
-
-const ElementwiseRowTable& choose_rows() {
-  const auto cpu = xsimd::available_architectures();
-  const char* env = std::getenv("KILN_SIMD");
-  const std::string_view requested = env != nullptr ? env : "";
-  const bool allow_avx512 = requested.empty() || requested == "avx512";
-  const bool allow_avx2 = allow_avx512 || requested == "avx2";
-  if (allow_avx512 && cpu.avx512f && cpu.fma3_avx2) return elementwise_rows_avx512();
-  if (allow_avx2 && cpu.fma3_avx2) return elementwise_rows_avx2();
-  return elementwise_rows_sse2();
-}
 
 void gather(const char* src, std::int64_t stride, std::size_t element_size, void* dst,
             std::int64_t n) {
@@ -199,8 +186,60 @@ void run_elementwise(const KernelCall& call, const Row& row) {
 
 }  // namespace
 
+const char* simd_level_name(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::sse2:
+      return "sse2";
+    case SimdLevel::avx2:
+      return "avx2";
+    case SimdLevel::avx512:
+      return "avx512";
+  }
+  return "";
+}
+
+const ElementwiseRowTable& elementwise_rows(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::avx512:
+      return elementwise_rows_avx512();
+    case SimdLevel::avx2:
+      return elementwise_rows_avx2();
+    case SimdLevel::sse2:
+      break;
+  }
+  return elementwise_rows_sse2();
+}
+
+SimdLevel cpu_simd_level() {
+  static const SimdLevel level = [] {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (avx2 && __builtin_cpu_supports("avx512f")) return SimdLevel::avx512;
+    return avx2 ? SimdLevel::avx2 : SimdLevel::sse2;
+  }();
+  return level;
+}
+
+int requested_simd_level() {
+  const char* env = std::getenv("KILN_SIMD");
+  const std::string_view requested = env != nullptr ? env : "";
+  for (SimdLevel level : {SimdLevel::sse2, SimdLevel::avx2, SimdLevel::avx512})
+    if (requested == simd_level_name(level)) return static_cast<int>(level);
+  return -1;
+}
+
+SimdLevel simd_level() {
+  static const SimdLevel level = [] {
+    const SimdLevel cpu = cpu_simd_level();
+    const int requested = requested_simd_level();
+    return requested >= 0 && requested < static_cast<int>(cpu) ? static_cast<SimdLevel>(requested)
+                                                               : cpu;
+  }();
+  return level;
+}
+
 const ElementwiseRowTable& elementwise_rows() {
-  static const ElementwiseRowTable& rows = choose_rows();
+  static const ElementwiseRowTable& rows = elementwise_rows(simd_level());
   return rows;
 }
 

@@ -65,9 +65,28 @@ const ElementwiseRowTable& elementwise_rows_sse2();
 const ElementwiseRowTable& elementwise_rows_avx2();
 const ElementwiseRowTable& elementwise_rows_avx512();
 
-/// The table for this CPU, chosen once from xsimd::available_architectures(). The
-/// environment variable KILN_SIMD=sse2|avx2|avx512 asks for a lower instruction set
-/// (for testing); a request the CPU cannot run is ignored.
+/// The instruction sets kiln has kernels for, lowest first. Each table's isa_name is the
+/// level's name.
+enum class SimdLevel : std::uint8_t { sse2, avx2, avx512 };
+const char* simd_level_name(SimdLevel level);
+const ElementwiseRowTable& elementwise_rows(SimdLevel level);
+
+/// The highest level this CPU and its operating system can run: avx2 needs AVX2 and FMA,
+/// avx512 also AVX-512F, each with the OS saving the wider registers (CPUID and XGETBV, via
+/// __builtin_cpu_supports; xsimd 8.1's own check reads CPUID only).
+SimdLevel cpu_simd_level();
+
+/// The level KILN_SIMD names exactly (sse2, avx2 or avx512); -1 when it is unset, empty or
+/// anything else.
+int requested_simd_level();
+
+/// The level every run-time-dispatched kernel uses, chosen once: the CPU's, or a lower one
+/// that KILN_SIMD asks for (for testing). A request above the CPU's level gives the CPU's.
+/// The elementwise row tables (and with them fused programs and the row copier) follow it,
+/// and so does libxsmm's code generation for matmul (lib/kernels/matmul.cpp).
+SimdLevel simd_level();
+
+/// elementwise_rows(simd_level()).
 const ElementwiseRowTable& elementwise_rows();
 
 }  // namespace kiln::detail

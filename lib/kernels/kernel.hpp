@@ -69,6 +69,12 @@ inline constexpr std::int64_t flat_elementwise_limit = std::int64_t{1} << 18;
 void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t* strides,
                           DType in_dtype, void* out, DType out_dtype, std::int64_t n);
 
+/// The instruction set libxsmm generates small matmul kernels for, as libxsmm names it
+/// ("x86" when it generates none); initializes libxsmm. See simd_level().
+const char* matmul_jit_target();
+/// The kernels OpenBLAS chose when it was loaded (OPENBLAS_CORETYPE or the CPU): "Haswell", ...
+const char* matmul_blas_core();
+
 /// Whether the matmul kernel reads input `which` (0: a, 1: b) in this non-contiguous layout
 /// directly: a 2-d f32/f64 matrix whose rows are apart by more than their length (a slice of
 /// a wider matrix), or, for a, the transpose of such a matrix (strides [1, ld]). Other layouts

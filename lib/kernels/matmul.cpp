@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include <variant>
 
 #include "core/fail.hpp"
+#include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 
@@ -113,9 +115,17 @@ struct BatchWalk {
   }
 };
 
+/// libxsmm generates code for the CPU it runs on; when KILN_SIMD lowers kiln's level, it
+/// generates for that level instead (unless LIBXSMM_TARGET chose a target): AVX2 for avx2, and
+/// nothing for sse2, where every product goes to OpenBLAS (OpenBLAS chooses its kernels when
+/// it is loaded, from OPENBLAS_CORETYPE or the CPU).
 void ensure_xsmm_initialized() {
   static const bool initialized = [] {
     libxsmm_init();
+    if (std::getenv("LIBXSMM_TARGET") == nullptr && simd_level() != cpu_simd_level()) {
+      const int cap = simd_level() == SimdLevel::sse2 ? LIBXSMM_X86_GENERIC : LIBXSMM_X86_AVX2;
+      if (libxsmm_get_target_archid() > cap) libxsmm_set_target_archid(cap);
+    }
     return true;
   }();
   (void)initialized;
@@ -203,6 +213,13 @@ void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g) 
 }
 
 }  // namespace
+
+const char* matmul_jit_target() {
+  ensure_xsmm_initialized();
+  return libxsmm_get_target_arch();
+}
+
+const char* matmul_blas_core() { return openblas_get_corename(); }
 
 void transpose_matrix(void* out, const void* in, std::size_t element_size, std::int64_t rows,
                       std::int64_t cols, std::int64_t in_stride) {

@@ -1,0 +1,571 @@
+#pragma once
+// The elementwise operations (one struct per primitive: scalar() and, for floating-point
+// batches, simd()) for one xsimd architecture. Included only by elementwise_arch.hpp, after it
+// has set up xsimd under the instruction set's own namespace; the same one-definition rules
+// apply (everything here is in an anonymous namespace, scalar math goes through __builtin_*).
+//
+// Every vector operation here means the same on SSE2, AVX2 and AVX-512 (docs/architecture.md,
+// "What each instruction set computes"): where xsimd 8.1 differs between them (negation,
+// floor and ceil of small negative values), the ops use the helpers below instead.
+
+#ifndef KILN_ELEMENTWISE_ISA
+#error "include kernels/elementwise_arch.hpp, not kernels/elementwise_ops_arch.hpp"
+#endif
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace kiln::detail {
+
+namespace {
+
+template <class T>
+inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+template <class T>
+inline constexpr bool is_int_v = std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+template <class T>
+inline constexpr bool is_numeric_v = is_float_v<T> || is_int_v<T>;
+template <class T>
+inline constexpr bool is_any_v = is_numeric_v<T> || std::is_same_v<T, std::uint8_t>;
+
+// ------------------------------------------------------------------ integer helpers
+
+template <class T>
+T wrap_neg(T x) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(U{0} - static_cast<U>(x));
+}
+template <class T>
+T wrap_add(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+}
+template <class T>
+T wrap_sub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
+}
+template <class T>
+T wrap_mul(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+}
+
+/// Floor division; x / 0 is 0 and MIN / -1 wraps to MIN.
+template <class T>
+T floor_div(T a, T b) {
+  if (b == 0) return 0;
+  if (b == -1) return wrap_neg(a);
+  T q = a / b;
+  const T r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) --q;
+  return q;
+}
+
+/// Remainder with the sign of the divisor; x mod 0 is 0.
+template <class T>
+T floor_mod(T a, T b) {
+  if (b == 0 || b == -1) return 0;
+  T r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+/// base ** exponent by squaring, wrapping on overflow; negative exponents give 0 unless
+/// |base| == 1.
+template <class T>
+T int_pow(T base, T exponent) {
+  using U = std::make_unsigned_t<T>;
+  if (exponent < 0) {
+    if (base == 1) return 1;
+    if (base == -1) return (exponent & 1) != 0 ? -1 : 1;
+    return 0;
+  }
+  U result = 1;
+  U factor = static_cast<U>(base);
+  U e = static_cast<U>(exponent);
+  while (e != 0) {
+    if ((e & 1U) != 0) result = static_cast<U>(result * factor);
+    factor = static_cast<U>(factor * factor);
+    e >>= 1;
+  }
+  return static_cast<T>(result);
+}
+
+template <class T>
+T float_mod(T a, T b) {
+  T r;
+  if constexpr (std::is_same_v<T, float>)
+    r = __builtin_fmodf(a, b);
+  else
+    r = __builtin_fmod(a, b);
+  if (r != 0) {
+    if ((r < 0) != (b < 0)) r += b;
+    return r;
+  }
+  if constexpr (std::is_same_v<T, float>)
+    return __builtin_copysignf(0.0F, b);
+  else
+    return __builtin_copysign(0.0, b);
+}
+
+/// Converts like kiln::cast: float -> integer truncates, NaN -> 0, saturates; any -> bool
+/// is x != 0; integer narrowing wraps.
+template <class To, class From>
+To convert(From x) {
+  if constexpr (std::is_same_v<To, std::uint8_t>) {
+    return x != 0 ? 1 : 0;
+  } else if constexpr (is_int_v<To> && is_float_v<From>) {
+    constexpr To lowest = std::numeric_limits<To>::min();
+    constexpr To highest = std::numeric_limits<To>::max();
+    const double v = static_cast<double>(x);
+    if (!(v == v)) return 0;
+    if (v <= static_cast<double>(lowest)) return lowest;
+    if (v >= static_cast<double>(highest)) return highest;
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+// ------------------------------------------------------------------ vector helpers
+// Operations whose xsimd 8.1 versions differ between instruction sets, written so that they
+// mean the same on all three.
+
+/// A batch with only the sign bit set in every lane.
+template <class B>
+B sign_bits() {
+  return B(typename B::value_type(-0.0));
+}
+
+/// -x: the sign bit flipped, also for zeros and NaN. xsimd's unary minus is an XOR on SSE2 and
+/// AVX but 0 - x on AVX-512, which gives +0 for +0.
+template <class B>
+B flip_sign(const B& x) {
+  return x ^ sign_bits<B>();
+}
+
+/// r with x's sign bit set in addition. For an r that IEEE gives the sign of x, also when it is
+/// zero (floor, ceil, round, log1p of x), this is exact: it restores the -0 that xsimd's
+/// generic floor and ceil, used on SSE2 (trunc through an integer conversion), return as +0
+/// for -0 and for ceil of (-1, 0), and that xsimd's log1p returns for -0 on every instruction
+/// set; it changes nothing else (NaN stays NaN).
+template <class B>
+B with_sign_of(const B& r, const B& x) {
+  return r | (x & sign_bits<B>());
+}
+
+/// x clamped to [lo, hi], NaN passing through. x86 min and max return their second operand
+/// when either is NaN (MINPS/MAXPS and their AVX and AVX-512 forms, which xsimd::min and
+/// xsimd::max are on all three instruction sets), so x goes second.
+template <class B>
+B clamp_keeping_nan(const B& x, typename B::value_type lo, typename B::value_type hi) {
+  return xsimd::min(B(hi), xsimd::max(B(lo), x));
+}
+
+// ------------------------------------------------------------------ unary ops
+// Each op names the input types it accepts and whether it returns bool. Floating-point
+// inputs use simd(batch); the others use scalar(x). Ops without simd() use scalar() for
+// every type.
+
+struct NumericUnary {
+  template <class T>
+  static constexpr bool accepts = is_numeric_v<T>;
+  static constexpr bool bool_out = false;
+  static constexpr bool has_simd = true;
+};
+struct FloatUnary {
+  template <class T>
+  static constexpr bool accepts = is_float_v<T>;
+  static constexpr bool bool_out = false;
+  static constexpr bool has_simd = true;
+  template <class T>
+  static T scalar(T x) {
+    return x;
+  }
+};
+struct PredicateUnary {
+  template <class T>
+  static constexpr bool accepts = is_any_v<T>;
+  static constexpr bool bool_out = true;
+  static constexpr bool has_simd = false;
+};
+
+struct NegOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return flip_sign(x);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return wrap_neg(x);
+  }
+};
+struct AbsOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::abs(x);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return x < 0 ? wrap_neg(x) : x;
+  }
+};
+struct SignOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    const B one(1), minus_one(-1), zero(0);
+    const B s = xsimd::select(x > zero, one, xsimd::select(x < zero, minus_one, zero));
+    return xsimd::select(xsimd::isnan(x), x, s);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return static_cast<T>((x > 0 ? 1 : 0) - (x < 0 ? 1 : 0));
+  }
+};
+struct SquareOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return x * x;
+  }
+  template <class T>
+  static T scalar(T x) {
+    return wrap_mul(x, x);
+  }
+};
+struct ReluOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::select(x < B(0), B(0), x);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return x < 0 ? 0 : x;
+  }
+};
+struct FloorOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return with_sign_of(xsimd::floor(x), x);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return x;
+  }
+};
+struct CeilOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return with_sign_of(xsimd::ceil(x), x);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return x;
+  }
+};
+struct RoundOp : NumericUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return with_sign_of(xsimd::nearbyint(x), x);
+  }
+  template <class T>
+  static T scalar(T x) {
+    return x;
+  }
+};
+
+struct ExpOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::exp(x);
+  }
+};
+struct LogOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::log(x);
+  }
+};
+struct Log1pOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return with_sign_of(xsimd::log1p(x), x);
+  }
+};
+struct SqrtOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::sqrt(x);
+  }
+};
+struct RsqrtOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return B(1) / xsimd::sqrt(x);
+  }
+};
+struct SinOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::sin(x);
+  }
+};
+struct CosOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::cos(x);
+  }
+};
+/// exp(y) for float batches over the whole float range, in about 14 instructions: y is
+/// clamped to [-87.34, 88.8] (NaN passes through the clamp: min and max return their second
+/// operand for NaN), Cody-Waite reduction y = n ln2 + r with |r| <= ln2/2, a degree-5
+/// polynomial for exp(r) fitted by kiln for the least relative error (9.2e-8), and 2^n built
+/// in the exponent bits. n = 128 gives the exponent bits of +inf, so the result overflows to
+/// +inf from y ~ 88.4 on; below -87.34 it stays at about 2^-126 (callers below need neither
+/// subnormal results nor the exact overflow point).
+template <class B>
+B exp_clamped_f32(const B& y) {
+  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
+  const B clamped = clamp_keeping_nan(y, -87.33654f, 88.8f);
+  const B n = xsimd::nearbyint(clamped * B(1.44269504088896341f));
+  B r = xsimd::fma(n, B(-0.693359375f), clamped);  // ln2 split: this part is exact in n * hi
+  r = xsimd::fma(n, B(2.12194440e-4f), r);
+  B p = B(0.00829026196f);
+  p = xsimd::fma(p, r, B(0.0418979004f));
+  p = xsimd::fma(p, r, B(0.166676372f));
+  p = xsimd::fma(p, r, B(0.499991506f));
+  p = xsimd::fma(p, r, B(0.999999702f));
+  p = xsimd::fma(p, r, B(1.f));
+  const I bits = (xsimd::batch_cast<std::int32_t>(n) + I(127)) << 23;
+  return p * xsimd::bitwise_cast<B>(bits);
+}
+
+/// Float: tanh(x) = x P(x^2) / Q(x^2) on x clamped to [-9, 9] (tanh(9) rounds to 1 in float),
+/// with P and Q of degree 4, a rational fit kiln computed for the least relative error
+/// (2e-8 before rounding; within 6 ulp in float, exactly odd, tiny x give x). NaN passes
+/// through both clamps. 16 instructions and one division, no exp. Double keeps xsimd::tanh.
+struct TanhOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    if constexpr (std::is_same_v<typename B::value_type, float>) {
+      const B c = clamp_keeping_nan(x, -9.f, 9.f);
+      const B s = c * c;
+      B p = B(1.33551774e-08f);
+      p = xsimd::fma(p, s, B(2.06094537e-05f));
+      p = xsimd::fma(p, s, B(0.00349561055f));
+      p = xsimd::fma(p, s, B(0.133810446f));
+      p = xsimd::fma(p, s, B(1.f));
+      B q = B(7.77676917e-07f);
+      q = xsimd::fma(q, s, B(0.00032856717f));
+      q = xsimd::fma(q, s, B(0.0258770678f));
+      q = xsimd::fma(q, s, B(0.467143595f));
+      q = xsimd::fma(q, s, B(1.f));
+      // Past |x| ~ 8.8 the fit rounds to 1 or a few ulp above it: clamp to exactly +-1.
+      return clamp_keeping_nan((c * p) / q, -1.f, 1.f);
+    } else {
+      return xsimd::tanh(x);
+    }
+  }
+};
+/// 1 / (1 + exp(-x)) keeps its relative precision everywhere: for x < 0, exp(-x) is large and
+/// exact to a few ulp, so there is no cancellation; exp(-x) = +inf gives 0 and a tiny exp(-x)
+/// gives 1. NaN propagates.
+struct SigmoidOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    if constexpr (std::is_same_v<typename B::value_type, float>)
+      return B(1.f) / (B(1.f) + exp_clamped_f32(flip_sign(x)));
+    else
+      return B(1) / (B(1) + xsimd::exp(flip_sign(x)));
+  }
+};
+/// max(x, 0) + log1p(exp(-|x|)).
+struct SoftplusOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return xsimd::select(x > B(0), x, B(0)) + xsimd::log1p(xsimd::exp(flip_sign(xsimd::abs(x))));
+  }
+};
+
+struct LogicalNotOp : PredicateUnary {
+  template <class T>
+  static std::uint8_t scalar(T x) {
+    return x == 0 ? 1 : 0;
+  }
+};
+struct IsNanOp : PredicateUnary {
+  template <class T>
+  static std::uint8_t scalar(T x) {
+    if constexpr (is_float_v<T>)
+      return x != x ? 1 : 0;
+    else
+      return 0;
+  }
+};
+struct IsFiniteOp : PredicateUnary {
+  template <class T>
+  static std::uint8_t scalar(T x) {
+    if constexpr (is_float_v<T>)
+      return x - x == 0 ? 1 : 0;
+    else
+      return 1;
+  }
+};
+
+// ------------------------------------------------------------------ binary ops
+
+struct NumericBinary {
+  template <class T>
+  static constexpr bool accepts = is_numeric_v<T>;
+  static constexpr bool bool_out = false;
+  static constexpr bool has_simd = true;
+};
+struct ScalarNumericBinary {
+  template <class T>
+  static constexpr bool accepts = is_numeric_v<T>;
+  static constexpr bool bool_out = false;
+  static constexpr bool has_simd = false;
+};
+struct PredicateBinary {
+  template <class T>
+  static constexpr bool accepts = is_any_v<T>;
+  static constexpr bool bool_out = true;
+  static constexpr bool has_simd = false;
+};
+
+struct AddOp : NumericBinary {
+  template <class B>
+  static B simd(const B& a, const B& b) {
+    return a + b;
+  }
+  template <class T>
+  static T scalar(T a, T b) {
+    return wrap_add(a, b);
+  }
+};
+struct SubOp : NumericBinary {
+  template <class B>
+  static B simd(const B& a, const B& b) {
+    return a - b;
+  }
+  template <class T>
+  static T scalar(T a, T b) {
+    return wrap_sub(a, b);
+  }
+};
+struct MulOp : NumericBinary {
+  template <class B>
+  static B simd(const B& a, const B& b) {
+    return a * b;
+  }
+  template <class T>
+  static T scalar(T a, T b) {
+    return wrap_mul(a, b);
+  }
+};
+struct DivOp : NumericBinary {
+  template <class B>
+  static B simd(const B& a, const B& b) {
+    return a / b;
+  }
+  template <class T>
+  static T scalar(T a, T b) {
+    return floor_div(a, b);
+  }
+};
+/// libm's pow for floats: xsimd 8.1's pow gets zero, infinite and NaN operands wrong.
+struct PowOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    if constexpr (std::is_same_v<T, float>)
+      return __builtin_powf(a, b);
+    else if constexpr (std::is_same_v<T, double>)
+      return __builtin_pow(a, b);
+    else
+      return int_pow(a, b);
+  }
+};
+/// NaN in either operand gives NaN (like numpy.maximum).
+struct MaximumOp : NumericBinary {
+  template <class B>
+  static B simd(const B& a, const B& b) {
+    return xsimd::select((a >= b) | xsimd::isnan(a), a, b);
+  }
+  template <class T>
+  static T scalar(T a, T b) {
+    return a >= b ? a : b;
+  }
+};
+struct MinimumOp : NumericBinary {
+  template <class B>
+  static B simd(const B& a, const B& b) {
+    return xsimd::select((a <= b) | xsimd::isnan(a), a, b);
+  }
+  template <class T>
+  static T scalar(T a, T b) {
+    return a <= b ? a : b;
+  }
+};
+struct ModOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    if constexpr (is_float_v<T>)
+      return float_mod(a, b);
+    else
+      return floor_mod(a, b);
+  }
+};
+
+struct EqualOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a == b ? 1 : 0;
+  }
+};
+struct NotEqualOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a != b ? 1 : 0;
+  }
+};
+struct LessOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a < b ? 1 : 0;
+  }
+};
+struct LessEqualOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a <= b ? 1 : 0;
+  }
+};
+struct GreaterOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a > b ? 1 : 0;
+  }
+};
+struct GreaterEqualOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a >= b ? 1 : 0;
+  }
+};
+struct LogicalAndOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a != 0 && b != 0 ? 1 : 0;
+  }
+};
+struct LogicalOrOp : PredicateBinary {
+  template <class T>
+  static std::uint8_t scalar(T a, T b) {
+    return a != 0 || b != 0 ? 1 : 0;
+  }
+};
+
+}  // namespace
+
+}  // namespace kiln::detail

@@ -1,0 +1,22 @@
+#pragma once
+// The elementwise row tables of every instruction set this CPU runs, for tests that call each
+// table's kernels directly (test_elementwise.cpp, test_simd_semantics.cpp). The eager ops use
+// only the table of simd_level(); scripts/test.sh runs the kernel tests once per KILN_SIMD
+// value to cover the others there.
+
+#include <vector>
+
+#include "kernels/elementwise_table.hpp"
+
+namespace kiln::test {
+
+/// sse2 always, then avx2 and avx512 when this CPU (and its OS) runs them; lowest first.
+inline std::vector<const kiln::detail::ElementwiseRowTable*> row_tables_of_this_cpu() {
+  using namespace kiln::detail;
+  std::vector<const ElementwiseRowTable*> tables;
+  for (int level = 0; level <= static_cast<int>(cpu_simd_level()); ++level)
+    tables.push_back(&elementwise_rows(static_cast<SimdLevel>(level)));
+  return tables;
+}
+
+}  // namespace kiln::test
