@@ -72,8 +72,6 @@ void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t*
 /// The instruction set libxsmm generates small matmul kernels for, as libxsmm names it
 /// ("x86" when it generates none); initializes libxsmm. See simd_level().
 const char* matmul_jit_target();
-/// The kernels OpenBLAS chose when it was loaded (OPENBLAS_CORETYPE or the CPU): "Haswell", ...
-const char* matmul_blas_core();
 
 /// Whether the matmul kernel reads input `which` (0: a, 1: b) in this non-contiguous layout
 /// directly: a 2-d f32/f64 matrix whose rows are apart by more than their length (a slice of

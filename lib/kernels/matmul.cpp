@@ -219,8 +219,6 @@ const char* matmul_jit_target() {
   return libxsmm_get_target_arch();
 }
 
-const char* matmul_blas_core() { return openblas_get_corename(); }
-
 void transpose_matrix(void* out, const void* in, std::size_t element_size, std::int64_t rows,
                       std::int64_t cols, std::int64_t in_stride) {
   ensure_xsmm_initialized();
