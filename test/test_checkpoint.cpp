@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 
 #include <kiln/checkpoint.hpp>
 #include <kiln/kiln.hpp>
@@ -284,4 +286,189 @@ TEST_CASE("a checkpoint saves and restores optimizer slots with the model", "[ch
   for (std::size_t i = 0; i < saved_optimizer.size(); ++i)
     CHECK(same(adam.get_weights()[i], saved_optimizer[i]));
   CHECK(step().item<float>() == next_loss.item<float>());
+}
+
+namespace {
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::set<std::string> names_in(const std::filesystem::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out.insert(e.path().filename().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint names kiln does not write are never read, counted or deleted",
+          "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({2, 5}));
+  const auto prefix = dir.path / "ck";
+  const auto numbered = [&](const std::string& n) {
+    return prefix.string() + "-" + n + ".safetensors";
+  };
+  kiln::Checkpoint ckpt({{"model", &net}}, {.keep_last = 1});
+  net.l2.variable("bias").assign(kiln::full({3}, 1.0));
+  CHECK(ckpt.save(prefix) == numbered("1"));
+  // Names of the right shape but not numbers kiln writes: 2^64 - 1 (20 digits, the name that
+  // made the next save wrap to 0), 19 digits, leading zeros, zero, signs, letters, spaces.
+  const std::vector<std::string> strays = {"ck-18446744073709551615.safetensors",
+                                           "ck-1000000000000000000.safetensors",
+                                           "ck-007.safetensors",
+                                           "ck-0.safetensors",
+                                           "ck-00.safetensors",
+                                           "ck-+5.safetensors",
+                                           "ck--5.safetensors",
+                                           "ck- 5.safetensors",
+                                           "ck-5 .safetensors",
+                                           "ck-1a.safetensors",
+                                           "ck-0x10.safetensors",
+                                           "ck-.safetensors",
+                                           "ck-5.safetensors.bak",
+                                           "ck-5.SAFETENSORS",
+                                           "ck-5safetensors",
+                                           "xck-9.safetensors",
+                                           "ck9.safetensors"};
+  for (const auto& name : strays) write_text(dir.path / name, "stray " + name);
+  CHECK(kiln::Checkpoint::latest(prefix) == numbered("1"));
+
+  net.l2.variable("bias").assign(kiln::full({3}, 2.0));
+  const auto second = ckpt.save(prefix);
+  CHECK(second == numbered("2"));  // not -0: the stray numbers count for nothing
+  CHECK(std::filesystem::exists(second));
+  CHECK_FALSE(std::filesystem::exists(numbered("1")));  // keep_last = 1 removes kiln's own
+  for (const auto& name : strays) {
+    INFO(name);
+    CHECK(read_text(dir.path / name) == "stray " + name);
+  }
+  CHECK(kiln::Checkpoint::latest(prefix) == second);
+  net.l2.variable("bias").assign(kiln::zeros({3}));
+  CHECK(ckpt.restore(prefix) == second);
+  CHECK(net.l2.variable("bias").value().to_vector<float>() == std::vector<float>{2, 2, 2});
+
+  // Only strays in the folder: no checkpoint to restore, and the first save is -1.
+  TempDir other;
+  for (const auto& name : strays) write_text(other.path / name, "stray");
+  const auto other_prefix = other.path / "ck";
+  CHECK(kiln::Checkpoint::latest(other_prefix).empty());
+  CHECK_THROWS_WITH(ckpt.restore(other_prefix), Catch::Contains("no checkpoint"));
+  const auto first = ckpt.save(other_prefix);
+  CHECK(first == other_prefix.string() + "-1.safetensors");
+  CHECK(std::filesystem::exists(first));
+  CHECK(names_in(other.path).size() == strays.size() + 1);
+}
+
+TEST_CASE("checkpoint numbers stop at their limit instead of wrapping", "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({2, 5}));
+  const auto prefix = dir.path / "ck";
+  kiln::Checkpoint ckpt({{"model", &net}}, {.keep_last = 1});
+  const auto seed = ckpt.save(dir.path / "seed");
+  std::filesystem::rename(seed, prefix.string() + "-999999999999999998.safetensors");
+  const auto last = ckpt.save(prefix);
+  CHECK(last == prefix.string() + "-999999999999999999.safetensors");
+  CHECK(std::filesystem::exists(last));
+  CHECK_FALSE(std::filesystem::exists(prefix.string() + "-999999999999999998.safetensors"));
+  CHECK(kiln::Checkpoint::latest(prefix) == last);
+
+  const auto before = names_in(dir.path);
+  const std::string where = "[Checkpoint.save] " + prefix.string() + "-999999999999999999";
+  const std::string why = "checkpoint numbers end at 999999999999999999";
+  CHECK_THROWS_WITH(ckpt.save(prefix), Catch::StartsWith(where) && Catch::Contains(why));
+  kiln::Checkpoint fresh({{"model", &net}});  // no memory of earlier saves: the file decides
+  CHECK_THROWS_WITH(fresh.save(prefix), Catch::StartsWith(where) && Catch::Contains(why));
+  CHECK(names_in(dir.path) == before);  // nothing written, nothing deleted, no temporary file
+  CHECK(fresh.restore(prefix) == last);
+}
+
+TEST_CASE("checkpoint numbering does not go back when files disappear", "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({2, 5}));
+  const auto prefix = dir.path / "run" / "ck";
+  kiln::Checkpoint ckpt({{"model", &net}}, {.keep_last = 0});
+  ckpt.save(prefix);
+  ckpt.save(prefix);
+  std::filesystem::remove_all(dir.path / "run");
+  CHECK(ckpt.save(prefix) == prefix.string() + "-3.safetensors");
+  // The same prefix spelled another way is the same series.
+  CHECK(ckpt.save(dir.path / "run" / "." / "ck") ==
+        (dir.path / "run" / "." / "ck").string() + "-4.safetensors");
+  // Another checkpoint counts from the files.
+  kiln::Checkpoint other({{"model", &net}});
+  CHECK(other.save(prefix) == prefix.string() + "-5.safetensors");
+}
+
+TEST_CASE("a checkpoint file that names one variable twice restores nothing", "[checkpoint]") {
+  TempDir dir;
+  // Object "m" holds module "m": "m/m/kernel" (rooted, as save writes it) and "m/kernel"
+  // (relative) are one variable.
+  LazyDense m("m", 2);
+  m(kiln::ones({1, 3}));
+  const auto before = m.get_weights();
+  const auto file = dir.path / "twice.safetensors";
+  kiln::io::save_safetensors(file, {{"m/m/kernel", kiln::zeros({3, 2})},
+                                    {"m/kernel", kiln::ones({3, 2})},
+                                    {"m/m/bias", kiln::full({2}, 3.0)}});
+  kiln::Checkpoint ckpt({{"m", &m}});
+  CHECK_THROWS_WITH(ckpt.restore(file),
+                    Catch::StartsWith("[Checkpoint.restore] " + file.string()) &&
+                        Catch::Contains("nothing was restored") &&
+                        Catch::Contains("'m/kernel' and 'm/m/kernel' both name the variable "
+                                        "'m/kernel' of object 'm'"));
+  for (std::size_t i = 0; i < before.size(); ++i) CHECK(same(m.get_weights()[i], before[i]));
+  CHECK_THROWS_WITH(kiln::load_weights(m, file), Catch::Contains("nothing was assigned"));
+
+  // The same for values waiting for variables that do not exist yet.
+  Net fresh;
+  kiln::io::save_safetensors(file, {{"model/net/l1/kernel", kiln::zeros({5, 8})},
+                                    {"model/l1/kernel", kiln::ones({5, 8})}});
+  kiln::Checkpoint lazy({{"model", &fresh}});
+  CHECK_THROWS_WITH(lazy.restore(file),
+                    Catch::Contains("'model/l1/kernel' and 'model/net/l1/kernel' both name the "
+                                    "variable 'net/l1/kernel' (not created yet)"));
+  CHECK(lazy.pending().empty());
+  // One relative key alone is fine: it waits for net/l1/kernel and is used when that is built.
+  kiln::io::save_safetensors(file, {{"model/l1/kernel", kiln::ones({5, 8})}});
+  lazy.restore(file);
+  CHECK(lazy.pending() == std::vector<std::string>{"model/l1/kernel"});
+  fresh(kiln::ones({1, 5}));
+  CHECK(lazy.pending().empty());
+  CHECK(same(fresh.l1.variable("kernel").value(), kiln::ones({5, 8})));
+}
+
+TEST_CASE("a variable shared by two objects restores when its values agree", "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({1, 5}));
+  net.l2.variable("bias").assign(kiln::full({3}, 7.0));
+  kiln::Variable bias = net.l2.variable("bias");
+  kiln::Checkpoint ckpt({{"a", &net}, {"b", &net}});
+  ckpt.track("bias", bias);
+  const auto file = ckpt.save(dir.path / "ck");
+  CHECK(kiln::io::inspect(file).size() == 9);  // 4 + 4 + 1 keys for 4 variables
+  bias.assign(kiln::zeros({3}));
+  CHECK(ckpt.restore(file) == file);
+  CHECK(bias.value().to_vector<float>() == std::vector<float>{7, 7, 7});
+
+  kiln::io::save_safetensors(dir.path / "differ.safetensors",
+                             {{"a/net/l2/bias", kiln::full({3}, 1.0)},
+                              {"b/net/l2/bias", kiln::full({3}, 2.0)},
+                              {"bias", kiln::full({3}, 1.0)}});
+  CHECK_THROWS_WITH(ckpt.restore(dir.path / "differ.safetensors"),
+                    Catch::Contains("'a/net/l2/bias' and 'b/net/l2/bias' name one variable "
+                                    "('net/l2/bias') with different values") &&
+                        !Catch::Contains("'bias'"));
+  CHECK(bias.value().to_vector<float>() == std::vector<float>{7, 7, 7});
 }

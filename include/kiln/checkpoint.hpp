@@ -66,9 +66,11 @@ struct CheckpointOptions {
 ///
 /// save(prefix) writes "<prefix>-<n>.safetensors" with n counting up from the newest existing
 /// file, atomically, and keeps the last `keep_last` files. restore(prefix) reads the newest
-/// such file (or `prefix` itself when it is a file). Values whose variables do not exist yet
-/// (layers that build on their first call) are queued by path and assigned when the variables
-/// are created; assert_consumed() throws if any queued value is still waiting.
+/// such file (or `prefix` itself when it is a file). Only names whose n has 1 to 18 decimal
+/// digits and no leading zero are checkpoint files; others are ignored, and numbering never
+/// wraps (save throws past 999999999999999999). See docs/checkpoints.md. Values whose variables do
+/// not exist yet (layers that build on their first call) are queued by path and assigned when the
+/// variables are created; assert_consumed() throws if any queued value is still waiting.
 class Checkpoint {
  public:
   using Objects = std::vector<std::pair<std::string, Module*>>;
@@ -80,11 +82,14 @@ class Checkpoint {
   /// Also saves and restores `variable` under `name` (e.g. a step counter).
   Checkpoint& track(const std::string& name, const Variable& variable);
 
-  /// Writes a new checkpoint file; returns its path.
+  /// Writes a new checkpoint file, numbered one above the highest of the folder's checkpoint
+  /// files and of this checkpoint's last save to `prefix`; returns its path (which keep_last
+  /// never deletes). Throws, writing nothing, when that number would pass the limit.
   std::filesystem::path save(const std::filesystem::path& prefix);
   /// Restores from the newest checkpoint of `prefix` (or the file `prefix`). Every key must
-  /// belong to a tracked object and match dtype and shape where the variable exists; otherwise
-  /// nothing changes. Returns the file read.
+  /// belong to a tracked object and match dtype and shape where the variable exists, and no
+  /// two keys may give one variable different values (or, within one object, name it twice);
+  /// otherwise nothing changes. Returns the file read.
   std::filesystem::path restore(const std::filesystem::path& prefix);
   /// The newest checkpoint file of `prefix`, or an empty path when there is none.
   static std::filesystem::path latest(const std::filesystem::path& prefix);

@@ -7,15 +7,19 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kiln::io::detail {
 
 /// A file written under a temporary name in the target's folder and renamed over the
 /// target by commit(): write, flush, fsync the file, rename, fsync the folder. A process
-/// that dies before commit() leaves the target as it was (and, at worst, a stray
-/// `.<name>.tmp-<8 random characters>` file next to it). Destroying an uncommitted AtomicFile
-/// removes the temporary file. Errors throw kiln::Error "[op] <target>: ...".
+/// that dies before commit() leaves the target as it was (and a stale temporary file
+/// `.<name>.tmp-<8 lowercase hex digits>` next to it, which the next AtomicFile created in
+/// that folder removes). The writer holds flock(LOCK_EX) on its temporary file from creation
+/// until it is renamed or removed; that lock is what tells a live writer's file from a stale
+/// one. Destroying an uncommitted AtomicFile removes the temporary file. Errors throw
+/// kiln::Error "[op] <target>: ...".
 class AtomicFile {
  public:
   AtomicFile(std::filesystem::path target, std::string op);
@@ -53,6 +57,16 @@ class AtomicFile {
   std::uint64_t on_disk_ = 0;
   std::vector<std::byte> buffer_;
 };
+
+/// Whether `name` (a file name, no folder) has the form of AtomicFile's temporary files:
+/// `.<name>.tmp-<8 lowercase hex digits>`.
+bool is_temporary_name(std::string_view name);
+
+/// Removes the stale temporary files of `folder`: regular files with a temporary name on which
+/// flock(LOCK_EX | LOCK_NB) succeeds (no AtomicFile holds them), still under that name once
+/// locked. Best effort: files it cannot open, lock or unlink stay. Every AtomicFile calls it
+/// for its folder before it creates its own temporary file.
+void remove_stale_temporary_files(const std::filesystem::path& folder);
 
 /// Writes `bytes` to `path` atomically (an AtomicFile written and committed at once).
 void write_file_atomically(const std::filesystem::path& path, const std::string& op,

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "core/fail.hpp"
 #include "kiln/checkpoint.hpp"
@@ -23,7 +25,26 @@ namespace {
 
 std::atomic<std::uint64_t> next_checkpoint_id{1};
 
-/// "<prefix>-<n>.safetensors" files of a prefix, by n.
+constexpr std::string_view checkpoint_suffix = ".safetensors";
+/// The highest checkpoint number, 18 nines: every number of 1 to 18 digits fits below it.
+constexpr std::uint64_t max_checkpoint_number = 999'999'999'999'999'999;
+constexpr std::size_t max_checkpoint_digits = 18;
+
+/// The number in a checkpoint name, when `digits` is one kiln writes: 1 to 18 decimal digits
+/// without a leading zero. Anything else (0, 007, 1a, +5, a 20-digit number) is not kiln's.
+std::optional<std::uint64_t> checkpoint_number(std::string_view digits) {
+  if (digits.empty() || digits.size() > max_checkpoint_digits || digits.front() == '0')
+    return std::nullopt;
+  std::uint64_t n = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return n;
+}
+
+/// The checkpoint files of a prefix by number: names "<prefix>-<n>.safetensors" in its folder
+/// whose n is a number kiln writes. Other names are not kiln's and are ignored.
 std::map<std::uint64_t, std::filesystem::path> numbered_files(const std::filesystem::path& prefix) {
   std::map<std::uint64_t, std::filesystem::path> files;
   std::filesystem::path dir = prefix.parent_path();
@@ -32,25 +53,32 @@ std::map<std::uint64_t, std::filesystem::path> numbered_files(const std::filesys
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const std::string suffix = ".safetensors";
-    if (name.size() <= stem.size() + suffix.size() || name.compare(0, stem.size(), stem) != 0 ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    if (name.size() <= stem.size() + checkpoint_suffix.size() || !name.starts_with(stem) ||
+        !name.ends_with(checkpoint_suffix))
       continue;
-    const char* first = name.data() + stem.size();
-    const char* last = name.data() + name.size() - suffix.size();
-    std::uint64_t n = 0;
-    auto [end, err] = std::from_chars(first, last, n);
-    if (err == std::errc() && end == last) files.emplace(n, entry.path());
+    const std::string_view digits = std::string_view(name).substr(
+        stem.size(), name.size() - stem.size() - checkpoint_suffix.size());
+    if (const auto n = checkpoint_number(digits)) files.emplace(*n, entry.path());
   }
   return files;
 }
 
-/// The full variable name that `path` (rooted at module's name, as named_variables gives)
-/// has: the module's path may carry a name scope in front of its own name.
+/// The full variable name that `path` names in `module`: rooted at the module's name
+/// ("net/l1/kernel", as named_variables and save give) or relative to it ("l1/kernel"). The
+/// module's path may carry a name scope in front of its own name.
 std::string full_name(const Module& module, const std::string& path) {
   const std::string module_path = module.path();
+  if (!path.starts_with(module.name() + "/")) return module_path + "/" + path;
   const std::size_t slash = module_path.rfind('/');
   return slash == std::string::npos ? path : module_path.substr(0, slash + 1) + path;
+}
+
+/// Whether two tensors of one dtype and shape hold the same bytes.
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  const auto bytes = static_cast<std::size_t>(ca.size()) * dtype_size(ca.dtype());
+  return bytes == 0 || std::memcmp(ca.data(), cb.data(), bytes) == 0;
 }
 
 }  // namespace
@@ -60,6 +88,9 @@ struct Checkpoint::State {
   Objects objects;
   std::vector<std::pair<std::string, Variable>> variables;
   CheckpointOptions options;
+  /// The number this checkpoint last saved under each prefix (absolute, normalized), so that
+  /// its numbering never goes back even when files are removed between saves.
+  std::map<std::string, std::uint64_t> last_saved;
 };
 
 Checkpoint::Checkpoint(Objects objects, CheckpointOptions options)
@@ -97,20 +128,35 @@ std::filesystem::path Checkpoint::latest(const std::filesystem::path& prefix) {
 }
 
 std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
-  detail::refuse_while_tracing("Checkpoint.save");
+  constexpr const char* op = "Checkpoint.save";
+  detail::refuse_while_tracing(op);
   std::map<std::string, Tensor> values;
   for (const auto& [object, module] : state_->objects)
-    for (const auto& [path, v] : module->named_variables())
-      values[object + "/" + path] = v.value();
+    for (const auto& [path, v] : module->named_variables()) values[object + "/" + path] = v.value();
   for (const auto& [name, v] : state_->variables) values[name] = v.value();
   if (!prefix.parent_path().empty()) std::filesystem::create_directories(prefix.parent_path());
   auto files = numbered_files(prefix);
-  const std::uint64_t n = files.empty() ? 1 : files.rbegin()->first + 1;
-  const std::filesystem::path file = prefix.string() + fmt::format("-{}.safetensors", n);
+  std::error_code no_cwd;
+  std::filesystem::path absolute = std::filesystem::absolute(prefix, no_cwd);
+  if (no_cwd) absolute = prefix;
+  const std::string key = absolute.lexically_normal().string();
+  std::uint64_t previous = files.empty() ? 0 : files.rbegin()->first;
+  if (const auto saved = state_->last_saved.find(key); saved != state_->last_saved.end())
+    previous = std::max(previous, saved->second);
+  if (previous >= max_checkpoint_number)
+    detail::fail(op,
+                 "{}-{}{}: checkpoint numbers end at {}; move the checkpoints of '{}' away or "
+                 "save under another prefix",
+                 prefix.string(), previous, checkpoint_suffix, max_checkpoint_number,
+                 prefix.string());
+  const std::uint64_t n = previous + 1;
+  const std::filesystem::path file = prefix.string() + fmt::format("-{}{}", n, checkpoint_suffix);
   io::save_safetensors(file, values, {{"format", "kiln-checkpoint"}});
-  files.emplace(n, file);
+  state_->last_saved[key] = n;
+  files[n] = file;
+  // The oldest go first; n is the highest number, so the file just written always stays.
   const auto keep = static_cast<std::size_t>(state_->options.keep_last);
-  while (keep > 0 && files.size() > keep) {
+  while (keep > 0 && files.size() > keep && files.begin()->first != n) {
     std::error_code ec;
     std::filesystem::remove(files.begin()->second, ec);
     files.erase(files.begin());
@@ -139,6 +185,16 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
   };
   std::vector<Deferred> deferred;
   std::vector<std::string> problems;
+  // Every variable takes one value. One object can name a variable by two keys (a path rooted
+  // at the module's name and one relative to it): that is an error. A variable that two
+  // objects share (a layer in two models, a tracked variable of a module) is saved under both
+  // names; that is fine as long as the values agree.
+  struct Claim {
+    std::string key, owner;
+    Tensor value;
+  };
+  std::map<std::uint64_t, Claim> claimed;             // by Variable::id()
+  std::map<std::string, std::string> deferred_names;  // full name -> key
   for (const auto& entry : values) {
     const std::string& key = entry.first;  // not a structured binding: lambdas capture it
     const Tensor& value = entry.second;
@@ -159,11 +215,34 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
       const std::string path = key.substr(slash + 1);
       const Module& module = *owner->second;
       if (!module.has_variable(path)) {
-        deferred.push_back({full_name(module, path), key, value});
+        std::string name = full_name(module, path);
+        const auto [earlier, fresh] = deferred_names.emplace(name, key);
+        if (!fresh) {
+          problems.push_back(
+              fmt::format("'{}' and '{}' both name the variable '{}' (not created "
+                          "yet) of object '{}'",
+                          earlier->second, key, name, object));
+          continue;
+        }
+        deferred.push_back({std::move(name), key, value});
         continue;
       }
       target = module.variable(path);
     }
+    const std::string owner = tracked != state_->variables.end() ? key : object;
+    if (const auto earlier = claimed.find(target.id()); earlier != claimed.end()) {
+      const Claim& first = earlier->second;
+      if (first.owner == owner)
+        problems.push_back(fmt::format("'{}' and '{}' both name the variable '{}' of object '{}'",
+                                       first.key, key, target.name(), owner));
+      else if (!same_bytes(first.value, value))
+        problems.push_back(
+            fmt::format("'{}' and '{}' name one variable ('{}') with different "
+                        "values",
+                        first.key, key, target.name()));
+      continue;  // an agreeing alias: the first key assigns it
+    }
+    claimed.emplace(target.id(), Claim{key, owner, value});
     if (target.dtype() != value.dtype() || target.shape() != value.shape()) {
       problems.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", key,
                                      dtype_name(value.dtype()), value.shape().to_string(),
@@ -173,8 +252,7 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
     assignments.emplace_back(target, value);
   }
   if (!problems.empty())
-    detail::fail(op, "{}: nothing was restored:\n  {}", file.string(),
-                 fmt::join(problems, "\n  "));
+    detail::fail(op, "{}: nothing was restored:\n  {}", file.string(), fmt::join(problems, "\n  "));
   detail::drop_deferred_restores(state_->id);
   for (auto& [v, value] : assignments) v.assign(value);
   for (Deferred& d : deferred)
@@ -189,7 +267,8 @@ std::vector<std::string> Checkpoint::pending() const {
 void Checkpoint::assert_consumed() const {
   const std::vector<std::string> waiting = pending();
   if (!waiting.empty())
-    detail::fail("Checkpoint", "{} restored values were never used (their variables were not "
+    detail::fail("Checkpoint",
+                 "{} restored values were never used (their variables were not "
                  "created): {}",
                  waiting.size(), fmt::join(waiting, ", "));
 }
