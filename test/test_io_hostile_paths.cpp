@@ -351,6 +351,13 @@ TEST_CASE("npz: overlaps, non-UTF-8 names and local/central mismatches are told 
   Bytes no_local = io_test::make_zip({{"a.npy", w_npy()}, {"w.npy", w_npy()}});
   no_local[115] = 'X';
   expect_rejected(no_local, Format::npz, "member 'w.npy' has no local header at byte 115");
+  Bytes trailing = good;
+  trailing.insert(trailing.end(), {'j', 'u', 'n', 'k'});
+  expect_rejected(trailing, Format::npz,
+                  "the end record's comment is 0 bytes, but 4 bytes follow the record");
+  Bytes long_comment = good;
+  long_comment[long_comment.size() - 2] = 9;
+  expect_rejected(long_comment, Format::npz, "the end record's comment is 9 bytes, but 0 bytes");
   Bytes short_directory = good;
   set32(short_directory, short_directory.size() - 22 + 12, 40);
   expect_rejected(short_directory, Format::npz, "the central directory ends at byte");

@@ -123,6 +123,12 @@ class LayoutCheck {
            source_, bytes_.size());
     const auto end = find_end_record(bytes_);
     if (!end) fail(op_, "{}: not a zip archive (no end-of-central-directory record)", source_);
+    const std::uint64_t comment = bytes_.u16(*end + 20), after = bytes_.size() - *end - end_bytes;
+    if (comment != after)
+      fail(op_,
+           "{}: the end record's comment is {} bytes, but {} bytes follow the record (data after "
+           "the archive, or a cut comment)",
+           source_, comment, after);
     if (!read_end_record(*end)) return;
     read_central_directory();
     read_local_headers();
@@ -248,12 +254,12 @@ class LayoutCheck {
       if (data > directory_)
         fail(op_, "{}: member '{}' has a local header that runs into the central directory",
              source_, shown);
-      e.end = data + e.compressed;
       if (e.compressed > directory_ - data)
         fail(op_,
              "{}: member '{}' has {} bytes of data from byte {}, running into the central "
              "directory at byte {}",
              source_, shown, e.compressed, data, directory_);
+      e.end = data + e.compressed;
       if ((e.flags & descriptor_flag) != 0) {
         const bool zip64 = e.size > max32 || e.compressed > max32;
         const bool signed_descriptor =

@@ -11,7 +11,7 @@ namespace kiln::io::detail {
 /// "[op] source: ..." naming the defect, where libzip would report several different ones
 /// as "Zip archive inconsistent" (or accept them):
 /// - not a zip archive at all: empty, shorter than an end-of-central-directory record, or
-///   without one;
+///   without one; bytes after the record other than its comment;
 /// - a central directory that runs past, or does not end at, the end record; entry counts
 ///   that disagree with it; entries cut short or with a bad signature, malformed extra
 ///   fields, missing zip64 fields;
