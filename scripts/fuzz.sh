@@ -8,7 +8,10 @@
 # uncaught non-kiln::Error exception or sanitizer report; the input that triggered it is kept
 # in build-fuzz/fuzz-artifacts/<target>/ and the log's tail is printed. New inputs found
 # while fuzzing go to build-fuzz/fuzz-corpus/<target>/ (kept between runs); the seeds in
-# test/fuzz/corpus/<target>/ are only read. See docs/io.md for longer runs.
+# test/fuzz/corpus/<target>/ are only read. Inputs go up to KILN_FUZZ_MAX_LEN bytes (default
+# 256 KiB: libFuzzer's own default of 4 KiB cannot reach deep nesting or many-member archives;
+# it still starts small and grows lengths as coverage stops improving). See docs/io.md for
+# longer runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -16,6 +19,7 @@ shift || true
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(safetensors npy npz)
 build=${KILN_FUZZ_BUILD:-build-fuzz}
+max_len=${KILN_FUZZ_MAX_LEN:-262144}
 
 if ! command -v clang++ >/dev/null; then
   echo "fuzz: clang++ not found"
@@ -39,7 +43,8 @@ for target in "${targets[@]}"; do
   log="$build/fuzz-$target.log"
   mkdir -p "$corpus" "$artifacts"
   "$build/test/fuzz/fuzz_$target" "$corpus" "test/fuzz/corpus/$target" \
-    -dict="test/fuzz/$target.dict" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -dict="test/fuzz/$target.dict" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
+    -rss_limit_mb=2048 \
     -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1
   code=$?
   runs=$(grep -oE '^stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')

@@ -20,6 +20,8 @@ struct ZipMember {
   bool corrupt_crc = false;  // store a CRC that does not match
   std::uint16_t flags = 0;   // general purpose flags (bit 0: encrypted)
   int method = -1;           // overrides the method number written
+  bool descriptor = false;   // CRC and sizes in a data descriptor after the data (flag bit 3;
+                             // zeros in the local header), as streaming writers do
 };
 
 inline std::vector<std::uint8_t> deflate_raw(const std::vector<std::uint8_t>& in) {
@@ -46,26 +48,34 @@ inline std::vector<std::uint8_t> make_zip(const std::vector<ZipMember>& members)
     if (m.corrupt_crc) crc ^= 0x1234u;
     const int method = m.method >= 0 ? m.method : (m.deflate ? 8 : 0);
     const auto offset = out.size();
-    auto fields = [&](std::vector<std::uint8_t>& v) {
+    const std::uint16_t flags = m.descriptor ? static_cast<std::uint16_t>(m.flags | 8) : m.flags;
+    auto fields = [&](std::vector<std::uint8_t>& v, bool local) {
+      const bool zeros = local && m.descriptor;
       append_le(v, 20, 2);  // version needed
-      append_le(v, m.flags, 2);
+      append_le(v, flags, 2);
       append_le(v, static_cast<std::uint64_t>(method), 2);
       append_le(v, 0, 2);     // time
       append_le(v, 0x21, 2);  // date: 1980-01-01
-      append_le(v, crc, 4);
-      append_le(v, stored.size(), 4);
-      append_le(v, m.data.size(), 4);
+      append_le(v, zeros ? 0 : crc, 4);
+      append_le(v, zeros ? 0 : stored.size(), 4);
+      append_le(v, zeros ? 0 : m.data.size(), 4);
       append_le(v, m.name.size(), 2);
       append_le(v, 0, 2);  // extra length
     };
     append_le(out, 0x04034b50, 4);
-    fields(out);
+    fields(out, true);
     append(out, m.name);
     out.insert(out.end(), stored.begin(), stored.end());
+    if (m.descriptor) {
+      append_le(out, 0x08074b50, 4);
+      append_le(out, crc, 4);
+      append_le(out, stored.size(), 4);
+      append_le(out, m.data.size(), 4);
+    }
 
     append_le(central, 0x02014b50, 4);
     append_le(central, 20, 2);  // version made by
-    fields(central);
+    fields(central, false);
     append_le(central, 0, 2);  // comment length
     append_le(central, 0, 2);  // disk
     append_le(central, 0, 2);  // internal attributes

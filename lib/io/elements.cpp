@@ -192,40 +192,81 @@ CheckedShape check_shape(std::span<const std::uint64_t> dims, std::size_t elemen
   return result;
 }
 
+namespace {
+
+/// The length of the UTF-8 sequence at text[i] (1 to 4) and its code point, or 0 when the
+/// bytes there are not valid UTF-8 (bad lead or continuation byte, truncated sequence,
+/// overlong form, surrogate, past U+10FFFF).
+std::size_t utf8_sequence(std::string_view text, std::size_t i, std::uint32_t& code) {
+  const auto c = static_cast<unsigned char>(text[i]);
+  if (c < 0x80) {
+    code = c;
+    return 1;
+  }
+  std::size_t length = 0;
+  if ((c & 0xe0) == 0xc0) {
+    length = 2;
+    code = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    length = 3;
+    code = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    length = 4;
+    code = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (length > text.size() - i) return 0;
+  for (std::size_t k = 1; k < length; ++k) {
+    const auto next = static_cast<unsigned char>(text[i + k]);
+    if ((next & 0xc0) != 0x80) return 0;
+    code = (code << 6) | (next & 0x3f);
+  }
+  const std::uint32_t smallest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+  if (code < smallest || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return 0;
+  return length;
+}
+
+/// Code points that are valid but would garble a message: C1 controls, line and paragraph
+/// separators, bidirectional marks, embeddings, overrides and isolates, the byte-order mark.
+bool hidden_code_point(std::uint32_t code) {
+  return (code >= 0x80 && code < 0xa0) || code == 0x200e || code == 0x200f ||
+         (code >= 0x2028 && code <= 0x202e) || (code >= 0x2066 && code <= 0x2069) || code == 0xfeff;
+}
+
+}  // namespace
+
 bool is_valid_utf8(std::string_view text) {
-  std::size_t i = 0;
-  const std::size_t n = text.size();
-  while (i < n) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    std::uint32_t code = 0;
-    if ((c & 0xe0) == 0xc0) {
-      length = 2;
-      code = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      length = 3;
-      code = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      length = 4;
-      code = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + length > n) return false;
-    for (std::size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xc0) != 0x80) return false;
-      code = (code << 6) | (next & 0x3f);
-    }
-    const std::uint32_t smallest = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
-    if (code < smallest || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+  std::uint32_t code = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length = utf8_sequence(text, i, code);
+    if (length == 0) return false;
     i += length;
   }
   return true;
+}
+
+std::string printable(std::string_view text, std::size_t limit) {
+  std::string out;
+  std::uint32_t code = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    if (i >= limit) {
+      out += fmt::format("... ({} bytes)", text.size());
+      break;
+    }
+    const std::size_t length = utf8_sequence(text, i, code);
+    if (length == 0 || code < 0x20 || code == 0x7f) {
+      out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[i]));
+      ++i;
+      continue;
+    }
+    if (hidden_code_point(code))
+      out += fmt::format("\\u{:04x}", code);
+    else
+      out.append(text.substr(i, length));
+    i += length;
+  }
+  return out;
 }
 
 }  // namespace kiln::io::detail

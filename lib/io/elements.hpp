@@ -82,4 +82,15 @@ inline void append_le(std::vector<std::byte>& out, std::uint64_t value, int byte
 /// True when `text` is valid UTF-8 (no overlong forms, surrogates or values past U+10FFFF).
 bool is_valid_utf8(std::string_view text);
 
+/// The longest excerpt printable() quotes by default, in bytes of the original text.
+inline constexpr std::size_t printable_limit = 200;
+
+/// `text` (read from a file: a name, a dtype, a header excerpt) made safe to quote in an
+/// error message: ASCII control bytes, DEL and bytes that are not valid UTF-8 become `\xNN`;
+/// C1 controls, line separators and bidirectional-formatting characters become `\uNNNN`;
+/// other UTF-8 text is kept. Text longer than `limit` bytes is cut there (at a character
+/// boundary) and ends with `... (N bytes)`. A NUL byte therefore never cuts a message short,
+/// and a hostile file never makes a message longer than a few hundred bytes per quote.
+std::string printable(std::string_view text, std::size_t limit = printable_limit);
+
 }  // namespace kiln::io::detail

@@ -6,14 +6,14 @@
 #include "io/npy.hpp"
 #include "io/npz.hpp"
 #include "io/safetensors.hpp"
+#include "io/sniff.hpp"
 #include "kiln/io.hpp"
 
 namespace kiln::io {
 
-namespace {
+namespace detail {
 
-/// The format of a file from its first bytes, or nullopt.
-std::optional<FileFormat> sniff(std::span<const std::byte> bytes) {
+std::optional<FileFormat> sniff_format(std::span<const std::byte> bytes) {
   const auto starts_with = [&](std::string_view magic) {
     return bytes.size() >= magic.size() &&
            std::memcmp(bytes.data(), magic.data(), magic.size()) == 0;
@@ -27,19 +27,21 @@ std::optional<FileFormat> sniff(std::span<const std::byte> bytes) {
   return std::nullopt;
 }
 
-FileFormat checked_format(const detail::MappedFile& file, const std::string& op) {
-  const auto format = sniff(file.bytes());
+FileFormat checked_format(std::span<const std::byte> bytes, const std::string& op,
+                          const std::string& source) {
+  if (bytes.empty())
+    kiln::detail::fail(op, "{}: empty file (0 bytes), not safetensors, .npy or .npz", source);
+  const auto format = sniff_format(bytes);
   if (!format)
-    kiln::detail::fail(op, "{}: unknown file format (not safetensors, .npy or .npz)",
-                       file.path().string());
+    kiln::detail::fail(op, "{}: unknown file format (not safetensors, .npy or .npz)", source);
   return *format;
 }
 
-}  // namespace
+}  // namespace detail
 
 FileFormat detect_format(const std::filesystem::path& path) {
   const std::string op = "detect_format";
-  return checked_format(detail::MappedFile(path, op, 0), op);
+  return detail::checked_format(detail::MappedFile(path, op, 0).bytes(), op, path.string());
 }
 
 std::vector<TensorInfo> inspect(const std::filesystem::path& path) {
@@ -47,13 +49,14 @@ std::vector<TensorInfo> inspect(const std::filesystem::path& path) {
   const std::string source = path.string();
   // Mapped whatever the size: only the pages holding headers are read.
   detail::MappedFile file(path, op, 0);
-  switch (checked_format(file, op)) {
+  switch (detail::checked_format(file.bytes(), op, source)) {
     case FileFormat::npy: {
       const auto header = detail::parse_npy_header(file.bytes(), op, source);
       const std::uint64_t available = file.bytes().size() - header.header_bytes;
       if (available != header.data_bytes)
         kiln::detail::fail(op, "{}: .npy data is {} bytes, but '{}' {} needs {} bytes", source,
-                           available, header.descr, header.shape, header.data_bytes);
+                           available, detail::printable(header.descr), header.shape,
+                           header.data_bytes);
       return {detail::npy_tensor_info(header, path.stem().string())};
     }
     case FileFormat::npz:

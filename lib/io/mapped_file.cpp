@@ -22,6 +22,16 @@ struct FdCloser {
   }
 };
 
+/// What a file that is not a regular file is, for the error message.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "an unknown file type";
+}
+
 }  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path, const std::string& op,
@@ -31,11 +41,22 @@ MappedFile::MappedFile(const std::filesystem::path& path, const std::string& op,
     const int error = errno;
     kiln::detail::fail(op, "{}: {} ({})", path.string(), what, std::strerror(error));
   };
-  FdCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) fail_errno("cannot open the file");
+  const auto fail_kind = [&](mode_t mode) {
+    kiln::detail::fail(op, "{}: not a regular file ({})", path.string(), file_kind(mode));
+  };
+  // A FIFO blocks open(2) until a writer appears and a device may do anything when opened:
+  // look before opening, open without blocking, and look again at what was opened (the path
+  // may have been replaced in between).
   struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) fail_errno("cannot open the file");
+  if (!S_ISREG(info.st_mode)) fail_kind(info.st_mode);
+  FdCloser file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK)};
+  if (file.fd < 0) fail_errno("cannot open the file");
   if (::fstat(file.fd, &info) != 0) fail_errno("cannot stat the file");
-  if (!S_ISREG(info.st_mode)) kiln::detail::fail(op, "{}: not a regular file", path.string());
+  if (!S_ISREG(info.st_mode)) fail_kind(info.st_mode);
+  const int flags = ::fcntl(file.fd, F_GETFL);
+  if (flags < 0 || ::fcntl(file.fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    fail_errno("cannot set up the file descriptor");
   const auto size = static_cast<std::uint64_t>(info.st_size);
   if (size > 0 && size >= map_threshold) {
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd, 0);

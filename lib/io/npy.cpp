@@ -50,7 +50,8 @@ class HeaderDictParser {
         once(seen_shape, key);
         header.shape = parse_shape();
       } else {
-        error(fmt::format("unexpected key '{}' (expected 'descr', 'fortran_order', 'shape')", key));
+        error(fmt::format("unexpected key '{}' (expected 'descr', 'fortran_order', 'shape')",
+                          printable(key)));
       }
       skip_space();
       if (peek() == ',') {
@@ -235,6 +236,7 @@ std::uint64_t npy_header_size(std::span<const std::byte> prefix, const std::stri
     if (prefix.size() >= npy_magic_bytes &&
         std::memcmp(prefix.data(), npy_magic, npy_magic_bytes) == 0)
       fail(op, "{}: truncated .npy file ({} bytes)", source, prefix.size());
+    if (prefix.empty()) fail(op, "{}: not a .npy file (0 bytes)", source);
     fail(op, "{}: not a .npy file (no \\x93NUMPY magic string)", source);
   }
   const auto major = std::to_integer<int>(prefix[6]);
@@ -269,7 +271,7 @@ NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& 
   header.header_bytes = total;
   std::string problem;
   const auto stored = parse_descr(header.descr, problem);
-  if (!stored) fail(op, "{}: .npy dtype '{}' {}", source, header.descr, problem);
+  if (!stored) fail(op, "{}: .npy dtype '{}' {}", source, printable(header.descr), problem);
   header.stored = *stored;
   std::uint64_t count = static_cast<std::uint64_t>(header.shape.numel());
   if (__builtin_mul_overflow(count, stored_size(stored->kind), &header.data_bytes))
@@ -282,7 +284,7 @@ Tensor read_npy(std::span<const std::byte> file, const std::string& op, const st
   const std::uint64_t available = file.size() - header.header_bytes;
   if (available != header.data_bytes)
     fail(op, "{}: .npy data is {} bytes, but '{}' {} needs {} bytes{}", source, available,
-         header.descr, shape_repr(header.shape), header.data_bytes,
+         printable(header.descr), shape_repr(header.shape), header.data_bytes,
          available < header.data_bytes ? " (truncated file)" : "");
   return decode_tensor(header.stored, header.shape, header.fortran_order,
                        file.subspan(header.header_bytes));

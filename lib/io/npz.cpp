@@ -11,6 +11,7 @@
 #include "io/atomic_file.hpp"
 #include "io/mapped_file.hpp"
 #include "io/npy.hpp"
+#include "io/zip_layout.hpp"
 
 namespace kiln::io {
 
@@ -53,16 +54,17 @@ struct Member {
 };
 
 std::string member_source(const std::string& source, const std::string& member_name) {
-  return fmt::format("{} (member '{}')", source, member_name);
+  return fmt::format("{} (member '{}')", source, printable(member_name));
 }
 
 Archive open_archive(std::span<const std::byte> file, const std::string& op,
                      const std::string& source) {
+  // Defects libzip would not name (or not see) get their own message first; the file is
+  // then at least an end-of-central-directory record, so never empty.
+  check_zip_layout(file, op, source);
   zip_error_t error;
   zip_error_init(&error);
-  static const std::byte empty{};
-  zip_source_t* buffer =
-      zip_source_buffer_create(file.empty() ? &empty : file.data(), file.size(), 0, &error);
+  zip_source_t* buffer = zip_source_buffer_create(file.data(), file.size(), 0, &error);
   if (buffer == nullptr) fail(op, "{}: {}", source, take_message(error));
   zip_t* archive = zip_open_from_source(buffer, ZIP_RDONLY | ZIP_CHECKCONS, &error);
   if (archive == nullptr) {
@@ -97,12 +99,13 @@ std::vector<Member> list_members(zip_t* archive, std::uint64_t file_size, const 
     member.index = static_cast<zip_uint64_t>(i);
     member.member_name = st.name;
     member.size = st.size;
-    const auto& m = member.member_name;
-    if (!is_safe_member_name(m))
+    const std::string m = printable(member.member_name);
+    if (!is_safe_member_name(member.member_name))
       fail(op, "{}: unsafe member name '{}' (absolute path, '..', '\\' or empty part)", source, m);
-    if (m.size() <= npy_suffix.size() || !m.ends_with(npy_suffix))
+    const auto& raw = member.member_name;
+    if (raw.size() <= npy_suffix.size() || !raw.ends_with(npy_suffix))
       fail(op, "{}: member '{}' is not a .npy file", source, m);
-    member.name = m.substr(0, m.size() - npy_suffix.size());
+    member.name = raw.substr(0, raw.size() - npy_suffix.size());
     if (!names.insert(member.name).second)
       fail(op, "{}: the archive has two members named '{}'", source, m);
     if (st.encryption_method != ZIP_EM_NONE) fail(op, "{}: member '{}' is encrypted", source, m);
@@ -181,7 +184,8 @@ std::pair<MemberFile, NpyHeader> open_member(zip_t* archive, const Member& membe
   NpyHeader parsed = parse_npy_header(header, op, source);
   if (parsed.header_bytes + parsed.data_bytes != member.size)
     fail(op, "{}: the member has {} bytes of data, but '{}' {} needs {}", source,
-         member.size - parsed.header_bytes, parsed.descr, parsed.shape, parsed.data_bytes);
+         member.size - parsed.header_bytes, printable(parsed.descr), parsed.shape,
+         parsed.data_bytes);
   return {std::move(file), std::move(parsed)};
 }
 
@@ -237,7 +241,7 @@ std::map<std::string, Tensor> read_npz(std::span<const std::byte> file,
       for (const auto& m : members)
         if (m.name == name) found = &m;
       if (found == nullptr)
-        missing.push_back("'" + name + "'");
+        missing.push_back(fmt::format("'{}'", printable(name)));
       else
         selected.push_back(found);
     }
@@ -291,8 +295,9 @@ void save_npz(const std::filesystem::path& path, const std::map<std::string, Ten
   for (const auto& [name, tensor] : tensors) {
     if (!detail::is_safe_member_name(name))
       fail(op, "{}: '{}' cannot be an archive member name (empty, absolute, '.', '..' or '\\')",
-           source, name);
-    if (!tensor.defined()) fail(op, "{}: tensor '{}' is undefined", source, name);
+           source, detail::printable(name));
+    if (!tensor.defined())
+      fail(op, "{}: tensor '{}' is undefined", source, detail::printable(name));
     kiln::detail::check_concrete(*tensor.impl(), op.c_str());
     Tensor data = tensor.contiguous();
     entries.push_back({name + ".npy", data, detail::encode_npy_header(data.dtype(), data.shape())});
@@ -341,14 +346,15 @@ void save_npz(const std::filesystem::path& path, const std::map<std::string, Ten
         zip_file_add(archive.get(), entry.member_name.c_str(), member, ZIP_FL_ENC_UTF_8);
     if (index < 0) {
       zip_source_free(member);
-      fail(op, "{}: cannot add '{}': {}", source, entry.member_name, zip_strerror(archive.get()));
+      fail(op, "{}: cannot add '{}': {}", source, detail::printable(entry.member_name),
+           zip_strerror(archive.get()));
     }
     const auto i = static_cast<zip_uint64_t>(index);
     // A fixed time stamp (1980-01-02) makes equal inputs give equal archives.
     if (zip_set_file_compression(archive.get(), i, compressed ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 0) !=
             0 ||
         zip_file_set_mtime(archive.get(), i, 315619200, 0) != 0)
-      fail(op, "{}: cannot set up '{}': {}", source, entry.member_name,
+      fail(op, "{}: cannot set up '{}': {}", source, detail::printable(entry.member_name),
            zip_strerror(archive.get()));
   }
   if (zip_close(archive.get()) != 0)

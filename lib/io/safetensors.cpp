@@ -86,6 +86,37 @@ nlohmann::json parse_json_without_duplicates(std::string_view text, std::string&
   return nlohmann::json::parse(text.begin(), text.end(), check);
 }
 
+/// Rejects JSON that nests arrays and objects more than max_safetensors_nesting deep, before
+/// anything parses or prints it (printing a deep value recurses once per level). Brackets
+/// inside strings do not count; the text is known to be valid UTF-8.
+void check_nesting(std::string_view text, const std::string& op, const std::string& source) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;  // the escaped character cannot end the string
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_safetensors_nesting)
+        fail(op, "{}: header nests deeper than {} levels (at byte {} of the header)", source,
+             max_safetensors_nesting, i);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;  // unbalanced brackets are the JSON parser's to report
+    }
+  }
+}
+
+/// A JSON value as an error message may quote it: compact, escaped and cut to a few hundred
+/// bytes (header values may be as long as the header).
+std::string excerpt(const nlohmann::json& value) {
+  return printable(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 std::string describe_dims(const nlohmann::json& shape) {
   std::string out = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -100,30 +131,31 @@ std::string describe_dims(const nlohmann::json& shape) {
 void add_tensor_entry(SafetensorsHeader& header, const std::string& name,
                       const nlohmann::json& entry, const std::string& op,
                       const std::string& source) {
+  const std::string shown = printable(name);
   if (!entry.is_object())
     fail(op, "{}: header entry '{}' is not an object with dtype, shape and data_offsets", source,
-         name);
+         shown);
   const auto dtype_it = entry.find("dtype");
   const auto shape_it = entry.find("shape");
   const auto offsets_it = entry.find("data_offsets");
   if (dtype_it == entry.end() || shape_it == entry.end() || offsets_it == entry.end())
-    fail(op, "{}: tensor '{}' needs the fields dtype, shape and data_offsets", source, name);
-  if (!dtype_it->is_string()) fail(op, "{}: tensor '{}' has a non-string dtype", source, name);
+    fail(op, "{}: tensor '{}' needs the fields dtype, shape and data_offsets", source, shown);
+  if (!dtype_it->is_string()) fail(op, "{}: tensor '{}' has a non-string dtype", source, shown);
   const auto& dtype_name = dtype_it->get_ref<const std::string&>();
   const SafetensorsDType* dtype = find_dtype(dtype_name);
   if (dtype == nullptr)
-    fail(op, "{}: tensor '{}' has unknown dtype '{}'", source, name, dtype_name);
+    fail(op, "{}: tensor '{}' has unknown dtype '{}'", source, shown, printable(dtype_name));
 
   if (!shape_it->is_array())
-    fail(op, "{}: tensor '{}' has a shape that is not a list of integers", source, name);
+    fail(op, "{}: tensor '{}' has a shape that is not a list of integers", source, shown);
   std::vector<std::uint64_t> dims;
   for (const auto& d : *shape_it) {
     if (!d.is_number_unsigned())
       fail(op, "{}: tensor '{}' has shape {} with a dimension that is not a non-negative integer",
-           source, name, shape_it->dump());
+           source, shown, excerpt(*shape_it));
     dims.push_back(d.get<std::uint64_t>());
     if (dims.size() > Shape::max_rank)
-      fail(op, "{}: tensor '{}' has rank {}, more than kiln's maximum rank {}", source, name,
+      fail(op, "{}: tensor '{}' has rank {}, more than kiln's maximum rank {}", source, shown,
            shape_it->size(), Shape::max_rank);
   }
   CheckedShape checked = check_shape(dims, 1);
@@ -140,22 +172,22 @@ void add_tensor_entry(SafetensorsHeader& header, const std::string& name,
     size = whole_bytes ? total : total / 8;
   }
   if (!checked.error.empty())
-    fail(op, "{}: tensor '{}' has shape {}: {}", source, name, describe_dims(*shape_it),
+    fail(op, "{}: tensor '{}' has shape {}: {}", source, shown, describe_dims(*shape_it),
          checked.error);
 
   if (!offsets_it->is_array() || offsets_it->size() != 2 ||
       !(*offsets_it)[0].is_number_unsigned() || !(*offsets_it)[1].is_number_unsigned())
     fail(op, "{}: tensor '{}' has data_offsets {}, expected [begin, end] non-negative integers",
-         source, name, offsets_it->dump());
+         source, shown, excerpt(*offsets_it));
   SafetensorsLocation location;
   location.begin = (*offsets_it)[0].get<std::uint64_t>();
   location.end = (*offsets_it)[1].get<std::uint64_t>();
   if (location.end < location.begin)
-    fail(op, "{}: tensor '{}' has data_offsets [{},{}] that end before they begin", source, name,
+    fail(op, "{}: tensor '{}' has data_offsets [{},{}] that end before they begin", source, shown,
          location.begin, location.end);
   if (location.end - location.begin != size)
     fail(op, "{}: tensor '{}' has data_offsets [{},{}] ({} bytes) but {} {} needs {} bytes", source,
-         name, location.begin, location.end, location.end - location.begin, dtype_name,
+         shown, location.begin, location.end, location.end - location.begin, dtype_name,
          describe_dims(*shape_it), size);
   if (dtype->kind) location.stored = StoredType{*dtype->kind, false};
 
@@ -175,7 +207,8 @@ void read_metadata(SafetensorsHeader& header, const nlohmann::json& value, const
   if (!value.is_object()) fail(op, "{}: __metadata__ is not an object", source);
   for (const auto& [key, v] : value.items()) {
     if (!v.is_string())
-      fail(op, "{}: __metadata__ value of '{}' is not a string ({})", source, key, v.type_name());
+      fail(op, "{}: __metadata__ value of '{}' is not a string ({})", source, printable(key),
+           v.type_name());
     header.metadata[key] = v.get<std::string>();
   }
 }
@@ -195,7 +228,7 @@ void check_layout(SafetensorsHeader& header, std::uint64_t data_bytes, const std
   std::string previous;
   for (std::size_t i : order) {
     const auto& location = header.locations[i];
-    const auto& name = header.tensors[i].name;
+    const std::string name = printable(header.tensors[i].name);
     if (location.end > data_bytes)
       fail(op,
            "{}: tensor '{}' has data_offsets [{},{}] past the end of the data ({} bytes): the file "
@@ -243,15 +276,17 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
   if (text.empty() || text.front() != '{')
     fail(op, "{}: header does not start with '{{' (not a safetensors file?)", source);
   if (!is_valid_utf8(text)) fail(op, "{}: header is not valid UTF-8", source);
+  check_nesting(text, op, source);
 
   std::string duplicate;
   nlohmann::json json;
   try {
     json = parse_json_without_duplicates(text, duplicate);
   } catch (const nlohmann::json::exception& e) {
-    fail(op, "{}: header is not valid JSON: {}", source, e.what());
+    fail(op, "{}: header is not valid JSON: {}", source, printable(e.what()));
   }
-  if (!duplicate.empty()) fail(op, "{}: header has the key '{}' twice", source, duplicate);
+  if (!duplicate.empty())
+    fail(op, "{}: header has the key '{}' twice", source, printable(duplicate));
   if (!json.is_object()) fail(op, "{}: header is not a JSON object", source);
 
   SafetensorsHeader header;
@@ -275,7 +310,7 @@ Tensor read_safetensors_tensor(const SafetensorsHeader& header, std::size_t i,
     fail(op,
          "{}: tensor '{}' has dtype {}, which kiln cannot load (it reads F32, F64, I32, I64, BOOL, "
          "and F16/BF16 as f32)",
-         source, info.name, info.stored_dtype);
+         source, printable(info.name), info.stored_dtype);
   const auto raw = file.subspan(header.data_start + location.begin, info.size_bytes);
   return decode_tensor(*location.stored, info.shape, false, raw);
 }
@@ -287,6 +322,25 @@ std::map<std::string, Tensor> read_safetensors(std::span<const std::byte> file,
   for (std::size_t i = 0; i < header.tensors.size(); ++i)
     if (header.locations[i].stored)
       out.emplace(header.tensors[i].name, read_safetensors_tensor(header, i, file, op, source));
+  return out;
+}
+
+std::map<std::string, Tensor> read_selected(const MappedFile& file, const SafetensorsHeader& header,
+                                            const std::vector<std::size_t>& selected,
+                                            const std::string& op, const std::string& source) {
+  for (std::size_t i : selected)
+    if (!header.locations[i].stored)
+      fail(op,
+           "{}: tensor '{}' has dtype {}, which kiln cannot load (it reads F32, F64, I32, I64, "
+           "BOOL, and F16/BF16 as f32)",
+           source, printable(header.tensors[i].name), header.tensors[i].stored_dtype);
+  std::map<std::string, Tensor> out;
+  for (std::size_t i : selected) {
+    const auto& location = header.locations[i];
+    file.will_need(header.data_start + location.begin, location.end - location.begin);
+    out.emplace(header.tensors[i].name,
+                read_safetensors_tensor(header, i, file.bytes(), op, source));
+  }
   return out;
 }
 
@@ -309,7 +363,7 @@ std::size_t checked_index(const detail::SafetensorsHeader& header, const std::st
   const auto it = header.index.find(name);
   if (it == header.index.end())
     kiln::detail::fail(load_op, "{}: no tensor named '{}' (the file has {} tensors)", path.string(),
-                       name, header.tensors.size());
+                       detail::printable(name), header.tensors.size());
   return it->second;
 }
 }  // namespace
@@ -341,28 +395,14 @@ std::map<std::string, Tensor> SafetensorsFile::load(const std::vector<std::strin
   for (const auto& name : names) {
     const auto it = header.index.find(name);
     if (it == header.index.end())
-      missing.push_back("'" + name + "'");
+      missing.push_back(fmt::format("'{}'", detail::printable(name)));
     else
       selected.push_back(it->second);
   }
   if (!missing.empty())
     kiln::detail::fail(load_op, "{}: no tensor named {} (the file has {} tensors)", path().string(),
                        fmt::join(missing, ", "), header.tensors.size());
-  for (std::size_t i : selected)
-    if (!header.locations[i].stored)
-      kiln::detail::fail(load_op,
-                         "{}: tensor '{}' has dtype {}, which kiln cannot load (it reads F32, F64, "
-                         "I32, I64, BOOL, and F16/BF16 as f32)",
-                         path().string(), header.tensors[i].name, header.tensors[i].stored_dtype);
-  std::map<std::string, Tensor> out;
-  const auto bytes = state_->file.bytes();
-  for (std::size_t i : selected) {
-    const auto& location = header.locations[i];
-    state_->file.will_need(header.data_start + location.begin, location.end - location.begin);
-    out.emplace(header.tensors[i].name,
-                detail::read_safetensors_tensor(header, i, bytes, load_op, path().string()));
-  }
-  return out;
+  return detail::read_selected(state_->file, header, selected, load_op, path().string());
 }
 
 std::map<std::string, Tensor> SafetensorsFile::load_all() const {
@@ -405,10 +445,11 @@ void save_safetensors(const std::filesystem::path& path,
   std::vector<Item> items;
   for (const auto& [name, tensor] : tensors) {
     if (name.empty() || name == "__metadata__")
-      kiln::detail::fail(op, "{}: '{}' cannot be a tensor name", source, name);
+      kiln::detail::fail(op, "{}: '{}' cannot be a tensor name", source, detail::printable(name));
     if (!detail::is_valid_utf8(name))
       kiln::detail::fail(op, "{}: tensor name is not valid UTF-8", source);
-    if (!tensor.defined()) kiln::detail::fail(op, "{}: tensor '{}' is undefined", source, name);
+    if (!tensor.defined())
+      kiln::detail::fail(op, "{}: tensor '{}' is undefined", source, detail::printable(name));
     kiln::detail::check_concrete(*tensor.impl(), op.c_str());
     items.push_back({&name, tensor.contiguous(), &detail::dtype_entry(tensor.dtype())});
   }

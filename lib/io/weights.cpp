@@ -6,6 +6,12 @@
 #include <set>
 
 #include "core/fail.hpp"
+#include "io/elements.hpp"
+#include "io/mapped_file.hpp"
+#include "io/npy.hpp"
+#include "io/npz.hpp"
+#include "io/safetensors.hpp"
+#include "io/sniff.hpp"
 #include "jit/trace.hpp"
 #include "kiln/checkpoint.hpp"
 
@@ -13,17 +19,30 @@ namespace kiln {
 
 namespace detail {
 
-/// The values of a weights file by key, whatever its format.
-std::map<std::string, Tensor> read_weights_file(const std::filesystem::path& path) {
-  switch (io::detect_format(path)) {
-    case io::FileFormat::safetensors:
-      return io::load_safetensors(path);
+/// The values of a weights file by key, whatever its format; errors name `op`. The file is
+/// opened once: its format is read from the same bytes that are then parsed.
+std::map<std::string, Tensor> read_weights_file(const std::filesystem::path& path,
+                                                const std::string& op) {
+  const std::string source = path.string();
+  const io::detail::MappedFile file(path, op);
+  switch (io::detail::checked_format(file.bytes(), op, source)) {
+    case io::FileFormat::safetensors: {
+      const auto header = io::detail::parse_safetensors(file.bytes(), op, source);
+      std::vector<std::size_t> all(header.tensors.size());
+      for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+      return io::detail::read_selected(file, header, all, op, source);
+    }
     case io::FileFormat::npz:
-      return io::load_npz(path);
+      return io::detail::read_npz(file.bytes(), nullptr, op, source);
     case io::FileFormat::npy:
-      return {{path.stem().string(), io::load_npy(path)}};
+      return {{path.stem().string(), io::detail::read_npy(file.bytes(), op, source)}};
   }
-  fail("load_weights", "{}: unknown file format", path.string());
+  fail(op, "{}: unknown file format", source);
+}
+
+/// Checkpoint::restore's reader (declared there).
+std::map<std::string, Tensor> read_weights_file(const std::filesystem::path& path) {
+  return read_weights_file(path, "Checkpoint.restore");
 }
 
 void write_weights_file(const std::filesystem::path& path,
@@ -63,7 +82,7 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
                                const LoadWeightsOptions& options) {
   constexpr const char* op = "load_weights";
   detail::refuse_while_tracing(op);
-  const std::map<std::string, Tensor> file = detail::read_weights_file(path);
+  const std::map<std::string, Tensor> file = detail::read_weights_file(path, op);
   std::map<std::string, Variable> variables;
   for (auto& [name, variable] : module.named_variables()) variables.emplace(name, variable);
 
@@ -81,14 +100,15 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
     const Tensor value = options.transform ? options.transform(key, stored) : stored;
     if (!value.defined())
       detail::fail(op, "{}: the transform returned an undefined tensor for '{}'", path.string(),
-                   key);
+                   io::detail::printable(key));
     auto found = variables.find(target);
     if (found == variables.end()) {
       result.unexpected.push_back(target == key ? key : fmt::format("{} (from {})", target, key));
       continue;
     }
     if (!provided.insert(target).second)
-      detail::fail(op, "{}: two keys map to the variable '{}'", path.string(), target);
+      detail::fail(op, "{}: two keys map to the variable '{}'", path.string(),
+                   io::detail::printable(target));
     const Variable& v = found->second;
     if (value.dtype() != v.dtype() || value.shape() != v.shape()) {
       result.mismatched.push_back(fmt::format("{}: file {}, variable {}", target,
@@ -105,9 +125,12 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
       result.missing.empty() && result.unexpected.empty() && result.mismatched.empty();
   if (options.strict && !clean) {
     std::string problems;
+    // Keys come from the file: each is quoted escaped and cut short.
     const auto list = [&](const char* what, const std::vector<std::string>& items) {
-      if (!items.empty())
-        problems += fmt::format("\n  {} ({}): {}", what, items.size(), fmt::join(items, ", "));
+      if (items.empty()) return;
+      std::vector<std::string> shown;
+      for (const auto& item : items) shown.push_back(io::detail::printable(item));
+      problems += fmt::format("\n  {} ({}): {}", what, items.size(), fmt::join(shown, ", "));
     };
     list("missing from the file", result.missing);
     list("unexpected in the file", result.unexpected);

@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
 
 #include <kiln/kiln.hpp>
 
@@ -25,6 +27,18 @@ inline std::uint64_t touch(const kiln::Tensor& t) {
     for (std::size_t i = 0; i < n; ++i)
       if (p[i] > 1) __builtin_trap();  // booleans must be 0 or 1
   return sum;
+}
+
+/// The properties every error message must have, whatever the input: it names the operation
+/// and the source, holds no control byte but line breaks (bytes from the input are escaped, so
+/// a NUL cannot cut it short), and stays short (quotes are bounded excerpts).
+inline void check_message(const kiln::Error& error, std::string_view op) {
+  const std::string_view message = error.what();
+  const std::string prefix = "[" + std::string(op) + "] fuzz input";
+  if (message.substr(0, prefix.size()) != prefix) __builtin_trap();
+  if (message.size() > 4096) __builtin_trap();
+  for (char c : message)
+    if (static_cast<unsigned char>(c) < 0x20 && c != '\n') __builtin_trap();
 }
 
 }  // namespace kiln_fuzz

@@ -8,11 +8,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto& [name, tensor] :
          kiln::io::detail::read_npz(input, nullptr, "load_npz", "fuzz input"))
       kiln_fuzz::touch(tensor);
-  } catch (const kiln::Error&) {
+  } catch (const kiln::Error& e) {
+    kiln_fuzz::check_message(e, "load_npz");
   }
   try {
     (void)kiln::io::detail::inspect_npz(input, "inspect", "fuzz input");
-  } catch (const kiln::Error&) {
+  } catch (const kiln::Error& e) {
+    kiln_fuzz::check_message(e, "inspect");
   }
   return 0;
 }

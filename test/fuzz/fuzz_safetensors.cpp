@@ -7,7 +7,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto tensors = kiln::io::detail::read_safetensors(kiln_fuzz::bytes(data, size),
                                                             "load_safetensors", "fuzz input");
     for (const auto& [name, tensor] : tensors) kiln_fuzz::touch(tensor);
-  } catch (const kiln::Error&) {
+  } catch (const kiln::Error& e) {
+    kiln_fuzz::check_message(e, "load_safetensors");
   }
   return 0;
 }
