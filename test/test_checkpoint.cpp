@@ -2,6 +2,7 @@
 // and no growth when weights are loaded into a cached function over and over.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -259,6 +260,37 @@ TEST_CASE("a checkpoint with a foreign key restores nothing", "[checkpoint]") {
                     Catch::Contains("'optimizer/adam/iterations' belongs to no object"));
   CHECK(same(net.get_weights()[0], before[0]));
   CHECK_THROWS_WITH(ckpt.restore(dir.path / "none"), Catch::Contains("no checkpoint"));
+
+  // Keys are file content: quoted escaped, and a file of many bad keys lists only a few.
+  std::map<std::string, Tensor> hostile;
+  hostile[std::string("stray\0b\x1b[2J/x", 13)] = kiln::scalar(1.0);
+  for (int i = 0; i < 500; ++i) hostile[fmt::format("stray{}/x", i)] = kiln::scalar(1.0);
+  kiln::io::save_safetensors(dir.path / "hostile.safetensors", hostile);
+  try {
+    ckpt.restore(dir.path / "hostile.safetensors");
+    FAIL("restore accepted foreign keys");
+  } catch (const kiln::Error& e) {
+    const std::string message = e.what();
+    CHECK(message.find("'stray\\x00b\\x1b[2J/x' belongs to no object") != std::string::npos);
+    CHECK(message.find('\0') == std::string::npos);
+    CHECK(message.find('\x1b') == std::string::npos);
+    CHECK(message.find("... and 481 more") != std::string::npos);
+    CHECK(message.size() < 4000);
+  }
+  CHECK(same(net.get_weights()[0], before[0]));
+}
+
+TEST_CASE("the latest checkpoint is a file: folders and FIFOs named like one are skipped",
+          "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({1, 5}));
+  kiln::Checkpoint ckpt({{"model", &net}});
+  const auto saved = ckpt.save(dir.path / "ck");
+  std::filesystem::create_directory(dir.path / "ck-7.safetensors");
+  REQUIRE(mkfifo((dir.path / "ck-9.safetensors").c_str(), 0600) == 0);
+  CHECK(kiln::Checkpoint::latest(dir.path / "ck") == saved);
+  CHECK(ckpt.restore(dir.path / "ck") == saved);
 }
 
 TEST_CASE("a checkpoint saves and restores optimizer slots with the model", "[checkpoint]") {

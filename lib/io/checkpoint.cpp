@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "core/fail.hpp"
+#include "io/elements.hpp"
 #include "kiln/checkpoint.hpp"
 #include "state/deferred_restore.hpp"
 
@@ -124,7 +125,12 @@ Checkpoint& Checkpoint::track(const std::string& name, const Variable& variable)
 
 std::filesystem::path Checkpoint::latest(const std::filesystem::path& prefix) {
   const auto files = numbered_files(prefix);
-  return files.empty() ? std::filesystem::path() : files.rbegin()->second;
+  // The highest number that is a file to read (a folder or FIFO of that name is not).
+  for (auto it = files.rbegin(); it != files.rend(); ++it) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(it->second, ec)) return it->second;
+  }
+  return {};
 }
 
 std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
@@ -209,7 +215,8 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
       auto owner = std::find_if(state_->objects.begin(), state_->objects.end(),
                                 [&](const auto& p) { return p.first == object; });
       if (owner == state_->objects.end() || slash == std::string::npos) {
-        problems.push_back(fmt::format("'{}' belongs to no object of this checkpoint", key));
+        problems.push_back(fmt::format("'{}' belongs to no object of this checkpoint",
+                                       io::detail::printable(key)));
         continue;
       }
       const std::string path = key.substr(slash + 1);
@@ -221,7 +228,8 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
           problems.push_back(
               fmt::format("'{}' and '{}' both name the variable '{}' (not created "
                           "yet) of object '{}'",
-                          earlier->second, key, name, object));
+                          io::detail::printable(earlier->second), io::detail::printable(key),
+                          io::detail::printable(name), io::detail::printable(object)));
           continue;
         }
         deferred.push_back({std::move(name), key, value});
@@ -234,25 +242,33 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
       const Claim& first = earlier->second;
       if (first.owner == owner)
         problems.push_back(fmt::format("'{}' and '{}' both name the variable '{}' of object '{}'",
-                                       first.key, key, target.name(), owner));
+                                       io::detail::printable(first.key), io::detail::printable(key),
+                                       target.name(), io::detail::printable(owner)));
       else if (!same_bytes(first.value, value))
-        problems.push_back(
-            fmt::format("'{}' and '{}' name one variable ('{}') with different "
-                        "values",
-                        first.key, key, target.name()));
+        problems.push_back(fmt::format(
+            "'{}' and '{}' name one variable ('{}') with different "
+            "values",
+            io::detail::printable(first.key), io::detail::printable(key), target.name()));
       continue;  // an agreeing alias: the first key assigns it
     }
     claimed.emplace(target.id(), Claim{key, owner, value});
     if (target.dtype() != value.dtype() || target.shape() != value.shape()) {
-      problems.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model", key,
-                                     dtype_name(value.dtype()), value.shape().to_string(),
-                                     dtype_name(target.dtype()), target.shape().to_string()));
+      problems.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model",
+                                     io::detail::printable(key), dtype_name(value.dtype()),
+                                     value.shape().to_string(), dtype_name(target.dtype()),
+                                     target.shape().to_string()));
       continue;
     }
     assignments.emplace_back(target, value);
   }
-  if (!problems.empty())
+  if (!problems.empty()) {
+    // A hostile file may hold millions of keys: list the first few problems.
+    constexpr std::size_t listed = 20;
+    const std::size_t more = problems.size() > listed ? problems.size() - listed : 0;
+    problems.resize(problems.size() - more);
+    if (more > 0) problems.push_back(fmt::format("... and {} more", more));
     detail::fail(op, "{}: nothing was restored:\n  {}", file.string(), fmt::join(problems, "\n  "));
+  }
   detail::drop_deferred_restores(state_->id);
   for (auto& [v, value] : assignments) v.assign(value);
   for (Deferred& d : deferred)
