@@ -2,7 +2,6 @@
 // and no growth when weights are loaded into a cached function over and over.
 #include <catch2/catch.hpp>
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -278,19 +277,6 @@ TEST_CASE("a checkpoint with a foreign key restores nothing", "[checkpoint]") {
     CHECK(message.size() < 4000);
   }
   CHECK(same(net.get_weights()[0], before[0]));
-}
-
-TEST_CASE("the latest checkpoint is a file: folders and FIFOs named like one are skipped",
-          "[checkpoint]") {
-  TempDir dir;
-  Net net;
-  net(kiln::ones({1, 5}));
-  kiln::Checkpoint ckpt({{"model", &net}});
-  const auto saved = ckpt.save(dir.path / "ck");
-  std::filesystem::create_directory(dir.path / "ck-7.safetensors");
-  REQUIRE(mkfifo((dir.path / "ck-9.safetensors").c_str(), 0600) == 0);
-  CHECK(kiln::Checkpoint::latest(dir.path / "ck") == saved);
-  CHECK(ckpt.restore(dir.path / "ck") == saved);
 }
 
 TEST_CASE("a checkpoint saves and restores optimizer slots with the model", "[checkpoint]") {

@@ -19,7 +19,7 @@
 #include <xtensor/xview.hpp>
 
 #include "core/tensor_impl.hpp"
-#include "ops/philox.hpp"
+#include "kernels/philox.hpp"
 
 using kiln::Shape;
 using kiln::Tensor;

@@ -11,9 +11,14 @@
 
 namespace kiln::detail {
 
-__attribute__((tls_model("initial-exec"))) thread_local int recording_tapes = 0;
-
 namespace {
+
+// The layers below call the tape through these (see core/hooks.hpp); installed at load time.
+[[maybe_unused]] const bool tape_hooks_installed = [] {
+  tape_hooks.record_op = &record;
+  tape_hooks.note_variable_read = &note_variable_read;
+  return true;
+}();
 
 thread_local std::vector<TapeState*> tape_stack;
 

@@ -6,6 +6,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/hooks.hpp"
 #include "kernels/kernel.hpp"
 #include "kiln/autodiff.hpp"
 
@@ -35,10 +36,8 @@ struct TapeState {
   std::unordered_map<std::uint64_t, std::vector<Tensor>> variable_reads;
 };
 
-/// Number of tapes recording on this thread; apply() checks it before anything else.
-extern __attribute__((tls_model("initial-exec"))) thread_local int recording_tapes;
-
-inline bool any_tape_recording() { return recording_tapes > 0; }
+// recording_tapes and any_tape_recording() are in core/hooks.hpp: apply() checks them before
+// anything else and calls record() through tape_hooks.
 
 /// Records one primitive application on every recording tape that tracks one of its inputs.
 void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output);

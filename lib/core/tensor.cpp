@@ -4,7 +4,6 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
-#include "kernels/kernel.hpp"
 
 namespace kiln {
 
@@ -72,11 +71,6 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides,
                                                  strides, offset, b.storage));
 }
 
-ArrayRef array_ref(const Tensor& t) {
-  const auto& impl = *t.impl();
-  return ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
-}
-
 Tensor tensor_from_bytes(const void* data, std::int64_t count, DType dtype, const Shape& shape,
                          bool shape_given) {
   const Shape s = shape_given ? shape : Shape{count};
@@ -115,14 +109,6 @@ const void* Tensor::data() const {
   return impl.data();
 }
 
-Tensor Tensor::contiguous() const {
-  const auto& impl = checked(impl_, "contiguous");
-  if (impl.is_contiguous() || impl.is_symbolic()) return *this;
-  Tensor out = detail::empty(impl.shape, impl.dtype);
-  detail::copy_strided(detail::array_ref(*this), detail::array_ref(out));
-  return out;
-}
-
 void Tensor::check_element_type(DType requested, const char* op) const {
   const auto& impl = checked(impl_, op);
   if (impl.dtype != requested)
@@ -136,13 +122,6 @@ void Tensor::check_single_element() const {
   if (impl.shape.numel() != 1)
     detail::fail("item", "tensor of shape {} has {} elements, item() needs exactly one", impl.shape,
                  impl.shape.numel());
-}
-
-void Tensor::copy_to(void* dst) const {
-  const auto& impl = checked(impl_, "copy");
-  detail::check_concrete(impl, "to_vector");
-  detail::ArrayRef out{dst, impl.dtype, impl.shape, detail::contiguous_strides(impl.shape)};
-  detail::copy_strided(detail::array_ref(*this), out);
 }
 
 }  // namespace kiln

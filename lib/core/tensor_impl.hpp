@@ -52,10 +52,6 @@ Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std:
 /// A view of `base`'s buffer with the given shape, strides and offset (in elements).
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
 
-struct ArrayRef;
-/// The strided array behind an eager tensor.
-ArrayRef array_ref(const Tensor& t);
-
 /// Typed pointer to the first element of an (eager) tensor.
 template <class T>
 T* data_ptr(const Tensor& t) {

@@ -10,14 +10,12 @@
 namespace kiln::detail {
 
 namespace {
-__attribute__((tls_model("initial-exec"))) thread_local TraceContext* current = nullptr;
 std::atomic<std::uint64_t> next_trace_id{1};
 }  // namespace
 
-TraceContext* current_trace() { return current; }
-
-TraceScope::TraceScope(TraceContext* trace) : previous_(current) { current = trace; }
-TraceScope::~TraceScope() { current = previous_; }
+TraceScope::TraceScope(TraceContext* trace)
+    : previous_(static_cast<TraceContext*>(set_active_trace(trace))) {}
+TraceScope::~TraceScope() { set_active_trace(previous_); }
 
 TraceContext::TraceContext(std::string function_name, bool allow_variable_creation)
     : id_(next_trace_id.fetch_add(1)),
@@ -90,7 +88,7 @@ std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
   return id;
 }
 
-Tensor TraceContext::add_primitive(Prim p, std::span<const Tensor* const> inputs,
+Tensor TraceContext::record_op(Prim p, std::span<const Tensor* const> inputs,
                                    const Attrs& attrs, DType dtype, const Shape& shape) {
   for (auto d : shape) {
     if (d >= 0) continue;

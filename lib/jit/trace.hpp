@@ -7,13 +7,14 @@
 #include <span>
 #include <unordered_map>
 
+#include "core/hooks.hpp"
 #include "jit/graph.hpp"
 
 namespace kiln::detail {
 
 struct TensorImpl;
 
-class TraceContext {
+class TraceContext final : public TraceHooks {
  public:
   /// `allow_variable_creation`: whether variables may be created while this trace runs (only
   /// during a function's first trace). `function_name` is used in messages.
@@ -26,30 +27,30 @@ class TraceContext {
 
   std::uint64_t id() const { return id_; }
   GraphData& graph() { return graph_; }
-  const std::string& function_name() const { return function_name_; }
-  bool allow_variable_creation() const { return allow_variable_creation_; }
+  const std::string& function_name() const override { return function_name_; }
+  bool allow_variable_creation() const override { return allow_variable_creation_; }
   /// Dynamic dims (symbols 0..n-1) the placeholders of this trace use.
-  std::int64_t num_symbols() const { return num_symbols_; }
+  std::int64_t num_symbols() const override { return num_symbols_; }
   void set_num_symbols(std::int64_t n) { num_symbols_ = n; }
 
   /// A symbolic tensor for a new parameter node (flat argument position `index`).
   Tensor add_parameter(DType dtype, const Shape& shape, std::int32_t index);
   /// Records prim applied to inputs; returns the symbolic output.
-  Tensor add_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
-                       DType dtype, const Shape& shape);
+  Tensor record_op(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType dtype,
+                   const Shape& shape) override;
   /// The value of a variable inside this trace (a read node, or the last value assigned).
-  Tensor read_variable(const std::shared_ptr<VariableImpl>& v);
+  Tensor read_variable(const std::shared_ptr<VariableImpl>& v) override;
   /// Records an assignment of `value` to v.
-  void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value);
+  void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) override;
   /// Variables this trace created, and provisional ones of other unfinished traces that it
   /// used: the concrete function keeps them alive (released if the trace fails).
   std::vector<std::shared_ptr<VariableImpl>>& owned_variables() { return owned_; }
   /// Records a variable this trace has just created: provisional, with this trace's claim.
-  void add_created_variable(const std::shared_ptr<VariableImpl>& v);
+  void add_created_variable(const std::shared_ptr<VariableImpl>& v) override;
   /// Registers `undo` to run if this trace fails (ends without commit()): it reverts
   /// bookkeeping done while tracing, such as a module or variable store recording a variable
   /// the trace created, so that a failed trace leaves no trace. `undo` must not throw.
-  void on_failure(std::function<void()> undo) { undo_.push_back(std::move(undo)); }
+  void on_failure(std::function<void()> undo) override { undo_.push_back(std::move(undo)); }
   /// The trace succeeded: its on_failure actions are dropped, and the provisional variables it
   /// created or used are kept.
   void commit();
@@ -77,8 +78,8 @@ class TraceContext {
   std::vector<std::function<void()>> undo_;
 };
 
-/// The trace being recorded on this thread, or null.
-TraceContext* current_trace();
+/// The trace being recorded on this thread, or null (every TraceHooks is a TraceContext).
+inline TraceContext* current_trace() { return static_cast<TraceContext*>(active_trace()); }
 
 /// Makes `trace` current on this thread for its lifetime (null suspends tracing).
 class TraceScope {

@@ -2,6 +2,8 @@
 #include <cstring>
 
 #include "kernels/elementwise_table.hpp"
+#include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/strided_loop.hpp"
 
@@ -54,6 +56,11 @@ void copy_rows(const ArrayRef& src, const ArrayRef& dst) {
 }
 }  // namespace
 
+ArrayRef array_ref(const Tensor& t) {
+  const auto& impl = *t.impl();
+  return ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
+}
+
 void copy_strided(const ArrayRef& src, const ArrayRef& dst) {
   switch (dtype_size(src.dtype)) {
     case 1:
@@ -71,3 +78,25 @@ void copy_strided(const ArrayRef& src, const ArrayRef& dst) {
 }
 
 }  // namespace kiln::detail
+
+// Tensor's methods that copy data live with the copy kernel (core/ stays below kernels/).
+namespace kiln {
+
+Tensor Tensor::contiguous() const {
+  if (!impl_) detail::fail("tensor", "contiguous of an undefined tensor");
+  const auto& impl = *impl_;
+  if (impl.is_contiguous() || impl.is_symbolic()) return *this;
+  Tensor out = detail::empty(impl.shape, impl.dtype);
+  detail::copy_strided(detail::array_ref(*this), detail::array_ref(out));
+  return out;
+}
+
+void Tensor::copy_to(void* dst) const {
+  if (!impl_) detail::fail("tensor", "copy of an undefined tensor");
+  const auto& impl = *impl_;
+  detail::check_concrete(impl, "to_vector");
+  detail::ArrayRef out{dst, impl.dtype, impl.shape, detail::contiguous_strides(impl.shape)};
+  detail::copy_strided(detail::array_ref(*this), out);
+}
+
+}  // namespace kiln

@@ -11,6 +11,10 @@
 #include "kiln/shape.hpp"
 #include "primitives/primitive.hpp"
 
+namespace kiln {
+class Tensor;
+}
+
 namespace kiln::detail {
 
 /// A strided n-d array in memory: data points at element [0, 0, ...]; strides in elements.
@@ -98,5 +102,8 @@ void transpose_matrix(void* out, const void* in, std::size_t element_size, std::
 
 /// Copies src (any strides) into dst (any strides) of the same shape and dtype.
 void copy_strided(const ArrayRef& src, const ArrayRef& dst);
+
+/// The strided array behind an eager tensor.
+ArrayRef array_ref(const Tensor& t);
 
 }  // namespace kiln::detail

@@ -5,7 +5,7 @@
 #include "core/fail.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
-#include "ops/philox.hpp"
+#include "kernels/philox.hpp"
 
 namespace kiln::detail {
 

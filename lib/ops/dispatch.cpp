@@ -1,7 +1,6 @@
 #include "ops/dispatch.hpp"
 
-#include "autodiff/tape.hpp"
-#include "jit/trace.hpp"
+#include "core/hooks.hpp"
 #include "kernels/fused.hpp"
 
 #include <array>
@@ -187,8 +186,8 @@ Tensor run_fused_program(const FusedProgram& program, std::span<const Tensor* co
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape) {
   Tensor out;
-  if (TraceContext* trace = current_trace()) {
-    out = trace->add_primitive(p, inputs, attrs, out_dtype, out_shape);
+  if (TraceHooks* trace = active_trace()) {
+    out = trace->record_op(p, inputs, attrs, out_dtype, out_shape);
   } else {
     for (const Tensor* t : inputs) check_concrete(*t->impl(), name(p).data());
     out = run_primitive(p, inputs, attrs, out_dtype, out_shape);
@@ -197,7 +196,7 @@ Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, 
     std::vector<Tensor> held;
     held.reserve(inputs.size());
     for (const Tensor* t : inputs) held.push_back(*t);
-    record(p, held, attrs, out);
+    tape_hooks.record_op(p, held, attrs, out);
   }
   return out;
 }
@@ -242,7 +241,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, std::string_view op) {
 }
 
 void check_dims(const Shape& shape, std::string_view op) {
-  const TraceContext* trace = current_trace();
+  const TraceHooks* trace = active_trace();
   for (auto d : shape) {
     if (d >= 0) continue;
     const std::int64_t id = dynamic_dim_id(d);

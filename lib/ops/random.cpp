@@ -12,7 +12,7 @@
 #include "kernels/parallel.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
-#include "ops/philox.hpp"
+#include "kernels/philox.hpp"
 
 namespace kiln::random {
 

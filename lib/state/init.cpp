@@ -6,7 +6,7 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
-#include "jit/trace.hpp"
+#include "core/hooks.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -89,7 +89,7 @@ Tensor Initializer::operator()(const Shape& shape, DType dtype) const {
   for (auto d : shape)
     if (d < 0) detail::fail(op_name(name_), "negative dimension in shape {}", shape);
   // Initial values are computed eagerly, even while a function is being traced.
-  detail::TraceScope no_trace(nullptr);
+  detail::TraceSuspension no_trace;
   Tensor value = (*rule_)(shape, dtype);
   if (!value.defined()) detail::fail(op_name(name_), "returned an undefined tensor");
   if (value.impl()->is_symbolic())

@@ -6,7 +6,7 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
-#include "jit/trace.hpp"
+#include "core/hooks.hpp"
 #include "kiln/name_scope.hpp"
 #include "state/names.hpp"
 #include "state/variable_impl.hpp"
@@ -319,7 +319,7 @@ Module& Module::add_module(std::string_view name, Module& child) {
     refresh_names(c);
   }
   sync_trainable(c);
-  if (detail::TraceContext* trace = detail::current_trace()) {
+  if (detail::TraceHooks* trace = detail::active_trace()) {
     // A failed trace also undoes registrations it made (a layer adding a child lazily).
     trace->on_failure(
         [parent = std::weak_ptr(state_), child_state = std::weak_ptr(child.state_)]() noexcept {
@@ -408,7 +408,7 @@ void Module::set_weights(const std::vector<Tensor>& weights) {
   if (weights.size() != vars.size())
     detail::fail("Module.set_weights", "{} has {} variables; got {} values", path, vars.size(),
                  weights.size());
-  const bool tracing = detail::current_trace() != nullptr;
+  const bool tracing = detail::active_trace() != nullptr;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     const Tensor& w = weights[i];
     const Variable& v = vars[i];

@@ -4,10 +4,9 @@
 #include <map>
 #include <mutex>
 
-#include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
-#include "jit/trace.hpp"
+#include "core/hooks.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "state/deferred_restore.hpp"
@@ -69,7 +68,7 @@ void check_assignable(const VariableImpl& v, const Tensor& t, const char* op) {
 }
 
 void check_variable_creation_allowed(std::string_view name) {
-  TraceContext* trace = current_trace();
+  TraceHooks* trace = active_trace();
   if (trace == nullptr || trace->allow_variable_creation()) return;
   fail(trace->function_name(),
        "tried to create variable '{}' while retracing. Variables may be created only during a "
@@ -81,7 +80,7 @@ void check_variable_creation_allowed(std::string_view name) {
 Variable create_variable(const Tensor& initial, std::string name, bool trainable) {
   if (!initial.defined()) fail("Variable", "variable '{}' needs a defined initial value", name);
   check_variable_creation_allowed(name);
-  TraceContext* trace = current_trace();
+  TraceHooks* trace = active_trace();
   if (trace != nullptr && initial.impl()->is_symbolic())
     fail(trace->function_name(),
          "the initial value of variable '{}' depends on the function's arguments; initial "
@@ -129,17 +128,17 @@ Variable::Variable(const Tensor& initial, std::string name, bool trainable) {
 
 Tensor Variable::value() const {
   const auto& v = checked(impl_, "Variable.value");
-  detail::TraceContext* trace = detail::current_trace();
+  detail::TraceHooks* trace = detail::active_trace();
   if (trace == nullptr) detail::note_eager_use(*impl_);
   Tensor value = trace != nullptr ? trace->read_variable(impl_) : v.read();
-  if (detail::any_tape_recording()) detail::note_variable_read(*this, value);
+  if (detail::any_tape_recording()) detail::tape_hooks.note_variable_read(*this, value);
   return value;
 }
 
 void Variable::assign(const Tensor& value) const {
   auto& v = const_cast<detail::VariableImpl&>(checked(impl_, "Variable.assign"));
   detail::check_assignable(v, value, "Variable.assign");
-  if (detail::TraceContext* trace = detail::current_trace()) {
+  if (detail::TraceHooks* trace = detail::active_trace()) {
     trace->assign_variable(impl_, value);
     return;
   }

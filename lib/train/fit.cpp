@@ -5,7 +5,7 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
-#include "jit/trace.hpp"
+#include "core/hooks.hpp"
 #include "kiln/autodiff.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/function.hpp"
@@ -28,7 +28,7 @@ TensorSpec batch_spec(const Tensor& t) {
 
 void check_data(std::string_view op, const Tensor& t, const char* what) {
   if (!t.defined()) kiln::detail::fail(op, "{} is an undefined tensor", what);
-  if (t.impl()->is_symbolic() || kiln::detail::current_trace() != nullptr)
+  if (t.impl()->is_symbolic() || kiln::detail::active_trace() != nullptr)
     kiln::detail::fail(op, "runs its own traced functions; call it outside kiln::function");
   if (t.ndim() == 0) kiln::detail::fail(op, "{} must have a batch dim (dim 0); got a scalar", what);
   if (t.dim(0) == 0) kiln::detail::fail(op, "{} has no samples (dim 0 is 0)", what);

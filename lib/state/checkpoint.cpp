@@ -12,15 +12,12 @@
 
 #include "core/fail.hpp"
 #include "io/elements.hpp"
+#include "io/weights_file.hpp"
 #include "kiln/checkpoint.hpp"
 #include "state/deferred_restore.hpp"
+#include "state/weights.hpp"
 
 namespace kiln {
-
-namespace detail {
-std::map<std::string, Tensor> read_weights_file(const std::filesystem::path& path);
-void refuse_while_tracing(const char* op);
-}  // namespace detail
 
 namespace {
 
@@ -124,13 +121,10 @@ Checkpoint& Checkpoint::track(const std::string& name, const Variable& variable)
 }
 
 std::filesystem::path Checkpoint::latest(const std::filesystem::path& prefix) {
+  // The highest number, whatever it names: restoring an older file instead of a newest one
+  // that cannot be read (a folder, a FIFO) would silently load stale values.
   const auto files = numbered_files(prefix);
-  // The highest number that is a file to read (a folder or FIFO of that name is not).
-  for (auto it = files.rbegin(); it != files.rend(); ++it) {
-    std::error_code ec;
-    if (std::filesystem::is_regular_file(it->second, ec)) return it->second;
-  }
-  return {};
+  return files.empty() ? std::filesystem::path() : files.rbegin()->second;
 }
 
 std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
@@ -181,7 +175,7 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
       detail::fail(op, "no checkpoint '{}' and no files '{}-<n>.safetensors'", prefix.string(),
                    prefix.string());
   }
-  const std::map<std::string, Tensor> values = detail::read_weights_file(file);
+  const std::map<std::string, Tensor> values = io::detail::read_weights_file(file, op);
 
   // Validate every key first; assign (or queue) only when all of them are usable.
   std::vector<std::pair<Variable, Tensor>> assignments;

@@ -6,59 +6,18 @@
 #include <set>
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
 #include "io/elements.hpp"
-#include "io/mapped_file.hpp"
-#include "io/npy.hpp"
-#include "io/npz.hpp"
-#include "io/safetensors.hpp"
-#include "io/sniff.hpp"
-#include "jit/trace.hpp"
+#include "io/weights_file.hpp"
 #include "kiln/checkpoint.hpp"
+#include "state/weights.hpp"
 
 namespace kiln {
 
 namespace detail {
 
-/// The values of a weights file by key, whatever its format; errors name `op`. The file is
-/// opened once: its format is read from the same bytes that are then parsed.
-std::map<std::string, Tensor> read_weights_file(const std::filesystem::path& path,
-                                                const std::string& op) {
-  const std::string source = path.string();
-  const io::detail::MappedFile file(path, op);
-  switch (io::detail::checked_format(file.bytes(), op, source)) {
-    case io::FileFormat::safetensors: {
-      const auto header = io::detail::parse_safetensors(file.bytes(), op, source);
-      std::vector<std::size_t> all(header.tensors.size());
-      for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-      return io::detail::read_selected(file, header, all, op, source);
-    }
-    case io::FileFormat::npz:
-      return io::detail::read_npz(file.bytes(), nullptr, op, source);
-    case io::FileFormat::npy:
-      return {{path.stem().string(), io::detail::read_npy(file.bytes(), op, source)}};
-  }
-  fail(op, "{}: unknown file format", source);
-}
-
-/// Checkpoint::restore's reader (declared there).
-std::map<std::string, Tensor> read_weights_file(const std::filesystem::path& path) {
-  return read_weights_file(path, "Checkpoint.restore");
-}
-
-void write_weights_file(const std::filesystem::path& path,
-                        const std::map<std::string, Tensor>& values, const io::Metadata& metadata,
-                        const char* op) {
-  if (path.extension() == ".npz") {
-    if (!metadata.empty())
-      fail(op, "{}: .npz files have no metadata; save as .safetensors to keep it", path.string());
-    io::save_npz(path, values);
-  } else {
-    io::save_safetensors(path, values, metadata);
-  }
-}
-
 void refuse_while_tracing(const char* op) {
-  if (current_trace() != nullptr)
+  if (active_trace() != nullptr)
     fail(op,
          "cannot run while a function is being traced: loading assigns variables in place and "
          "belongs outside the traced function (the cached graph reads the new values)");
@@ -75,14 +34,14 @@ void save_weights(const Module& module, const std::filesystem::path& path,
   detail::refuse_while_tracing("save_weights");
   std::map<std::string, Tensor> values;
   for (const auto& [name, variable] : module.named_variables()) values[name] = variable.value();
-  detail::write_weights_file(path, values, metadata, "save_weights");
+  io::detail::write_weights_file(path, values, metadata, "save_weights");
 }
 
 LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path,
                                const LoadWeightsOptions& options) {
   constexpr const char* op = "load_weights";
   detail::refuse_while_tracing(op);
-  const std::map<std::string, Tensor> file = detail::read_weights_file(path, op);
+  const std::map<std::string, Tensor> file = io::detail::read_weights_file(path, op);
   std::map<std::string, Variable> variables;
   for (auto& [name, variable] : module.named_variables()) variables.emplace(name, variable);
 
