@@ -88,8 +88,8 @@ std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
   return id;
 }
 
-Tensor TraceContext::record_op(Prim p, std::span<const Tensor* const> inputs,
-                                   const Attrs& attrs, DType dtype, const Shape& shape) {
+Tensor TraceContext::record_op(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
+                               DType dtype, const Shape& shape) {
   for (auto d : shape) {
     if (d >= 0) continue;
     const std::int64_t symbol = dynamic_dim_id(d);

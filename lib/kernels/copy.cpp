@@ -1,9 +1,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/elementwise_table.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/strided_loop.hpp"
 

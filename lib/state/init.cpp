@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "core/fail.hpp"
-#include "core/tensor_impl.hpp"
 #include "core/hooks.hpp"
+#include "core/tensor_impl.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"

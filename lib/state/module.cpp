@@ -5,8 +5,8 @@
 #include <unordered_set>
 
 #include "core/fail.hpp"
-#include "core/tensor_impl.hpp"
 #include "core/hooks.hpp"
+#include "core/tensor_impl.hpp"
 #include "kiln/name_scope.hpp"
 #include "state/names.hpp"
 #include "state/variable_impl.hpp"

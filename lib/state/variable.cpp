@@ -5,8 +5,8 @@
 #include <mutex>
 
 #include "core/fail.hpp"
-#include "core/tensor_impl.hpp"
 #include "core/hooks.hpp"
+#include "core/tensor_impl.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "state/deferred_restore.hpp"
