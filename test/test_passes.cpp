@@ -9,6 +9,7 @@
 
 #include "graph_test_support.hpp"
 #include "jit/graph.hpp"
+#include "jit/passes.hpp"
 #include "jit/trace.hpp"
 
 using kiln::Shape;
@@ -313,4 +314,20 @@ TEST_CASE("optimized and unoptimized plans agree on an LSTM and a whole train st
   REQUIRE(weights_opt.size() == weights_plain.size());
   for (std::size_t i = 0; i < weights_opt.size(); ++i)
     CHECK(kiln::max(kiln::abs(weights_opt[i] - weights_plain[i])).item<float>() <= 1e-5f);
+}
+
+TEST_CASE("the pass pipeline is one list, in order, switched by FunctionOptions", "[passes]") {
+  std::vector<std::string> names;
+  for (const auto& pass : kiln::detail::graph_passes()) names.emplace_back(pass.name);
+  CHECK(names == std::vector<std::string>{"eliminate_common_subexpressions", "simplify_algebra",
+                                          "fold_constants", "eliminate_dead_code",
+                                          "fuse_elementwise"});
+  kiln::FunctionOptions options;
+  options.simplify = false;
+  options.fuse_elementwise = false;
+  std::vector<std::string> enabled;
+  for (const auto& pass : kiln::detail::graph_passes())
+    if (pass.enabled(options)) enabled.emplace_back(pass.name);
+  CHECK(enabled == std::vector<std::string>{"eliminate_common_subexpressions", "fold_constants",
+                                            "eliminate_dead_code"});
 }

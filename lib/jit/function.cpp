@@ -22,6 +22,7 @@
 #include "core/tensor_impl.hpp"
 #include "jit/batch_split.hpp"
 #include "jit/graph.hpp"
+#include "jit/passes.hpp"
 #include "jit/plan.hpp"
 #include "jit/trace.hpp"
 #include "ops/dispatch.hpp"
@@ -489,14 +490,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
     }
   }
   auto graph = std::make_shared<GraphData>(std::move(trace.graph()));
-  if (options_.optimize) {
-    eliminate_common_subexpressions(*graph);
-    if (options_.simplify) simplify_algebra(*graph);
-    if (options_.fold_constants && fold_constants(*graph) > 0)
-      eliminate_common_subexpressions(*graph);
-    eliminate_dead_code(*graph);
-    if (options_.fuse_elementwise) fuse_elementwise(*graph);
-  }
+  run_graph_passes(*graph, options_);
   auto cf = std::make_shared<ConcreteData>();
   if (symbol_sources.empty()) cf->executable = build_executable(*graph);  // else per set of sizes
   cf->graph = graph;

@@ -1,0 +1,31 @@
+#pragma once
+// The graph pass pipeline kiln::function runs on a new trace, before planning: one list, in
+// order, that code, tests and docs name (docs/dev/writing-a-pass.md).
+
+#include <cstddef>
+#include <span>
+
+#include "jit/graph.hpp"
+#include "kiln/function.hpp"
+
+namespace kiln::detail {
+
+struct GraphPass {
+  /// The pass's name, as docs and test messages use it.
+  const char* name;
+  /// Whether it runs under these options (all passes need FunctionOptions::optimize).
+  bool (*enabled)(const FunctionOptions& options);
+  /// Runs it; returns how many nodes it changed, folded, removed or fused.
+  std::size_t (*run)(GraphData& graph);
+  /// Common-subexpression elimination runs again right after it when it changed something
+  /// (folding turns different subgraphs into equal constants).
+  bool cse_after_change = false;
+};
+
+/// The pipeline, in order.
+std::span<const GraphPass> graph_passes();
+
+/// Runs every pass that `options` enables on `graph`, in pipeline order.
+void run_graph_passes(GraphData& graph, const FunctionOptions& options);
+
+}  // namespace kiln::detail
