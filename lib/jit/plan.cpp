@@ -7,6 +7,7 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "kernels/lowering.hpp"
 #include "ops/dispatch.hpp"
 #include "state/variable_impl.hpp"
 
@@ -149,10 +150,8 @@ class PlanBuilder {
     std::vector<std::int32_t> inputs;
     for (std::size_t i = 0; i < node.inputs.size(); ++i) {
       const std::int32_t in = node.inputs[i];
-      const bool read_as_is =
-          elementwise || p == Prim::dim_size ||
-          (p == Prim::matmul && i < 2 && matmul_reads_in_place(layout(in), static_cast<int>(i)));
-      inputs.push_back(read_as_is ? in : contiguous_input(in));
+      inputs.push_back(input_read(p, i, layout(in)) == InputRead::as_is ? in
+                                                                        : contiguous_input(in));
     }
     plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
     Plan::Step step;
@@ -161,12 +160,11 @@ class PlanBuilder {
     step.values = inputs;
     step.values.push_back(id);
     const std::int64_t n = shape.numel();
-    if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3 &&
-        flat_inputs(step, shape)) {
+    if (flat_elementwise_candidate(p, n, inputs.size()) && flat_inputs(step, shape)) {
       step.kind = Plan::Step::Kind::flat;
       step.flat_count = n;
       step.flat_in_dtype =
-          plan_.values[static_cast<std::size_t>(inputs[inputs.size() == 3 ? 1 : 0])].dtype;
+          plan_.values[static_cast<std::size_t>(inputs[flat_dtype_input(inputs.size())])].dtype;
       plan_.steps.push_back(std::move(step));
       return;
     }
@@ -185,13 +183,9 @@ class PlanBuilder {
   bool flat_inputs(Plan::Step& step, const Shape& out_shape) const {
     for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
       const Plan::Value& v = plan_.values[static_cast<std::size_t>(step.values[i])];
-      if (v.shape.numel() == 1) {
-        step.flat_strides[i] = 0;
-      } else if (v.shape == out_shape && is_contiguous_layout(v.shape, v.strides)) {
-        step.flat_strides[i] = 1;
-      } else {
-        return false;
-      }
+      step.flat_strides[i] = flat_stride(
+          v.shape.numel(), v.shape == out_shape && is_contiguous_layout(v.shape, v.strides));
+      if (step.flat_strides[i] < 0) return false;
     }
     return true;
   }
@@ -345,11 +339,9 @@ class PlanBuilder {
       if (root.kind != Plan::Root::Kind::escape || v.offset != 0 || v.shape != root.shape ||
           !is_contiguous_layout(v.shape, v.strides))
         continue;
-      const bool read_later = std::any_of(outputs.begin() + static_cast<std::ptrdiff_t>(i) + 1,
-                                          outputs.end(), [&](std::int32_t o) {
-                                            return plan_.values[static_cast<std::size_t>(o)].root ==
-                                                   v.root;
-                                          });
+      const bool read_later = std::any_of(
+          outputs.begin() + static_cast<std::ptrdiff_t>(i) + 1, outputs.end(),
+          [&](std::int32_t o) { return plan_.values[static_cast<std::size_t>(o)].root == v.root; });
       plan_.moved_outputs[i] = read_later ? 0 : 1;
     }
   }
@@ -524,8 +516,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
               std::span<const Tensor> variable_values) {
   // Per-thread scratch (a plan never runs inside another on the same thread: nested functions
   // inline while tracing), emptied on exit so it keeps nothing alive between calls.
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<
-      std::shared_ptr<VariableImpl>>
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<std::shared_ptr<VariableImpl>>
       vars_scratch;
   std::vector<std::shared_ptr<VariableImpl>>& vars = vars_scratch;
   struct ClearVarsOnExit {
@@ -536,7 +527,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   if (variable_values.empty()) lock_variables(g, function_name, vars);
   // Each root's tensor (for arguments, constants, variables and escapes) and address.
   struct RootBinding {
-    Tensor held;                    // a tensor made for this call (escape, variable, copy)
+    Tensor held;                     // a tensor made for this call (escape, variable, copy)
     const Tensor* tensor = nullptr;  // the root's tensor (null in the arena)
     char* address = nullptr;
   };
@@ -605,8 +596,8 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
       const auto r = static_cast<std::size_t>(step.allocate_escape);
       const Plan::Root& root = plan.roots[r];
       RootBinding& b = bound[r];
-      b.held = empty_checked(root.shape, root.strides, root.dtype,
-                             static_cast<std::size_t>(root.bytes));
+      b.held =
+          empty_checked(root.shape, root.strides, root.dtype, static_cast<std::size_t>(root.bytes));
       b.tensor = &b.held;
       b.address = b.held.impl()->data();
     }

@@ -2,6 +2,7 @@
 
 #include "core/hooks.hpp"
 #include "kernels/fused.hpp"
+#include "kernels/lowering.hpp"
 
 #include <array>
 #include <optional>
@@ -104,7 +105,7 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
   const TensorImpl& out_impl = *out.impl();
   const bool elementwise = is_elementwise(p);
   const std::int64_t n = out_shape.numel();
-  if (elementwise && n < flat_elementwise_limit && inputs.size() <= 3) {
+  if (flat_elementwise_candidate(p, n, inputs.size())) {
     // Small work whose inputs are each contiguous in the output's shape or a single element:
     // one row kernel call, no stride bookkeeping.
     std::array<const void*, 3> data{};
@@ -113,12 +114,12 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
     for (std::size_t i = 0; i < inputs.size() && flat; ++i) {
       const TensorImpl& impl = *inputs[i]->impl();
       data[i] = impl.data();
-      strides[i] = impl.shape.numel() == 1 ? 0 : 1;
-      flat = strides[i] == 0 || (impl.shape == out_shape && impl.strides == out_impl.strides);
+      strides[i] = flat_stride(impl.shape.numel(),
+                               impl.shape == out_shape && impl.strides == out_impl.strides);
+      flat = strides[i] >= 0;
     }
     if (flat) {
-      // where's condition is boolean; the kernel's dtype is that of its value inputs.
-      const DType in_dtype = inputs[inputs.size() == 3 ? 1 : 0]->impl()->dtype;
+      const DType in_dtype = inputs[flat_dtype_input(inputs.size())]->impl()->dtype;
       run_elementwise_flat(p, data.data(), strides.data(), in_dtype, out_impl.data(), out_dtype, n);
       return out;
     }
@@ -141,11 +142,9 @@ Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& at
                               impl.shape == out_shape
                                   ? impl.strides
                                   : broadcast_strides(impl.shape, impl.strides, out_shape)};
-    } else if (impl.is_contiguous() || p == Prim::dim_size ||  // dim_size reads no data
-               (p == Prim::matmul &&
-                matmul_reads_in_place(ArrayRef{nullptr, impl.dtype, impl.shape, impl.strides},
-                                      static_cast<int>(i)))) {
-      new (&refs[i]) ArrayRef{impl.data(), impl.dtype, impl.shape, impl.strides};
+    } else if (const ArrayRef own{impl.data(), impl.dtype, impl.shape, impl.strides};
+               input_read(p, i, own) == InputRead::as_is) {
+      new (&refs[i]) ArrayRef(own);
     } else {
       copies.push_back(inputs[i]->contiguous());
       new (&refs[i]) ArrayRef(array_ref(copies.back()));
