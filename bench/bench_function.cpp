@@ -1,17 +1,30 @@
 // kiln::function benchmarks: per-call overhead of a cached function, the unrolled 5-step RNN and
 // LSTM (batch 32, input 10, hidden 20) eager against traced, the LSTM's GEMMs alone (its floor,
-// in the same run), and the first-call cost (trace + optimize + plan). Usage: kiln_bench_function
-// [--quick] [--json]
+// in the same run), the first-call cost (trace + optimize + plan), and the LSTM's batch split
+// against the whole call with the other core idle and busy. Usage: kiln_bench_function [--quick]
+// [--json]
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <kiln/kiln.hpp>
 
 #include "harness.hpp"
+#include "kernels/parallel.hpp"
+#if defined(__linux__)
+#include "load.hpp"
+#endif
 
 namespace {
 
@@ -71,6 +84,177 @@ struct Result {
   double eager = 0, traced = 0;
 };
 
+/// The cached LSTM split (the default with two CPUs) against whole (KILN_NUM_THREADS=1), with the
+/// other core idle and with a busy loop pinned to it, medians of alternating rounds.
+struct SplitUnderLoad {
+  std::string note;  // empty when measured, else why not
+  bool failed = false;
+  int cpu = -1, other_cpu = -1;
+  int rounds = 0;
+  double load_average = -1;  // of the machine, at the start
+  /// Medians of seconds per call, and how the split function's calls ran (shares of calls).
+  struct Figures {
+    double split = 0, whole = 0;
+    double on_helper = 0;   // second half on the helper
+    double taken_back = 0;  // both halves on the caller (the helper was late, or busy)
+    double ran_whole = 0;   // the helper was not ready: the whole plan
+  } idle, loaded;
+};
+
+/// This row's timing: shorter samples than the others (four measurements per round).
+TimingPlan split_row_plan(bool quick) {
+  return quick ? TimingPlan::quick() : TimingPlan{0.1, 0.02, 11};
+}
+
+/// The whole LSTM, measured in a child process (kiln reads KILN_NUM_THREADS once per process):
+/// this program with --whole-lstm-server. It greets with its thread count, then answers each
+/// line "measure" with the median seconds per call.
+int whole_lstm_server(bool quick) {
+  const Tensor xs = kiln::random::normal({batch, steps, input}, 0, 1, 7);
+  const Weights lw = make_weights(4, 21);
+  auto lstm_fn = kiln::function([&](const Tensor& x) { return lstm(lw, x); });
+  lstm_fn(xs);
+  fmt::print("threads {}\n", kiln::detail::num_threads());
+  std::fflush(stdout);
+  char line[64];
+  while (std::fgets(line, sizeof line, stdin) != nullptr) {
+    if (std::string_view(line) != "measure\n") return 2;
+    fmt::print("{}\n", measure(split_row_plan(quick), [&] { lstm_fn(xs); }).median);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+double load_average() {
+  std::ifstream file("/proc/loadavg");
+  double one_minute = -1;
+  file >> one_minute;
+  return file ? one_minute : -1;
+}
+
+template <class Fn>
+SplitUnderLoad split_under_load(bool quick, Fn&& call_split) {
+  SplitUnderLoad out;
+#if !defined(__linux__)
+  (void)quick;
+  (void)call_split;
+  out.note = "not measured: needs Linux (CPU affinity)";
+#else
+  using kiln::bench::BusyLoop;
+  using kiln::bench::ChildProcess;
+  using kiln::bench::PinThread;
+  const std::vector<int> cpus = kiln::bench::allowed_cpus();
+  if (cpus.size() < 2 || kiln::detail::num_threads() < 2) {
+    out.note = "not measured: needs two CPUs and KILN_NUM_THREADS unset or above 1";
+    return out;
+  }
+  out.cpu = cpus[0];
+  out.other_cpu = cpus[1];
+  out.load_average = load_average();
+  // Pinned after the helper thread exists (earlier rows made it), which stays free: the
+  // scheduler places it, as for any call.
+  call_split();
+  PinThread pin(out.cpu);
+  std::signal(SIGPIPE, SIG_IGN);  // a child that dies shows as an error, not as our death
+  ChildProcess child({"--whole-lstm-server", quick ? "--quick" : "--full"}, {"KILN_NUM_THREADS=1"});
+  const auto greeting = child.read_line();
+  if (!pin.pinned() || !greeting || *greeting != "threads 1") {
+    out.failed = true;
+    out.note = !pin.pinned() ? "could not pin the benchmark to a CPU"
+               : greeting    ? "the whole-call child runs " + *greeting
+                             : "the whole-call child: " + child.error();
+    return out;
+  }
+  const TimingPlan plan = split_row_plan(quick);
+  // Times the split function; adds how its calls ran to `f`.
+  auto split = [&](SplitUnderLoad::Figures& f) {
+    const auto before = kiln::detail::pair_counts();
+    const double median = measure(plan, call_split).median;
+    const auto after = kiln::detail::pair_counts();
+    const auto on_helper = static_cast<double>(after.on_helper - before.on_helper);
+    const auto back = static_cast<double>(after.taken_back - before.taken_back + after.inline_both -
+                                          before.inline_both);
+    const auto whole_calls = static_cast<double>(after.not_ready - before.not_ready);
+    const double calls = std::max(1.0, on_helper + back + whole_calls);
+    f.on_helper += on_helper / calls;
+    f.taken_back += back / calls;
+    f.ran_whole += whole_calls / calls;
+    return median;
+  };
+  auto whole = [&]() -> std::optional<double> {
+    const auto answer = child.request("measure");
+    if (!answer) return std::nullopt;
+    return std::strtod(answer->c_str(), nullptr);
+  };
+  out.rounds = quick ? 1 : 3;
+  std::vector<double> split_idle, whole_idle, split_loaded, whole_loaded;
+  // One round: idle, then loaded; split first in even rounds, whole first in odd ones.
+  auto measure_pair = [&](std::vector<double>& splits, std::vector<double>& wholes,
+                          SplitUnderLoad::Figures& f, bool whole_first) {
+    std::optional<double> w;
+    if (whole_first) w = whole();
+    splits.push_back(split(f));
+    if (!whole_first) w = whole();
+    if (!w) return false;
+    wholes.push_back(*w);
+    return true;
+  };
+  for (int r = 0; r < out.rounds; ++r) {
+    const bool whole_first = r % 2 == 1;
+    bool ok = measure_pair(split_idle, whole_idle, out.idle, whole_first);
+    if (ok) {
+      const BusyLoop busy(out.other_cpu);
+      if (!busy.pinned()) {
+        out.failed = true;
+        out.note = "could not pin the busy loop to a CPU";
+        return out;
+      }
+      if (!quick) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ok = measure_pair(split_loaded, whole_loaded, out.loaded, whole_first);
+    }
+    if (!ok) {
+      out.failed = true;
+      out.note = "the whole-call child: " + child.error();
+      return out;
+    }
+    // The busy loop has stopped; the helper's back-off from it (1 s at most, see
+    // lib/kernels/parallel_pair.cpp) ends before the next idle measurement.
+    if (!quick && r + 1 < out.rounds) std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (auto [f, splits, wholes] : {std::tuple{&out.idle, &split_idle, &whole_idle},
+                                   std::tuple{&out.loaded, &split_loaded, &whole_loaded}}) {
+    f->split = median(*splits);
+    f->whole = median(*wholes);
+    for (double* share : {&f->on_helper, &f->taken_back, &f->ran_whole})
+      *share /= static_cast<double>(out.rounds);
+  }
+#endif
+  return out;
+}
+
+void print_split_table(const SplitUnderLoad& s) {
+  fmt::print("\nLSTM batch split against whole (KILN_NUM_THREADS=1, in a child process)");
+  if (!s.note.empty()) {
+    fmt::print(": {}\n", s.note);
+    return;
+  }
+  fmt::print(", on CPU {}, the other core CPU {}:\n", s.cpu, s.other_cpu);
+  fmt::print("{:<40} {:>10} {:>10} {:>12}   {}\n", "other core", "split", "whole", "split/whole",
+             "split calls: helper / taken back / whole");
+  for (const auto& [label, f] : {std::pair{"idle", s.idle},
+                                 std::pair{"busy loop pinned to it (target <= 1.05)", s.loaded}}) {
+    fmt::print("{:<40} {:>7.2f} us {:>7.2f} us {:>12.2f}   {:.0f}% / {:.0f}% / {:.0f}%\n", label,
+               f.split * 1e6, f.whole * 1e6, f.split / f.whole, f.on_helper * 100,
+               f.taken_back * 100, f.ran_whole * 100);
+  }
+  fmt::print("(medians of {} alternating rounds; load average {:.2f} at the start)\n", s.rounds,
+             s.load_average);
+}
+
 void print_table(const std::vector<Result>& results, std::size_t lstm_nodes) {
   fmt::print("{:<48} {:>12} {:>12} {:>8}\n", "benchmark", "eager", "traced", "ratio");
   fmt::print("{}\n", std::string(84, '-'));
@@ -89,7 +273,8 @@ void print_table(const std::vector<Result>& results, std::size_t lstm_nodes) {
       fmt::print("LSTM / its GEMMs alone: {:.2f}\n", results[2].traced / r.traced);
 }
 
-void print_json(const std::vector<Result>& results, std::size_t lstm_nodes, bool quick) {
+void print_json(const std::vector<Result>& results, std::size_t lstm_nodes, bool quick,
+                const SplitUnderLoad& split) {
   using kiln::bench::json_string;
   fmt::print(
       "{{\"program\": \"kiln_bench_function\", \"quick\": {}, \"lstm_nodes\": {}, \"rows\": [",
@@ -99,13 +284,30 @@ void print_json(const std::vector<Result>& results, std::size_t lstm_nodes, bool
     fmt::print("{}\n  {{\"name\": {}, \"label\": {}, \"eager_s\": {}, \"traced_s\": {}}}",
                i == 0 ? "" : ",", json_string(r.key), json_string(r.label), r.eager, r.traced);
   }
-  fmt::print("\n]}}\n");
+  fmt::print("\n], \"split_under_load\": ");
+  if (!split.note.empty()) {
+    fmt::print("{{\"note\": {}, \"failed\": {}}}}}\n", json_string(split.note), split.failed);
+    return;
+  }
+  auto figures = [](const SplitUnderLoad::Figures& f) {
+    return fmt::format(
+        "{{\"split_s\": {}, \"whole_s\": {}, \"split_over_whole\": {}, \"on_helper\": {}, "
+        "\"taken_back\": {}, \"ran_whole\": {}}}",
+        f.split, f.whole, f.split / f.whole, f.on_helper, f.taken_back, f.ran_whole);
+  };
+  fmt::print(
+      "{{\"cpu\": {}, \"other_cpu\": {}, \"rounds\": {}, \"load_average\": {}, \"idle\": {}, "
+      "\"loaded\": {}}}}}\n",
+      split.cpu, split.other_cpu, split.rounds, split.load_average, figures(split.idle),
+      figures(split.loaded));
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool quick = false, json = false;
+  if (argc == 3 && std::string_view(argv[1]) == "--whole-lstm-server")
+    return whole_lstm_server(std::string_view(argv[2]) == "--quick");
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--quick") {
@@ -157,10 +359,14 @@ int main(int argc, char** argv) {
   results.push_back(
       {"lstm_first_call", "LSTM first call: trace + optimize + plan + run", 0, first_call});
 
+  const SplitUnderLoad split = split_under_load(quick, [&] { lstm_fn(xs); });
+
   const std::size_t nodes = lstm_fn.get_concrete_function(xs).graph().num_nodes();
-  if (json)
-    print_json(results, nodes, quick);
-  else
+  if (json) {
+    print_json(results, nodes, quick, split);
+  } else {
     print_table(results, nodes);
-  return 0;
+    print_split_table(split);
+  }
+  return split.failed ? 1 : 0;
 }

@@ -2,10 +2,16 @@
 // unsplit plan computes, on two threads, without growing anything.
 #include <catch2/catch.hpp>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <kiln/kiln.hpp>
 
@@ -43,9 +49,34 @@ Tensor lstm(const LstmWeights& p, const Tensor& xs) {
   return h;
 }
 
+/// Keeps the pair helper from taking any job while it lives (see hold_pair_helper).
+struct HeldHelper {
+  HeldHelper() { kiln::detail::hold_pair_helper(true); }
+  ~HeldHelper() { kiln::detail::hold_pair_helper(false); }
+  HeldHelper(const HeldHelper&) = delete;
+  HeldHelper& operator=(const HeldHelper&) = delete;
+};
+
+/// The CPUs this process may run on.
+int usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+/// Busy for about `us` microseconds (a part of a pair that does some work).
+void spin_for(int us) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
 }  // namespace
 
-TEST_CASE("batch_rows splits graphs whose rows are independent and refuses the others") {
+TEST_CASE("batch_rows splits graphs whose rows are independent and refuses the others",
+          "[batch_split]") {
   kiln::Variable rows_var(kiln::ones({32, 8}), "per_row");
   kiln::Variable weight(kiln::ones({8, 4}), "weight");
   struct Case {
@@ -123,7 +154,7 @@ TEST_CASE("batch_rows splits graphs whose rows are independent and refuses the o
   }
 }
 
-TEST_CASE("a batch-split plan computes what the whole plan computes") {
+TEST_CASE("a batch-split plan computes what the whole plan computes", "[batch_split]") {
   if (kiln::detail::num_threads() < 2) {
     WARN("one thread (KILN_NUM_THREADS=1?): nothing is split");
     return;
@@ -159,7 +190,7 @@ TEST_CASE("a batch-split plan computes what the whole plan computes") {
   }
 }
 
-TEST_CASE("small or unsplittable work runs one plan") {
+TEST_CASE("small or unsplittable work runs one plan", "[batch_split]") {
   const LstmWeights weights;
   struct Case {
     const char* what;
@@ -188,7 +219,7 @@ TEST_CASE("small or unsplittable work runs one plan") {
   CHECK(kiln::detail::plan_batch_split(identity) == nullptr);
 }
 
-TEST_CASE("split functions: threads, memory and errors") {
+TEST_CASE("split functions: threads, memory and errors", "[batch_split]") {
   auto weights = std::make_unique<LstmWeights>();
   auto f = kiln::function([&](const Tensor& xs) { return lstm(*weights, xs); });
   const Tensor xs = kiln::random::normal({32, 5, input}, 0, 1, 9);
@@ -221,7 +252,7 @@ TEST_CASE("split functions: threads, memory and errors") {
   }
 }
 
-TEST_CASE("a function traced with a dynamic batch splits each large enough size") {
+TEST_CASE("a function traced with a dynamic batch splits each large enough size", "[batch_split]") {
   const LstmWeights weights;
   kiln::FunctionOptions options;
   options.input_signature = {kiln::TensorSpec{{-1, 5, input}}};
@@ -235,7 +266,7 @@ TEST_CASE("a function traced with a dynamic batch splits each large enough size"
   CHECK(f.tracing_count() == 1);
 }
 
-TEST_CASE("parallel_pair runs both parts and rethrows") {
+TEST_CASE("parallel_pair runs both parts and rethrows", "[batch_split]") {
   // Catch's assertions are not thread-safe: the parts only count, the checks run here.
   std::atomic<int> first_ran{0}, second_ran{0}, wrong_range{0};
   auto first = [&](std::int64_t begin, std::int64_t end) {
@@ -258,4 +289,169 @@ TEST_CASE("parallel_pair runs both parts and rethrows") {
   CHECK(first_ran.load() >= 102);
   CHECK(second_ran.load() >= 102);
   CHECK(wrong_range.load() == 0);
+}
+
+TEST_CASE("a helper that gets no core: the caller runs both parts", "[batch_split]") {
+  if (kiln::detail::num_threads() < 2) {
+    WARN("one thread (KILN_NUM_THREADS=1?): no helper");
+    return;
+  }
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> first_ran{0}, second_ran{0}, second_elsewhere{0};
+  auto first = [&](std::int64_t, std::int64_t) {
+    spin_for(5);
+    ++first_ran;
+  };
+  auto second = [&](std::int64_t, std::int64_t) {
+    if (std::this_thread::get_id() != caller) ++second_elsewhere;
+    ++second_ran;
+  };
+  auto throws = [](std::int64_t, std::int64_t) { throw std::runtime_error("part failed"); };
+  const auto before = kiln::detail::pair_counts();
+  {
+    const HeldHelper held;
+    for (int i = 0; i < 50; ++i) {
+      kiln::detail::parallel_pair(first, second);
+      REQUIRE(second_ran.load() == i + 1);  // done by the time the call returns
+    }
+    // Errors: both parts still run; first's error wins.
+    CHECK_THROWS_WITH(kiln::detail::parallel_pair(first, throws), "part failed");
+    CHECK_THROWS_WITH(kiln::detail::parallel_pair(throws, second), "part failed");
+    auto throws_other = [](std::int64_t, std::int64_t) { throw std::logic_error("second"); };
+    CHECK_THROWS_AS(kiln::detail::parallel_pair(throws, throws_other), std::runtime_error);
+  }
+  const auto after = kiln::detail::pair_counts();
+  CHECK(first_ran.load() == 51);
+  CHECK(second_ran.load() == 51);
+  CHECK(second_elsewhere.load() == 0);
+  CHECK(after.taken_back - before.taken_back == 53);
+  CHECK(after.on_helper == before.on_helper);
+
+  // Released, the helper takes parts again (a liveness check: within seconds, not a timing).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto slow_first = [&](std::int64_t, std::int64_t) { spin_for(200); };
+  while (kiln::detail::pair_counts().on_helper == after.on_helper &&
+         std::chrono::steady_clock::now() < deadline)
+    kiln::detail::parallel_pair(slow_first, second);
+  CHECK(kiln::detail::pair_counts().on_helper > after.on_helper);
+  CHECK(second_elsewhere.load() > 0);
+}
+
+TEST_CASE("a split function whose helper gets no core computes the same", "[batch_split]") {
+  const LstmWeights weights;
+  auto f = kiln::function([&](const Tensor& xs) { return lstm(weights, xs); });
+  const Tensor xs = kiln::random::normal({32, 5, input}, 0, 1, 11);
+  const Tensor want = lstm(weights, xs);
+  CHECK(close(f(xs), want));
+  const auto before = kiln::detail::pair_counts();
+  {
+    const HeldHelper held;
+    for (int i = 0; i < 20; ++i) CHECK(close(f(xs), want));
+  }
+  const auto after = kiln::detail::pair_counts();
+  if (kiln::detail::num_threads() < 2) return;
+  // Each call ran both halves here, or (the helper not ready) the whole plan.
+  CHECK(after.taken_back + after.not_ready - before.taken_back - before.not_ready == 20);
+  CHECK(after.on_helper == before.on_helper);
+  // Released, the helper runs second halves again (a liveness check, as above), given a CPU of
+  // its own: on the caller's CPU it is never ready, and the calls run whole.
+  if (usable_cpus() < 2) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  int calls = 0;
+  while (kiln::detail::pair_counts().on_helper == after.on_helper &&
+         std::chrono::steady_clock::now() < deadline) {
+    CHECK(close(f(xs), want));
+    ++calls;
+  }
+  CAPTURE(calls);
+  CHECK(kiln::detail::pair_counts().on_helper > after.on_helper);
+}
+
+TEST_CASE("a helper that stalls inside its part: the caller waits for it", "[batch_split]") {
+  if (kiln::detail::num_threads() < 2) {
+    WARN("one thread (KILN_NUM_THREADS=1?): no helper");
+    return;
+  }
+  // The second part blocks until released, as a helper descheduled in mid-part would. Where it
+  // runs (helper, or caller if the helper was late) varies; the call must return only after it
+  // finished, either way. The first part is long, so the helper usually has the second and the
+  // caller goes through its wait (spin, then sleep).
+  bool covered_helper = false;
+  for (int attempt = 0; attempt < 20 && !covered_helper; ++attempt) {
+    std::atomic<bool> started{false}, release{false}, finished{false}, on_helper{false};
+    std::atomic<bool> finished_at_return{false}, returned{false};
+    const std::thread::id test_thread = std::this_thread::get_id();
+    std::thread caller([&] {
+      const std::thread::id caller_id = std::this_thread::get_id();
+      auto first = [&](std::int64_t, std::int64_t) { spin_for(1000); };
+      auto second = [&](std::int64_t, std::int64_t) {
+        on_helper.store(std::this_thread::get_id() != caller_id &&
+                        std::this_thread::get_id() != test_thread);
+        started.store(true);
+        while (!release.load()) std::this_thread::yield();
+        finished.store(true);
+      };
+      kiln::detail::parallel_pair(first, second);
+      finished_at_return.store(finished.load());
+      returned.store(true);
+    });
+    const auto before = kiln::detail::pair_counts();
+    while (!started.load()) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const bool returned_early = returned.load();
+    release.store(true);
+    caller.join();
+    CHECK_FALSE(returned_early);
+    CHECK(finished_at_return.load());
+    covered_helper = on_helper.load();
+    // The caller waited 5 ms for a part as short as its own 1 ms: the helper counts as having
+    // lost its core (and split functions run whole for a while).
+    if (covered_helper) CHECK(kiln::detail::pair_counts().lost_core > before.lost_core);
+  }
+  if (!covered_helper) WARN("the helper never took the stalled part: only the caller's path ran");
+}
+
+TEST_CASE("many threads call pairs and split functions at once", "[batch_split]") {
+  const LstmWeights weights;
+  auto f = kiln::function([&](const Tensor& xs) { return lstm(weights, xs); });
+  const Tensor xs = kiln::random::normal({32, 5, input}, 0, 1, 13);
+  const Tensor want = lstm(weights, xs);
+  CHECK(close(f(xs), want));
+  constexpr int threads = 8, calls = 200;
+  // Each part counts its own calls: after every call both counts must equal the call number,
+  // so a part that ran twice, not at all, or after the call returned shows. One thread holds and
+  // releases the helper meanwhile, so both ways of running the second part race.
+  std::atomic<int> wrong{0}, wrong_results{0};
+  std::atomic<bool> stop{false};
+  std::thread toggler([&] {
+    for (bool held = true; !stop.load(); held = !held) {
+      kiln::detail::hold_pair_helper(held);
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    kiln::detail::hold_pair_helper(false);
+  });
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      std::atomic<int> firsts{0}, seconds{0};
+      auto first = [&](std::int64_t, std::int64_t) { firsts.fetch_add(1); };
+      auto second = [&](std::int64_t, std::int64_t) {
+        spin_for(1);
+        seconds.fetch_add(1);
+      };
+      for (int i = 1; i <= calls; ++i) {
+        if (t % 2 == 0) {
+          kiln::detail::parallel_pair(first, second);
+          if (firsts.load() != i || seconds.load() != i) ++wrong;
+        } else if (i % 10 == 0 && !close(f(xs), want)) {
+          ++wrong_results;
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  stop.store(true);
+  toggler.join();
+  CHECK(wrong.load() == 0);
+  CHECK(wrong_results.load() == 0);
+  CHECK(f.tracing_count() == 1);
 }

@@ -6,6 +6,7 @@
 // arguments, runs both halves and joins their outputs.
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -33,6 +34,10 @@ struct BatchSplit {
   std::vector<std::uint8_t> split_arguments;  // per tensor argument: sliced by rows or not
   std::vector<Shape> output_shapes;           // of the whole call
 
+  /// A running estimate of one call's duration in nanoseconds, split or whole (it drops at once
+  /// to a faster call, rises slowly: a call slowed by another thread barely moves it).
+  mutable std::atomic<std::int64_t> call_ns{0};
+
   /// Rows of half h: rows / 2, then the rest.
   std::int64_t half_rows(std::size_t h) const { return h == 0 ? rows / 2 : rows - rows / 2; }
 
@@ -52,19 +57,20 @@ inline constexpr std::int64_t max_split_work = std::int64_t{1} << 24;
 std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
                                              const std::vector<Shape>* shapes = nullptr);
 
-/// What a call of one concrete function for one set of shapes runs: a batch split when the
-/// function qualifies, else one plan.
+/// What a call of one concrete function for one set of shapes runs: the whole plan, and a batch
+/// split when the function qualifies.
 struct Executable {
-  Plan plan;  // empty when split is set
+  Plan plan;
   std::unique_ptr<BatchSplit> split;
 
-  std::int64_t bytes() const { return split ? split->bytes() : plan.bytes(); }
+  std::int64_t bytes() const { return plan.bytes() + (split ? split->bytes() : 0); }
 };
 
 /// Builds the executable of g for the node shapes given (null: the nodes' own).
 Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
 
-/// Runs it: the split's halves, or the plan.
+/// Runs it: the split's halves when the pair helper is ready to take one (pair_helper_ready),
+/// else the whole plan, which is faster than both halves one after the other on this thread.
 void run_executable(const Executable& e, const GraphData& g, std::span<const Tensor* const> args,
                     const std::string& function_name, std::vector<Tensor>& outputs);
 

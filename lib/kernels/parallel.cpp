@@ -1,8 +1,8 @@
+// The thread count and the thread pool behind parallel_for; parallel_pair's helper thread is in
+// parallel_pair.cpp.
 #include "kernels/parallel.hpp"
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -13,6 +13,8 @@
 #include <vector>
 
 namespace kiln::detail {
+
+thread_local bool inside_parallel_region = false;
 
 namespace {
 
@@ -29,11 +31,11 @@ int threads_from_environment() {
   return hardware == 0 ? 1 : static_cast<int>(std::min<unsigned>(hardware, max_threads));
 }
 
-/// True on pool threads, and on a caller thread while it runs its share of a job.
-thread_local bool inside_parallel_region = false;
-
 /// Workers wait for a job; the job's chunks are handed out under one mutex (there are at
-/// most a few, one per thread), so a late worker can never pick up a finished job.
+/// most a few, one per thread), so a late worker can never pick up a finished job. The caller
+/// claims chunks too, until none is left: a worker that gets no core (another process keeps
+/// it off) leaves its chunk to the caller rather than delaying the job, and the caller waits
+/// for chunks that workers have claimed on a condition variable, not spinning.
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) : worker_count_(threads - 1) {}
@@ -143,137 +145,11 @@ ThreadPool& thread_pool() {
   return pool;
 }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-/// One helper thread for parallel_pair. Jobs are numbered: the caller publishes job n by
-/// storing posted_ = n, the helper stores done_ = n when it has finished. After a job the
-/// helper spins on posted_ for spin_time before it sleeps on the condition variable, so a
-/// caller that comes back within that time hands over without a system call on either side.
-class PairHelper {
- public:
-  /// Runs `job` on the helper while the caller runs `own`, or returns false at once when
-  /// another thread is using the helper (or it could not be started).
-  bool try_run(RangeFnRef own, RangeFnRef job, std::exception_ptr& own_error,
-               std::exception_ptr& job_error) {
-    if (busy_.exchange(true, std::memory_order_acquire)) return false;
-    if (!start()) {
-      busy_.store(false, std::memory_order_release);
-      return false;
-    }
-    job_.emplace(job);
-    error_ = nullptr;
-    const std::uint64_t n = posted_.load(std::memory_order_relaxed) + 1;
-    posted_.store(n, std::memory_order_release);
-    {
-      std::lock_guard lock(mutex_);
-      if (sleeping_) wake_.notify_one();
-    }
-    try {
-      own(0, 1);
-    } catch (...) {
-      own_error = std::current_exception();
-    }
-    // The helper's half takes about as long as ours: spin, then yield if it was descheduled.
-    for (int spins = 0; done_.load(std::memory_order_acquire) != n; ++spins) {
-      if (spins < 1 << 16)
-        cpu_relax();
-      else
-        std::this_thread::yield();
-    }
-    job_error = std::exchange(error_, nullptr);
-    job_.reset();
-    busy_.store(false, std::memory_order_release);
-    return true;
-  }
-
- private:
-  static constexpr auto spin_time = std::chrono::microseconds(200);
-
-  bool start() {
-    if (started_) return true;
-    try {
-      // Never joined: the helper lives as long as the process (the object is never destroyed).
-      std::thread([this] { loop(); }).detach();
-    } catch (const std::exception&) {
-      return false;
-    }
-    started_ = true;
-    return true;
-  }
-
-  void loop() {
-    inside_parallel_region = true;
-    std::uint64_t seen = 0;
-    while (true) {
-      const auto spin_until = std::chrono::steady_clock::now() + spin_time;
-      for (int spins = 0; posted_.load(std::memory_order_acquire) == seen; ++spins) {
-        cpu_relax();
-        if ((spins & 255) == 255 && std::chrono::steady_clock::now() > spin_until) {
-          std::unique_lock lock(mutex_);
-          sleeping_ = true;
-          wake_.wait(lock, [&] { return posted_.load(std::memory_order_acquire) != seen; });
-          sleeping_ = false;
-        }
-      }
-      seen = posted_.load(std::memory_order_acquire);
-      try {
-        (*job_)(1, 2);
-      } catch (...) {
-        error_ = std::current_exception();
-      }
-      done_.store(seen, std::memory_order_release);
-    }
-  }
-
-  std::atomic<bool> busy_{false};  // held by the calling thread for one job
-  bool started_ = false;           // guarded by busy_
-  std::optional<RangeFnRef> job_;  // written before posted_, read after it
-  std::exception_ptr error_;       // written before done_, read after it
-  std::atomic<std::uint64_t> posted_{0};
-  std::atomic<std::uint64_t> done_{0};
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  bool sleeping_ = false;  // guarded by mutex_
-};
-
-PairHelper& pair_helper() {
-  static auto* helper = new PairHelper;  // never destroyed: its thread may still be waiting
-  return *helper;
-}
-
 }  // namespace
 
 int num_threads() {
   static const int threads = threads_from_environment();
   return threads;
-}
-
-void parallel_pair(RangeFnRef first, RangeFnRef second) {
-  std::exception_ptr first_error, second_error;
-  bool ran = false;
-  if (num_threads() > 1 && !inside_parallel_region) {
-    inside_parallel_region = true;  // kernels inside either half stay on their own thread
-    ran = pair_helper().try_run(first, second, first_error, second_error);
-    inside_parallel_region = false;
-  }
-  if (!ran) {  // both parts run, as on two threads, even when the first throws
-    try {
-      first(0, 1);
-    } catch (...) {
-      first_error = std::current_exception();
-    }
-    try {
-      second(1, 2);
-    } catch (...) {
-      second_error = std::current_exception();
-    }
-  }
-  if (first_error) std::rethrow_exception(first_error);
-  if (second_error) std::rethrow_exception(second_error);
 }
 
 void parallel_for(std::int64_t n, std::int64_t grain, RangeFnRef fn) {
