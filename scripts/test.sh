@@ -41,6 +41,21 @@ check() {
   fi
 }
 
+# Runs one Catch2 suite (the command after $1, its log's name) and counts its results; on a
+# failure prints the failing parts and counts a sanitizer report as one more failure.
+run_suite() {
+  local log="$logdir/$1.log"
+  shift
+  "$@" >"$log" 2>&1
+  local status=$?
+  tail -n 3 "$log"
+  count_catch "$log"
+  if [ $status -ne 0 ]; then
+    grep -B2 -A30 -E 'FAILED|ERROR|runtime error|Sanitizer' "$log" | head -n 120
+    grep -qE 'runtime error|Sanitizer' "$log" && failed=$((failed + 1))
+  fi
+}
+
 run_build() {
   local dir=$1
   shift
@@ -74,14 +89,7 @@ for variant in release asan; do
   # allocator_may_return_null: a request beyond memory returns null, as malloc does, so the
   # tests of kiln's out-of-memory errors run under ASan too.
   export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
-  "$dir/test/kiln_tests" >"$logdir/unit-$variant.log" 2>&1
-  status=$?
-  tail -n 3 "$logdir/unit-$variant.log"
-  count_catch "$logdir/unit-$variant.log"
-  if [ $status -ne 0 ]; then
-    grep -B2 -A12 -E 'FAILED|ERROR|runtime error|Sanitizer' "$logdir/unit-$variant.log" | head -n 120
-    grep -qE 'runtime error|Sanitizer' "$logdir/unit-$variant.log" && failed=$((failed + 1))
-  fi
+  run_suite "unit-$variant" "$dir/test/kiln_tests"
   # Kernel-level tests once per instruction set this CPU has, each forced with KILN_SIMD (the
   # unit tests above ran only the best one): row kernels, special values, ulp sweeps, fused
   # programs, row copies, matmul (kiln lowers libxsmm itself). OpenBLAS picks its own kernels
@@ -127,14 +135,7 @@ done
 echo "== tsan: unit tests"
 if run_build build-tsan -Db_sanitize=thread -Dbuildtype=debug -Db_lundef=false; then
   OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1 \
-    build-tsan/test/kiln_tests >"$logdir/unit-tsan.log" 2>&1
-  status=$?
-  tail -n 3 "$logdir/unit-tsan.log"
-  count_catch "$logdir/unit-tsan.log"
-  if [ $status -ne 0 ]; then
-    grep -B2 -A30 -E 'FAILED|WARNING: ThreadSanitizer' "$logdir/unit-tsan.log" | head -n 120
-    grep -q 'ThreadSanitizer' "$logdir/unit-tsan.log" && failed=$((failed + 1))
-  fi
+    run_suite unit-tsan build-tsan/test/kiln_tests
 else
   failed=$((failed + 1))
 fi
