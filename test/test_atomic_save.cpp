@@ -17,7 +17,9 @@
 
 #include "io/atomic_file.hpp"
 #include "io_test_support.hpp"
+#include "save_child.hpp"
 
+using io_test::start_save_and_stop;
 using io_test::TempDir;
 using kiln::Tensor;
 using kiln::io::detail::AtomicFile;
@@ -42,34 +44,6 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 struct Big : kiln::Module {
   Big() : Module("big") { add_variable("w", {1 << 10, 1 << 10}, kiln::init::ones()); }
 };
-
-/// Forks a child that runs `save` and stops (until killed) once the first chunk of its
-/// temporary file is written; returns its pid after that point. The child only saves.
-pid_t start_save_and_stop(const std::function<void()>& save) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    AtomicFile::set_write_observer([&](const AtomicFile&, std::uint64_t) {
-      const char c = 'x';
-      (void)!::write(fds[1], &c, 1);
-      for (;;) ::pause();
-    });
-    try {
-      save();
-    } catch (...) {
-    }
-    ::_exit(0);  // not reached when the observer runs
-  }
-  ::close(fds[1]);
-  char c = 0;
-  const auto n = ::read(fds[0], &c, 1);
-  ::close(fds[0]);
-  REQUIRE(n == 1);
-  return pid;
-}
 
 void kill_and_reap(pid_t child) {
   REQUIRE(::kill(child, SIGKILL) == 0);

@@ -10,6 +10,7 @@
 #include "io/atomic_file.hpp"
 #include "io/mapped_file.hpp"
 #include "io_test_support.hpp"
+#include "save_child.hpp"
 
 using io_test::same;
 using io_test::TempDir;
@@ -276,37 +277,15 @@ TEST_CASE("Small files are read, large ones mapped", "[io]") {
 
 namespace {
 
-/// Forks a child that saves `tensors` to `path` and stops (forever) once the first chunk has
-/// reached the temporary file; returns the child's pid after that point.
+/// start_save_and_stop (save_child.hpp) for a save of `tensors` to `path`.
 pid_t start_save_and_stop(const std::filesystem::path& path,
                           const std::map<std::string, Tensor>& tensors, bool npz) {
-  int fds[2];
-  REQUIRE(::pipe(fds) == 0);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    kiln::io::detail::AtomicFile::set_write_observer(
-        [&](const kiln::io::detail::AtomicFile&, std::uint64_t) {
-          const char c = 'x';
-          (void)!::write(fds[1], &c, 1);
-          for (;;) ::pause();
-        });
-    try {
-      if (npz)
-        io::save_npz(path, tensors);
-      else
-        io::save_safetensors(path, tensors);
-    } catch (...) {
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  char c = 0;
-  const auto n = ::read(fds[0], &c, 1);
-  ::close(fds[0]);
-  CHECK(n == 1);
-  return pid;
+  return io_test::start_save_and_stop([&] {
+    if (npz)
+      io::save_npz(path, tensors);
+    else
+      io::save_safetensors(path, tensors);
+  });
 }
 
 }  // namespace
