@@ -21,15 +21,6 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
-  std::int64_t expected = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    if (shape[i] != 1 && strides[i] != expected) return shape.numel() == 0;
-    expected *= shape[i];
-  }
-  return true;
-}
-
 bool TensorImpl::is_contiguous() const { return is_contiguous_layout(shape, strides); }
 
 void check_concrete(const TensorImpl& t, const char* op) {

@@ -12,7 +12,14 @@ namespace kiln::detail {
 /// Contiguous row-major strides (in elements) of `shape`.
 Shape contiguous_strides(const Shape& shape);
 /// Whether (shape, strides) is row-major contiguous; size-1 dims may have any stride.
-bool is_contiguous_layout(const Shape& shape, const Shape& strides);
+inline bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
+  std::int64_t expected = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return shape.numel() == 0;
+    expected *= shape[i];
+  }
+  return true;
+}
 
 struct TensorImpl {
   DType dtype;

@@ -71,46 +71,46 @@ class RowAnalysis {
     bool any_split = false;
     for (auto in : node.inputs) any_split = any_split || is_split(in);
     const Prim p = node.prim;
+    const SplitRule rule = info(p).split;
     // dim_size would read a half's rows; random numbers drawn twice would differ from one draw.
-    if (p == Prim::dim_size || info(p).family == Family::random) return std::nullopt;
-    if (is_elementwise(p)) return elementwise_rule(id, node);
-    if (p == Prim::matmul) return matmul_rule(id, node);
-    if (p == Prim::broadcast_to && !any_split)
+    if (rule == SplitRule::never) return std::nullopt;
+    if (rule == SplitRule::elementwise) return elementwise_rule(id, node);
+    if (rule == SplitRule::matmul) return matmul_rule(id, node);
+    if (rule == SplitRule::broadcast && !any_split)
       return spans_rows(id) && broadcast_over_rows(node.inputs[0], shape_of(id).size());
     if (!any_split) return false;
     if (!spans_rows(id)) return std::nullopt;
     const std::int32_t in = node.inputs[0];
-    switch (p) {
-      case Prim::reduce_sum:
-      case Prim::reduce_prod:
-      case Prim::reduce_max:
-      case Prim::reduce_min:
-      case Prim::reduce_all:
-      case Prim::reduce_any:
+    switch (rule) {
+      case SplitRule::reduce:
         return node.attrs.axes.empty() || node.attrs.axes[0] == 0 ? std::nullopt
                                                                   : std::optional<bool>(true);
-      case Prim::reshape:
+      case SplitRule::reshape:
         return spans_rows(in) ? std::optional<bool>(true) : std::nullopt;
-      case Prim::transpose:
+      case SplitRule::transpose:
         return node.attrs.axes[0] == 0 ? std::optional<bool>(true) : std::nullopt;
-      case Prim::broadcast_to:
+      case SplitRule::broadcast:
         return shape_of(in).size() == shape_of(id).size() ? std::optional<bool>(true)
                                                           : std::nullopt;
-      case Prim::slice:  // the whole of dim 0, step 1
+      case SplitRule::slice:  // the whole of dim 0, step 1
         return node.attrs.ints[0] == 0 && node.attrs.ints[1] == 1 ? std::optional<bool>(true)
                                                                   : std::nullopt;
-      case Prim::pad:  // nothing added along dim 0
+      case SplitRule::pad:  // nothing added along dim 0
         return node.attrs.ints[0] == 0 && node.attrs.ints[1] == 0 ? std::optional<bool>(true)
                                                                   : std::nullopt;
-      case Prim::concat: {
+      case SplitRule::concat: {
         if (node.attrs.axis == 0) return std::nullopt;
         for (auto i : node.inputs)
           if (!is_split(i)) return std::nullopt;
         return true;
       }
-      default:
+      case SplitRule::mixes_rows:
+      case SplitRule::elementwise:
+      case SplitRule::matmul:
+      case SplitRule::never:
         return std::nullopt;
     }
+    return std::nullopt;
   }
 
   /// Elementwise: split inputs have the output's rank (dim 0 aligned); the others broadcast

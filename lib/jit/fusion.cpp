@@ -17,25 +17,16 @@ namespace kiln::detail {
 namespace {
 
 bool fusible(const Node& n) {
-  return n.kind == Node::Kind::primitive && is_elementwise(n.prim) &&
-         n.inputs.size() <= 3;
+  return n.kind == Node::Kind::primitive && is_elementwise(n.prim) && n.inputs.size() <= 3;
 }
 
+/// How graph listings print a fused program's instruction: "(a + b)" for primitives with an
+/// infix label in primitives.def, "cast<f64>(a)", else "name(a, b)".
 std::string op_text(const Node& n, const std::vector<std::string>& args) {
-  switch (n.prim) {
-    case Prim::add:
-      return fmt::format("({} + {})", args[0], args[1]);
-    case Prim::sub:
-      return fmt::format("({} - {})", args[0], args[1]);
-    case Prim::mul:
-      return fmt::format("({} * {})", args[0], args[1]);
-    case Prim::div:
-      return fmt::format("({} / {})", args[0], args[1]);
-    case Prim::cast:
-      return fmt::format("cast<{}>({})", dtype_name(n.dtype), args[0]);
-    default:
-      return fmt::format("{}({})", name(n.prim), fmt::join(args, ", "));
-  }
+  if (n.prim == Prim::cast) return fmt::format("cast<{}>({})", dtype_name(n.dtype), args[0]);
+  if (const std::string_view label = info(n.prim).label; !label.empty() && args.size() == 2)
+    return fmt::format("({} {} {})", args[0], label, args[1]);
+  return fmt::format("{}({})", name(n.prim), fmt::join(args, ", "));
 }
 
 /// A group being grown: members in graph order and the distinct external inputs.
@@ -70,8 +61,7 @@ std::size_t fuse_elementwise(GraphData& g) {
         const auto i = static_cast<std::size_t>(in);
         const Node& operand = g.nodes[i];
         const bool absorb = !taken[i] && fusible(operand) && uses[i] == 1 &&
-                            operand.shape == root.shape &&
-                            group.members.size() < max_fused_ops;
+                            operand.shape == root.shape && group.members.size() < max_fused_ops;
         if (absorb) {
           taken[i] = true;
           group.members.push_back(in);
@@ -139,8 +129,7 @@ std::size_t fuse_elementwise(GraphData& g) {
         *free_slot = true;
         slot_of[k] = static_cast<std::int16_t>(free_slot - slot_busy.begin());
         op.result_slot = slot_of[k];
-        program->num_slots =
-            std::max(program->num_slots, static_cast<std::size_t>(slot_of[k]) + 1);
+        program->num_slots = std::max(program->num_slots, static_cast<std::size_t>(slot_of[k]) + 1);
       }
       // Results never overwrite their own operands: kernels whose input and output element
       // sizes differ (comparisons, casts) would clobber input not yet read.

@@ -8,7 +8,6 @@
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "kernels/lowering.hpp"
-#include "ops/dispatch.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::detail {
@@ -136,58 +135,64 @@ class PlanBuilder {
     plan_.steps.push_back(std::move(step));
   }
 
-  void add_primitive(std::int32_t id, const Node& node, const Shape& shape) {
-    const Prim p = node.prim;
-    if (info(p).family == Family::movement && node.inputs.size() == 1) {
-      const Plan::Value in = plan_.values[static_cast<std::size_t>(node.inputs[0])];
-      if (auto view = view_layout(p, in.shape, in.strides, in.offset, node.attrs, shape)) {
-        plan_.values[static_cast<std::size_t>(id)] =
-            Plan::Value{in.root, view->offset, node.dtype, shape, view->strides};
-        return;
-      }
-    }
-    const bool elementwise = is_elementwise(p);
-    std::vector<std::int32_t> inputs;
-    for (std::size_t i = 0; i < node.inputs.size(); ++i) {
-      const std::int32_t in = node.inputs[i];
-      inputs.push_back(input_read(p, i, layout(in)) == InputRead::as_is ? in
-                                                                        : contiguous_input(in));
-    }
-    plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
-    Plan::Step step;
-    step.prim = p;
-    step.node = id;
-    step.values = inputs;
-    step.values.push_back(id);
-    const std::int64_t n = shape.numel();
-    if (flat_elementwise_candidate(p, n, inputs.size()) && flat_inputs(step, shape)) {
-      step.kind = Plan::Step::Kind::flat;
-      step.flat_count = n;
-      step.flat_in_dtype =
-          plan_.values[static_cast<std::size_t>(inputs[flat_dtype_input(inputs.size())])].dtype;
-      plan_.steps.push_back(std::move(step));
-      return;
-    }
-    step.kind = Plan::Step::Kind::kernel;
-    step.fn = kernel_for(p);
-    step.attrs = &node.attrs;
-    for (auto in : inputs)
-      step.refs.push_back(elementwise ? broadcast_layout(in, shape) : layout(in));
-    step.refs.push_back(layout(id));
-    if (p == Prim::matmul) step.matmul = plan_matmul(step.refs[0], step.refs[1], step.refs[2]);
-    plan_.steps.push_back(std::move(step));
-  }
+  /// The plan builder as a lowering target (see kernels/lowering.hpp): each decision becomes
+  /// a value layout or a step.
+  class PrimitiveTarget {
+   public:
+    PrimitiveTarget(PlanBuilder& b, std::int32_t id, const Node& node, const Shape& shape)
+        : b_(b), id_(id), node_(node), shape_(shape), inputs_(node.inputs) {}
 
-  /// Whether every input is contiguous in the output's shape or a single element; sets the
-  /// row kernel strides (1 or 0).
-  bool flat_inputs(Plan::Step& step, const Shape& out_shape) const {
-    for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
-      const Plan::Value& v = plan_.values[static_cast<std::size_t>(step.values[i])];
-      step.flat_strides[i] = flat_stride(
-          v.shape.numel(), v.shape == out_shape && is_contiguous_layout(v.shape, v.strides));
-      if (step.flat_strides[i] < 0) return false;
+    std::size_t num_inputs() const { return inputs_.size(); }
+    InputLayout input(std::size_t i) const {
+      const Plan::Value& v = b_.plan_.values[static_cast<std::size_t>(inputs_[i])];
+      return InputLayout{v.dtype, &v.shape, &v.strides, v.offset};
     }
-    return true;
+    void view(const ViewLayout& layout) {
+      const Plan::Value in = b_.plan_.values[static_cast<std::size_t>(inputs_[0])];
+      b_.plan_.values[static_cast<std::size_t>(id_)] =
+          Plan::Value{in.root, layout.offset, node_.dtype, shape_, layout.strides};
+    }
+    void flat(const FlatCall& call) {
+      Plan::Step step = start_step(Plan::Step::Kind::flat);
+      step.flat = call;
+      b_.plan_.steps.push_back(std::move(step));
+    }
+    void make_contiguous(std::size_t i) { inputs_[i] = b_.contiguous_input(inputs_[i]); }
+    void kernel() {
+      Plan::Step step = start_step(Plan::Step::Kind::kernel);
+      const Prim p = node_.prim;
+      step.fn = kernel_for(p);
+      step.attrs = &node_.attrs;
+      for (std::size_t i = 0; i < inputs_.size(); ++i)
+        step.refs.push_back(kernel_input_ref(p, nullptr, input(i), shape_));
+      step.refs.push_back(b_.layout(id_));
+      if (p == Prim::matmul) step.matmul = plan_matmul(step.refs[0], step.refs[1], step.refs[2]);
+      b_.plan_.steps.push_back(std::move(step));
+    }
+
+   private:
+    /// A step writing a fresh buffer for the node from the inputs as they are now.
+    Plan::Step start_step(Plan::Step::Kind kind) {
+      b_.plan_.values[static_cast<std::size_t>(id_)] = b_.fresh_value(node_.dtype, shape_);
+      Plan::Step step;
+      step.kind = kind;
+      step.prim = node_.prim;
+      step.node = id_;
+      step.values = inputs_;
+      step.values.push_back(id_);
+      return step;
+    }
+
+    PlanBuilder& b_;
+    std::int32_t id_;
+    const Node& node_;
+    const Shape& shape_;
+    std::vector<std::int32_t> inputs_;  // the value each input is read from (copies replace)
+  };
+
+  void add_primitive(std::int32_t id, const Node& node, const Shape& shape) {
+    PrimitiveTarget target(*this, id, node, shape);
+    lower(node.prim, node.attrs, node.dtype, shape, target);
   }
 
   /// Matmul epilogues: a sum of matmul products and at most one other term (a bias, broadcast
@@ -605,9 +610,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     if (step.kind == Plan::Step::Kind::flat) {
       std::array<const void*, 3> in{};
       for (std::size_t i = 0; i + 1 < count; ++i) in[i] = data_of(step.values[i]);
-      const Plan::Value& out = plan.values[static_cast<std::size_t>(step.values.back())];
-      run_elementwise_flat(step.prim, in.data(), step.flat_strides.data(), step.flat_in_dtype,
-                           data_of(step.values.back()), out.dtype, step.flat_count);
+      run_flat(step.flat, in.data(), data_of(step.values.back()));
       continue;
     }
     if (step.matmul) {

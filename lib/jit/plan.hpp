@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "jit/graph.hpp"
+#include "kernels/lowering.hpp"
 
 namespace kiln::detail {
 
@@ -58,9 +59,7 @@ struct Plan {
     std::int32_t allocate_escape = -1;         // an escape root to allocate just before this step
     /// Fused steps: how run_fused walks the refs (null for long rows, which need the refs).
     std::shared_ptr<const FusedLayout> fused_layout;
-    std::array<std::int64_t, 3> flat_strides{};
-    std::int64_t flat_count = 0;  // flat steps: elements written
-    DType flat_in_dtype = DType::f32;
+    FlatCall flat;  // flat steps: the row-kernel call
   };
 
   std::vector<Root> roots;

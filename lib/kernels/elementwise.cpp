@@ -243,31 +243,24 @@ const ElementwiseRowTable& elementwise_rows() {
   return rows;
 }
 
-void run_elementwise_flat(Prim p, const void* const* in, const std::int64_t* strides,
-                          DType in_dtype, void* out, DType out_dtype, std::int64_t n) {
+RowKernel row_kernel(Prim p, DType in_dtype, DType out_dtype) {
   const ElementwiseRowTable& rows = elementwise_rows();
+  RowKernel fn = nullptr;
   switch (info(p).family) {
-    case Family::unary: {
-      const UnaryRowFn fn = p == Prim::cast
-                                ? rows.cast[dtype_index(in_dtype)][dtype_index(out_dtype)]
-                                : rows.unary[unary_row_index(p)][dtype_index(in_dtype)];
-      if (fn == nullptr) fail(name(p), "no kernel for dtype {}", dtype_name(in_dtype));
-      fn(in[0], strides[0], out, n);
-      return;
-    }
-    case Family::binary: {
-      const BinaryRowFn fn = rows.binary[binary_row_index(p)][dtype_index(in_dtype)];
-      if (fn == nullptr) fail(name(p), "no kernel for dtype {}", dtype_name(in_dtype));
-      fn(in[0], strides[0], in[1], strides[1], out, n);
-      return;
-    }
-    default: {
-      const WhereRowFn fn = rows.where[dtype_index(in_dtype)];
-      if (fn == nullptr) fail(name(p), "no kernel for dtype {}", dtype_name(in_dtype));
-      fn(in[0], strides[0], in[1], strides[1], in[2], strides[2], out, n);
-      return;
-    }
+    case Family::unary:
+      fn = reinterpret_cast<RowKernel>(
+          p == Prim::cast ? rows.cast[dtype_index(in_dtype)][dtype_index(out_dtype)]
+                          : rows.unary[unary_row_index(p)][dtype_index(in_dtype)]);
+      break;
+    case Family::binary:
+      fn = reinterpret_cast<RowKernel>(rows.binary[binary_row_index(p)][dtype_index(in_dtype)]);
+      break;
+    default:
+      fn = reinterpret_cast<RowKernel>(rows.where[dtype_index(in_dtype)]);
+      break;
   }
+  if (fn == nullptr) fail(name(p), "no kernel for dtype {}", dtype_name(in_dtype));
+  return fn;
 }
 
 void run_unary(const KernelCall& call) {

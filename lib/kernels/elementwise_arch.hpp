@@ -34,6 +34,7 @@
 #define xsimd KILN_ISA_NAMESPACE(KILN_ELEMENTWISE_ISA)
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/convert.hpp"
 #include "kernels/copy_rows_arch.hpp"
 #include "kernels/elementwise_ops_arch.hpp"
 
@@ -46,8 +47,18 @@ namespace {
 template <class Op, class T>
 inline constexpr bool uses_simd = Op::has_simd&& is_float_v<T>;
 
+/// The output element type of Op on T inputs: what its scalar() returns (unevaluated).
 template <class Op, class T>
-using OutOf = std::conditional_t<Op::bool_out, std::uint8_t, T>;
+struct OutputOf {
+  using type = decltype(Op::scalar(T{}));
+};
+template <class Op, class T>
+requires requires { Op::scalar(T{}, T{}); }
+struct OutputOf<Op, T> {
+  using type = decltype(Op::scalar(T{}, T{}));
+};
+template <class Op, class T>
+using OutOf = typename OutputOf<Op, T>::type;
 
 template <class Arch, class Op, class T, int InStride>
 void unary_loop(const T* x, OutOf<Op, T>* y, std::int64_t n) {
@@ -132,9 +143,9 @@ void cast_row(const void* in, std::int64_t in_stride, void* out, std::int64_t n)
   const From* x = static_cast<const From*>(in);
   To* y = static_cast<To*>(out);
   if (in_stride == 1) {
-    for (std::int64_t i = 0; i < n; ++i) y[i] = convert<To>(x[i]);
+    for (std::int64_t i = 0; i < n; ++i) y[i] = convert_element<To>(x[i]);
   } else {
-    const To v = convert<To>(x[0]);
+    const To v = convert_element<To>(x[0]);
     for (std::int64_t i = 0; i < n; ++i) y[i] = v;
   }
 }
@@ -167,12 +178,37 @@ constexpr void fill_by_dtype(auto* row) {
   row[dtype_index(DType::boolean)] = Entry<std::uint8_t>::value;
 }
 
-template <class Arch, class Op>
+/// The dtype of element type T.
+template <class T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::f32;
+  if constexpr (std::is_same_v<T, double>) return DType::f64;
+  if constexpr (std::is_same_v<T, std::int32_t>) return DType::i32;
+  if constexpr (std::is_same_v<T, std::int64_t>) return DType::i64;
+  return DType::boolean;
+}
+
+/// Whether primitive p's row gets a kernel for element type T (its accepts column), checking
+/// that the functor's output type is what its output column says.
+template <Prim P, class Op, class T>
+constexpr bool has_row_kernel() {
+  if constexpr (!accepts_dtype(info(P).accepts, dtype_of<T>())) {
+    return false;
+  } else {
+    using Expected = std::conditional_t<info(P).output == Output::boolean, std::uint8_t, T>;
+    static_assert(std::is_same_v<OutOf<Op, T>, Expected>,
+                  "primitives.def: the kernel functor's scalar() does not return the output "
+                  "column's type");
+    return true;
+  }
+}
+
+template <class Arch, Prim P, class Op>
 struct UnaryEntries {
   template <class T>
   struct Entry {
     static constexpr UnaryRowFn value = [] {
-      if constexpr (Op::template accepts<T>)
+      if constexpr (has_row_kernel<P, Op, T>())
         return &unary_row<Arch, Op, T>;
       else
         return UnaryRowFn{nullptr};
@@ -180,12 +216,12 @@ struct UnaryEntries {
   };
 };
 
-template <class Arch, class Op>
+template <class Arch, Prim P, class Op>
 struct BinaryEntries {
   template <class T>
   struct Entry {
     static constexpr BinaryRowFn value = [] {
-      if constexpr (Op::template accepts<T>)
+      if constexpr (has_row_kernel<P, Op, T>())
         return &binary_row<Arch, Op, T>;
       else
         return BinaryRowFn{nullptr};
@@ -209,40 +245,25 @@ struct WhereEntries {
   };
 };
 
-template <class Arch, class Op>
-constexpr void set_unary(ElementwiseRowTable& table, Prim p) {
-  fill_by_dtype<UnaryEntries<Arch, Op>::template Entry>(table.unary[unary_row_index(p)]);
+template <class Arch, Prim P, class Op>
+constexpr void set_unary(ElementwiseRowTable& table) {
+  fill_by_dtype<UnaryEntries<Arch, P, Op>::template Entry>(table.unary[unary_row_index(P)]);
 }
-template <class Arch, class Op>
-constexpr void set_binary(ElementwiseRowTable& table, Prim p) {
-  fill_by_dtype<BinaryEntries<Arch, Op>::template Entry>(table.binary[binary_row_index(p)]);
+template <class Arch, Prim P, class Op>
+constexpr void set_binary(ElementwiseRowTable& table) {
+  fill_by_dtype<BinaryEntries<Arch, P, Op>::template Entry>(table.binary[binary_row_index(P)]);
 }
 
 template <class Arch>
 constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   ElementwiseRowTable t;
   t.isa_name = isa_name;
-  set_unary<Arch, NegOp>(t, Prim::neg);
-  set_unary<Arch, AbsOp>(t, Prim::abs);
-  set_unary<Arch, SignOp>(t, Prim::sign);
-  set_unary<Arch, ExpOp>(t, Prim::exp);
-  set_unary<Arch, LogOp>(t, Prim::log);
-  set_unary<Arch, Log1pOp>(t, Prim::log1p);
-  set_unary<Arch, SqrtOp>(t, Prim::sqrt);
-  set_unary<Arch, RsqrtOp>(t, Prim::rsqrt);
-  set_unary<Arch, SquareOp>(t, Prim::square);
-  set_unary<Arch, SinOp>(t, Prim::sin);
-  set_unary<Arch, CosOp>(t, Prim::cos);
-  set_unary<Arch, TanhOp>(t, Prim::tanh);
-  set_unary<Arch, SigmoidOp>(t, Prim::sigmoid);
-  set_unary<Arch, ReluOp>(t, Prim::relu);
-  set_unary<Arch, SoftplusOp>(t, Prim::softplus);
-  set_unary<Arch, FloorOp>(t, Prim::floor);
-  set_unary<Arch, CeilOp>(t, Prim::ceil);
-  set_unary<Arch, RoundOp>(t, Prim::round);
-  set_unary<Arch, LogicalNotOp>(t, Prim::logical_not);
-  set_unary<Arch, IsNanOp>(t, Prim::isnan);
-  set_unary<Arch, IsFiniteOp>(t, Prim::isfinite);
+  // The row of every KILN_UNARY and KILN_BINARY primitive, from its kernel column.
+#define KILN_UNARY(name, accepts, output, kernel, label, grad) \
+  set_unary<Arch, Prim::name, kernel>(t);
+#define KILN_BINARY(name, accepts, output, kernel, label, grad) \
+  set_binary<Arch, Prim::name, kernel>(t);
+#include "primitives/primitives.def"
 
   fill_by_dtype<CastEntries<Arch, float>::template Entry>(t.cast[dtype_index(DType::f32)]);
   fill_by_dtype<CastEntries<Arch, double>::template Entry>(t.cast[dtype_index(DType::f64)]);
@@ -250,23 +271,6 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   fill_by_dtype<CastEntries<Arch, std::int64_t>::template Entry>(t.cast[dtype_index(DType::i64)]);
   fill_by_dtype<CastEntries<Arch, std::uint8_t>::template Entry>(
       t.cast[dtype_index(DType::boolean)]);
-
-  set_binary<Arch, AddOp>(t, Prim::add);
-  set_binary<Arch, SubOp>(t, Prim::sub);
-  set_binary<Arch, MulOp>(t, Prim::mul);
-  set_binary<Arch, DivOp>(t, Prim::div);
-  set_binary<Arch, PowOp>(t, Prim::pow);
-  set_binary<Arch, MaximumOp>(t, Prim::maximum);
-  set_binary<Arch, MinimumOp>(t, Prim::minimum);
-  set_binary<Arch, ModOp>(t, Prim::mod);
-  set_binary<Arch, EqualOp>(t, Prim::equal);
-  set_binary<Arch, NotEqualOp>(t, Prim::not_equal);
-  set_binary<Arch, LessOp>(t, Prim::less);
-  set_binary<Arch, LessEqualOp>(t, Prim::less_equal);
-  set_binary<Arch, GreaterOp>(t, Prim::greater);
-  set_binary<Arch, GreaterEqualOp>(t, Prim::greater_equal);
-  set_binary<Arch, LogicalAndOp>(t, Prim::logical_and);
-  set_binary<Arch, LogicalOrOp>(t, Prim::logical_or);
 
   fill_by_dtype<WhereEntries<Arch>::template Entry>(t.where);
   t.copy_rows = &copy_rows<Arch>;

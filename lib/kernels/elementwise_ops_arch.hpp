@@ -110,25 +110,6 @@ T float_mod(T a, T b) {
     return __builtin_copysign(0.0, b);
 }
 
-/// Converts like kiln::cast: float -> integer truncates, NaN -> 0, saturates; any -> bool
-/// is x != 0; integer narrowing wraps.
-template <class To, class From>
-To convert(From x) {
-  if constexpr (std::is_same_v<To, std::uint8_t>) {
-    return x != 0 ? 1 : 0;
-  } else if constexpr (is_int_v<To> && is_float_v<From>) {
-    constexpr To lowest = std::numeric_limits<To>::min();
-    constexpr To highest = std::numeric_limits<To>::max();
-    const double v = static_cast<double>(x);
-    if (!(v == v)) return 0;
-    if (v <= static_cast<double>(lowest)) return lowest;
-    if (v >= static_cast<double>(highest)) return highest;
-    return static_cast<To>(v);
-  } else {
-    return static_cast<To>(x);
-  }
-}
-
 // ------------------------------------------------------------------ vector helpers
 // Operations whose xsimd 8.1 versions differ between instruction sets, written so that they
 // mean the same on all three.
@@ -165,20 +146,14 @@ B clamp_keeping_nan(const B& x, typename B::value_type lo, typename B::value_typ
 }
 
 // ------------------------------------------------------------------ unary ops
-// Each op names the input types it accepts and whether it returns bool. Floating-point
-// inputs use simd(batch); the others use scalar(x). Ops without simd() use scalar() for
-// every type.
+// Which input types each op accepts and whether it returns bool are columns of
+// primitives.def; scalar() returns the output's element type. Floating-point inputs use
+// simd(batch); the others use scalar(x). Ops without simd() use scalar() for every type.
 
 struct NumericUnary {
-  template <class T>
-  static constexpr bool accepts = is_numeric_v<T>;
-  static constexpr bool bool_out = false;
   static constexpr bool has_simd = true;
 };
 struct FloatUnary {
-  template <class T>
-  static constexpr bool accepts = is_float_v<T>;
-  static constexpr bool bool_out = false;
   static constexpr bool has_simd = true;
   template <class T>
   static T scalar(T x) {
@@ -186,9 +161,6 @@ struct FloatUnary {
   }
 };
 struct PredicateUnary {
-  template <class T>
-  static constexpr bool accepts = is_any_v<T>;
-  static constexpr bool bool_out = true;
   static constexpr bool has_simd = false;
 };
 
@@ -416,21 +388,12 @@ struct IsFiniteOp : PredicateUnary {
 // ------------------------------------------------------------------ binary ops
 
 struct NumericBinary {
-  template <class T>
-  static constexpr bool accepts = is_numeric_v<T>;
-  static constexpr bool bool_out = false;
   static constexpr bool has_simd = true;
 };
 struct ScalarNumericBinary {
-  template <class T>
-  static constexpr bool accepts = is_numeric_v<T>;
-  static constexpr bool bool_out = false;
   static constexpr bool has_simd = false;
 };
 struct PredicateBinary {
-  template <class T>
-  static constexpr bool accepts = is_any_v<T>;
-  static constexpr bool bool_out = true;
   static constexpr bool has_simd = false;
 };
 

@@ -12,24 +12,46 @@
 namespace kiln::detail {
 
 inline constexpr std::size_t num_dtypes = 5;
-/// Unary primitives neg .. isfinite (cast has its own [from][to] table).
-inline constexpr std::size_t num_unary_rows =
-    static_cast<std::size_t>(Prim::cast) - static_cast<std::size_t>(Prim::neg);
-inline constexpr std::size_t num_binary_rows =
-    static_cast<std::size_t>(Prim::logical_or) - static_cast<std::size_t>(Prim::add) + 1;
-static_assert(info(Prim::isfinite).family == Family::unary &&
-                  info(Prim::cast).family == Family::unary &&
-                  static_cast<std::size_t>(Prim::cast) + 1 == static_cast<std::size_t>(Prim::add) &&
-                  static_cast<std::size_t>(Prim::logical_or) + 1 ==
-                      static_cast<std::size_t>(Prim::where),
-              "primitives.def: elementwise primitives moved; update elementwise_table.hpp");
+/// The row of each KILN_UNARY and each KILN_BINARY primitive in the row tables, in the order
+/// of primitives.def (cast and where have tables of their own).
+enum class UnaryRow : std::uint8_t {
+#define KILN_UNARY(name, accepts, output, kernel, label, grad) name,
+#include "primitives/primitives.def"
+};
+enum class BinaryRow : std::uint8_t {
+#define KILN_BINARY(name, accepts, output, kernel, label, grad) name,
+#include "primitives/primitives.def"
+};
+inline constexpr std::size_t num_unary_rows = 0
+#define KILN_UNARY(name, accepts, output, kernel, label, grad) +1
+#include "primitives/primitives.def"
+    ;
+inline constexpr std::size_t num_binary_rows = 0
+#define KILN_BINARY(name, accepts, output, kernel, label, grad) +1
+#include "primitives/primitives.def"
+    ;
+/// Primitive -> its row (0 for primitives without one).
+struct PrimitiveRows {
+  std::uint8_t row[num_primitives];  // a plain array: per-arch units instantiate no std templates
+};
+inline constexpr PrimitiveRows row_of_primitive = [] {
+  PrimitiveRows rows{};
+#define KILN_UNARY(name, accepts, output, kernel, label, grad) \
+  rows.row[static_cast<std::size_t>(Prim::name)] = static_cast<std::uint8_t>(UnaryRow::name);
+#define KILN_BINARY(name, accepts, output, kernel, label, grad) \
+  rows.row[static_cast<std::size_t>(Prim::name)] = static_cast<std::uint8_t>(BinaryRow::name);
+#include "primitives/primitives.def"
+  return rows;
+}();
 
 constexpr std::size_t dtype_index(DType t) { return static_cast<std::size_t>(t); }
+/// The row of a KILN_UNARY primitive.
 constexpr std::size_t unary_row_index(Prim p) {
-  return static_cast<std::size_t>(p) - static_cast<std::size_t>(Prim::neg);
+  return row_of_primitive.row[static_cast<std::size_t>(p)];
 }
+/// The row of a KILN_BINARY primitive.
 constexpr std::size_t binary_row_index(Prim p) {
-  return static_cast<std::size_t>(p) - static_cast<std::size_t>(Prim::add);
+  return row_of_primitive.row[static_cast<std::size_t>(p)];
 }
 
 /// out[i] = f(in[i * in_stride]) for i < n. in_stride is 0 or 1; out is contiguous.

@@ -66,12 +66,16 @@ void run_random(const KernelCall& call);
 /// Kernel of primitive p.
 KernelFn kernel_for(Prim p);
 
-/// Elementwise primitive p over n contiguous output elements in one row, for small work
-/// (the caller checks n < flat_elementwise_limit). Input k is either n contiguous elements
-/// (stride 1) or a single broadcast element (stride 0). out_dtype matters only for cast.
+/// Elementwise work below this many output elements may run as one flat row-kernel call (see
+/// kernels/lowering.hpp).
 inline constexpr std::int64_t flat_elementwise_limit = std::int64_t{1} << 18;
-void run_elementwise_flat(Prim p, const void* const* inputs, const std::int64_t* strides,
-                          DType in_dtype, void* out, DType out_dtype, std::int64_t n);
+
+/// The row kernel of elementwise primitive p for input dtype in_dtype (out_dtype matters only
+/// for cast), for this process's instruction set: a UnaryRowFn, BinaryRowFn or WhereRowFn of
+/// kernels/elementwise_table.hpp by p's arity, type-erased. Throws "[p] no kernel for dtype .."
+/// when p does not accept in_dtype.
+using RowKernel = void (*)();
+RowKernel row_kernel(Prim p, DType in_dtype, DType out_dtype);
 
 /// The instruction set libxsmm generates small matmul kernels for, as libxsmm names it
 /// ("x86" when it generates none); initializes libxsmm. See simd_level().

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/fail.hpp"
+#include "kernels/convert.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/strided_loop.hpp"
 
@@ -79,21 +80,6 @@ void copy_concat(std::span<const ArrayRef> parts, const ArrayRef& out, const Att
   }
 }
 
-/// v converted to T the way cast() converts (saturating, NaN → 0 for integers).
-template <class T>
-T convert(double v) {
-  if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return 0;
-    if (v <= static_cast<double>(std::numeric_limits<T>::min()))
-      return std::numeric_limits<T>::min();
-    if (v >= static_cast<double>(std::numeric_limits<T>::max()))
-      return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
-
 template <class T>
 void fill_as(const ArrayRef& out, T value) {
   std::fill_n(out.ptr<T>(), out.numel(), value);
@@ -102,19 +88,19 @@ void fill_as(const ArrayRef& out, T value) {
 void fill(const ArrayRef& out, double value) {
   switch (out.dtype) {
     case DType::f32:
-      fill_as(out, convert<float>(value));
+      fill_as(out, convert_element<float>(value));
       break;
     case DType::f64:
-      fill_as(out, convert<double>(value));
+      fill_as(out, convert_element<double>(value));
       break;
     case DType::i32:
-      fill_as(out, convert<std::int32_t>(value));
+      fill_as(out, convert_element<std::int32_t>(value));
       break;
     case DType::i64:
-      fill_as(out, convert<std::int64_t>(value));
+      fill_as(out, convert_element<std::int64_t>(value));
       break;
     case DType::boolean:
-      fill_as(out, static_cast<std::uint8_t>(value != 0.0 ? 1 : 0));
+      fill_as(out, convert_element<std::uint8_t>(value));
       break;
   }
 }

@@ -6,28 +6,12 @@
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "kernels/convert.hpp"
 #include "ops/dispatch.hpp"
 
 namespace kiln {
 
 namespace {
-
-/// value converted to T the way cast() converts (saturating, NaN → 0 for integers).
-template <class T>
-T convert(double v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v != 0.0;
-  } else if constexpr (std::is_integral_v<T>) {
-    if (std::isnan(v)) return 0;
-    if (v <= static_cast<double>(std::numeric_limits<T>::min()))
-      return std::numeric_limits<T>::min();
-    if (v >= static_cast<double>(std::numeric_limits<T>::max()))
-      return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  } else {
-    return static_cast<T>(v);
-  }
-}
 
 /// A new tensor whose element i is f(i) converted to dtype.
 template <class F>
@@ -38,10 +22,10 @@ Tensor generate(const char* op, const Shape& shape, DType dtype, F&& f) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       auto* p = detail::data_ptr<std::uint8_t>(t);
-      for (std::int64_t i = 0; i < n; ++i) p[i] = convert<bool>(f(i)) ? 1 : 0;
+      for (std::int64_t i = 0; i < n; ++i) p[i] = detail::convert_element<std::uint8_t>(f(i));
     } else {
       auto* p = detail::data_ptr<T>(t);
-      for (std::int64_t i = 0; i < n; ++i) p[i] = convert<T>(f(i));
+      for (std::int64_t i = 0; i < n; ++i) p[i] = detail::convert_element<T>(f(i));
     }
   });
   return t;
@@ -75,10 +59,10 @@ Tensor fill(const char* op, const Shape& shape, double value, DType dtype) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bool>) {
       auto* p = detail::data_ptr<std::uint8_t>(t);
-      std::fill(p, p + n, convert<bool>(value) ? 1 : 0);
+      std::fill(p, p + n, detail::convert_element<std::uint8_t>(value));
     } else {
       auto* p = detail::data_ptr<T>(t);
-      std::fill(p, p + n, convert<T>(value));
+      std::fill(p, p + n, detail::convert_element<T>(value));
     }
   });
   return t;

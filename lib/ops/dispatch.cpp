@@ -1,185 +1,90 @@
 #include "ops/dispatch.hpp"
 
 #include "core/hooks.hpp"
-#include "kernels/fused.hpp"
 #include "kernels/lowering.hpp"
 
 #include <array>
-#include <optional>
+#include <new>
+#include <type_traits>
+#include <vector>
 
 namespace kiln::detail {
 
-Shape broadcast_strides(const Shape& in_shape, const Shape& in_strides, const Shape& out_shape) {
-  Shape st;
-  st.resize(out_shape.size());
-  const std::size_t lead = out_shape.size() - in_shape.size();
-  for (std::size_t i = 0; i < in_shape.size(); ++i)
-    st[lead + i] = in_shape[i] == 1 && out_shape[lead + i] != 1 ? 0 : in_strides[i];
-  return st;
-}
-
 namespace {
 
-/// Strides for viewing a tensor of (shape, strides) as new_shape without copying, if
-/// possible (NumPy's no-copy reshape: each group of old dims merged or split must be
-/// contiguous within itself).
-std::optional<Shape> reshape_strides(const Shape& shape, const Shape& strides,
-                                     const Shape& new_shape) {
-  Shape out;
-  out.resize(new_shape.size());
-  if (shape.numel() == 0) return contiguous_strides(new_shape);
-  Shape old_shape, old_strides;
-  for (std::size_t i = 0; i < shape.size(); ++i)
-    if (shape[i] != 1) {
-      old_shape.push_back(shape[i]);
-      old_strides.push_back(strides[i]);
-    }
-  std::size_t oi = 0, oj = 1, ni = 0, nj = 1;
-  const std::size_t on = old_shape.size(), nn = new_shape.size();
-  while (ni < nn && oi < on) {
-    std::int64_t np = new_shape[ni], op = old_shape[oi];
-    while (np != op) {
-      if (np < op)
-        np *= new_shape[nj++];
-      else
-        op *= old_shape[oj++];
-    }
-    for (std::size_t k = oi; k + 1 < oj; ++k)
-      if (old_strides[k] != old_shape[k + 1] * old_strides[k + 1]) return std::nullopt;
-    out[nj - 1] = old_strides[oj - 1];
-    for (std::size_t k = nj - 1; k > ni; --k) out[k - 1] = out[k] * new_shape[k];
-    ni = nj++;
-    oi = oj++;
+/// Eager execution as a lowering target (see kernels/lowering.hpp): each decision runs at once
+/// on the tensors' memory. Nothing is allocated but the output and any contiguous copies.
+class EagerTarget {
+ public:
+  EagerTarget(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
+              const Shape& out_shape)
+      : p_(p), inputs_(inputs), attrs_(attrs), out_dtype_(out_dtype), out_shape_(out_shape) {}
+
+  std::size_t num_inputs() const { return inputs_.size(); }
+  InputLayout input(std::size_t i) const {
+    const TensorImpl& impl = *impl_of(i);
+    return InputLayout{impl.dtype, &impl.shape, &impl.strides, impl.offset};
   }
-  const std::int64_t last = ni > 0 ? out[ni - 1] : 1;
-  for (std::size_t k = ni; k < nn; ++k) out[k] = last;  // trailing size-1 dims
-  return out;
-}
 
-}  // namespace
-
-std::optional<ViewLayout> view_layout(Prim p, const Shape& in_shape, const Shape& in_strides,
-                                      std::int64_t in_offset, const Attrs& attrs,
-                                      const Shape& out_shape) {
-  switch (p) {
-    case Prim::reshape:
-      if (auto st = reshape_strides(in_shape, in_strides, out_shape))
-        return ViewLayout{*st, in_offset};
-      return std::nullopt;
-    case Prim::transpose: {
-      Shape st;
-      for (auto a : attrs.axes) st.push_back(in_strides[static_cast<std::size_t>(a)]);
-      return ViewLayout{st, in_offset};
-    }
-    case Prim::broadcast_to:
-      return ViewLayout{broadcast_strides(in_shape, in_strides, out_shape), in_offset};
-    case Prim::slice: {
-      Shape st;
-      std::int64_t offset = in_offset;
-      for (std::size_t d = 0; d < in_shape.size(); ++d) {
-        const std::int64_t start = attrs.ints[2 * d], step = attrs.ints[2 * d + 1];
-        if (out_shape[d] > 0) offset += start * in_strides[d];
-        st.push_back(in_strides[d] * step);
-      }
-      return ViewLayout{st, offset};
-    }
-    default:
-      return std::nullopt;
+  void view(const ViewLayout& layout) {
+    out_ = make_view(*inputs_[0], out_shape_, layout.strides, layout.offset);
   }
-}
 
-namespace {
-
-std::optional<Tensor> try_view(Prim p, const Tensor& in, const Attrs& attrs,
-                               const Shape& out_shape) {
-  const TensorImpl& impl = *in.impl();
-  if (auto layout = view_layout(p, impl.shape, impl.strides, impl.offset, attrs, out_shape))
-    return make_view(in, out_shape, layout->strides, layout->offset);
-  return std::nullopt;
-}
-
-/// Allocates the output and runs p's kernel on inputs (see KernelCall for what kernels get).
-Tensor run_kernel(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
-                  DType out_dtype, const Shape& out_shape) {
-  Tensor out = empty(out_shape, out_dtype, name(p).data());  // names are literals
-  const TensorImpl& out_impl = *out.impl();
-  const bool elementwise = is_elementwise(p);
-  const std::int64_t n = out_shape.numel();
-  if (flat_elementwise_candidate(p, n, inputs.size())) {
-    // Small work whose inputs are each contiguous in the output's shape or a single element:
-    // one row kernel call, no stride bookkeeping.
+  void flat(const FlatCall& call) {
+    allocate_output();
     std::array<const void*, 3> data{};
-    std::array<std::int64_t, 3> strides{};
-    bool flat = true;
-    for (std::size_t i = 0; i < inputs.size() && flat; ++i) {
-      const TensorImpl& impl = *inputs[i]->impl();
-      data[i] = impl.data();
-      strides[i] = flat_stride(impl.shape.numel(),
-                               impl.shape == out_shape && impl.strides == out_impl.strides);
-      flat = strides[i] >= 0;
-    }
-    if (flat) {
-      const DType in_dtype = inputs[flat_dtype_input(inputs.size())]->impl()->dtype;
-      run_elementwise_flat(p, data.data(), strides.data(), in_dtype, out_impl.data(), out_dtype, n);
-      return out;
-    }
+    for (std::size_t i = 0; i < inputs_.size(); ++i) data[i] = inputs_[i]->impl()->data();
+    run_flat(call, data.data(), out_.impl()->data());
   }
-  const ArrayRef out_ref{out_impl.data(), out_dtype, out_shape, out_impl.strides};
-  constexpr std::size_t small = 4;
-  static_assert(std::is_trivially_destructible_v<ArrayRef>);
-  alignas(ArrayRef) unsigned char stack_refs[small * sizeof(ArrayRef)];  // left uninitialized
-  std::vector<ArrayRef> heap_refs;
-  ArrayRef* refs = reinterpret_cast<ArrayRef*>(stack_refs);
-  if (inputs.size() > small) {
-    heap_refs.resize(inputs.size());
-    refs = heap_refs.data();
+
+  void make_contiguous(std::size_t i) {
+    if (copied_.empty()) copied_.resize(inputs_.size());
+    copied_[i] = inputs_[i]->contiguous();
   }
-  std::vector<Tensor> copies;  // contiguous copies made for non-elementwise kernels
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const TensorImpl& impl = *inputs[i]->impl();
-    if (elementwise) {
-      new (&refs[i]) ArrayRef{impl.data(), impl.dtype, out_shape,
-                              impl.shape == out_shape
-                                  ? impl.strides
-                                  : broadcast_strides(impl.shape, impl.strides, out_shape)};
-    } else if (const ArrayRef own{impl.data(), impl.dtype, impl.shape, impl.strides};
-               input_read(p, i, own) == InputRead::as_is) {
-      new (&refs[i]) ArrayRef(own);
-    } else {
-      copies.push_back(inputs[i]->contiguous());
-      new (&refs[i]) ArrayRef(array_ref(copies.back()));
+
+  void kernel() {
+    allocate_output();
+    const TensorImpl& out_impl = *out_.impl();
+    const ArrayRef out_ref{out_impl.data(), out_dtype_, out_shape_, out_impl.strides};
+    constexpr std::size_t small = 4;
+    static_assert(std::is_trivially_destructible_v<ArrayRef>);
+    alignas(ArrayRef) unsigned char stack_refs[small * sizeof(ArrayRef)];  // left uninitialized
+    std::vector<ArrayRef> heap_refs;
+    ArrayRef* refs = reinterpret_cast<ArrayRef*>(stack_refs);
+    if (inputs_.size() > small) {
+      heap_refs.resize(inputs_.size());
+      refs = heap_refs.data();
     }
+    for (std::size_t i = 0; i < inputs_.size(); ++i)
+      new (&refs[i]) ArrayRef(kernel_input_ref(p_, impl_of(i)->data(), input(i), out_shape_));
+    kernel_for(p_)(
+        KernelCall{p_, std::span<const ArrayRef>(refs, inputs_.size()), out_ref, attrs_});
   }
-  kernel_for(p)(KernelCall{p, std::span<const ArrayRef>(refs, inputs.size()), out_ref, attrs});
-  return out;
-}
+
+  Tensor take_output() { return std::move(out_); }
+
+ private:
+  const TensorImpl* impl_of(std::size_t i) const {
+    return (copied_.empty() || !copied_[i].defined() ? *inputs_[i] : copied_[i]).impl().get();
+  }
+  void allocate_output() { out_ = empty(out_shape_, out_dtype_, name(p_).data()); }  // literals
+
+  Prim p_;
+  std::span<const Tensor* const> inputs_;
+  const Attrs& attrs_;
+  DType out_dtype_;
+  const Shape& out_shape_;
+  std::vector<Tensor> copied_;  // contiguous copies of inputs a kernel cannot read in place
+  Tensor out_;
+};
 
 }  // namespace
 
 Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
                      DType out_dtype, const Shape& out_shape) {
-  if (info(p).family == Family::movement && inputs.size() == 1) {
-    if (std::optional<Tensor> view = try_view(p, *inputs[0], attrs, out_shape))
-      return std::move(*view);
-  }
-  return run_kernel(p, inputs, attrs, out_dtype, out_shape);
-}
-
-Tensor run_fused_program(const FusedProgram& program, std::span<const Tensor* const> inputs,
-                         DType out_dtype, const Shape& out_shape) {
-  Tensor out = empty(out_shape, out_dtype);
-  const TensorImpl& out_impl = *out.impl();
-  std::array<ArrayRef, max_fused_inputs> refs;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const TensorImpl& impl = *inputs[i]->impl();
-    refs[i] =
-        ArrayRef{impl.data(), impl.dtype, out_shape,
-                 impl.shape == out_shape ? impl.strides
-                                         : broadcast_strides(impl.shape, impl.strides, out_shape)};
-  }
-  const ArrayRef out_ref{out_impl.data(), out_dtype, out_shape, out_impl.strides};
-  run_fused(program, std::span<const ArrayRef>(refs.data(), inputs.size()), out_ref);
-  return out;
+  EagerTarget target(p, inputs, attrs, out_dtype, out_shape);
+  lower(p, attrs, out_dtype, out_shape, target);
+  return target.take_output();
 }
 
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,

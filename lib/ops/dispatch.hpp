@@ -13,6 +13,7 @@
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "kernels/kernel.hpp"
+#include "kernels/lowering.hpp"
 
 namespace kiln::detail {
 
@@ -25,10 +26,6 @@ Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, 
 /// executor of a compiled plan, which runs only when neither applies).
 Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
                      DType out_dtype, const Shape& out_shape);
-struct FusedProgram;
-/// Runs a fused elementwise program (see kernels/fused.hpp) on concrete inputs.
-Tensor run_fused_program(const FusedProgram& program, std::span<const Tensor* const> inputs,
-                         DType out_dtype, const Shape& out_shape);
 /// For a list of tensors (concat).
 Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape);
@@ -46,21 +43,6 @@ inline Tensor apply(Prim p, std::initializer_list<std::reference_wrapper<const T
   for (const Tensor& t : inputs) ptrs[n++] = &t;
   return apply(p, std::span<const Tensor* const>(ptrs, n), attrs, out_dtype, out_shape);
 }
-
-/// Strides that let a tensor of (in_shape, in_strides) be read as out_shape (NumPy
-/// broadcasting: stride 0 on broadcast dims).
-Shape broadcast_strides(const Shape& in_shape, const Shape& in_strides, const Shape& out_shape);
-/// Strides and element offset of a view.
-struct ViewLayout {
-  Shape strides;
-  std::int64_t offset = 0;
-};
-/// The layout of movement primitive p's result as a view of an input laid out as (in_shape,
-/// in_strides, in_offset), or nullopt when p has to copy (a reshape of a non-contiguous
-/// group of dims, or a primitive that is never a view).
-std::optional<ViewLayout> view_layout(Prim p, const Shape& in_shape, const Shape& in_strides,
-                                      std::int64_t in_offset, const Attrs& attrs,
-                                      const Shape& out_shape);
 
 /// Throws "[op] argument <index> is an undefined tensor".
 void check_defined(const Tensor& t, std::string_view op, int index = 0);

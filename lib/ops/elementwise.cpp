@@ -12,71 +12,58 @@ namespace {
 
 using detail::Prim;
 
-/// Which input dtypes an op accepts.
-enum class Accepts { floating, numeric, any };
+using detail::Accepts;
 
 const detail::Attrs& no_attrs() {
   static const detail::Attrs attrs;
   return attrs;
 }
 
-void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
-  switch (accepts) {
-    case Accepts::floating:
-      if (!is_floating(dtype))
-        detail::fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
-                     dtype_name(dtype));
-      break;
-    case Accepts::numeric:
-      if (dtype == DType::boolean)
-        detail::fail(op, "needs a numeric dtype (f32, f64, i32 or i64), got bool");
-      break;
-    case Accepts::any:
-      break;
-  }
+[[noreturn]] void reject_dtype(DType dtype, Accepts accepts, std::string_view op) {
+  if (accepts == Accepts::floating)
+    detail::fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
+                 dtype_name(dtype));
+  detail::fail(op, "needs a numeric dtype (f32, f64, i32 or i64), got bool");
 }
 
-Tensor unary(Prim prim, const Tensor& x, Accepts accepts, bool bool_out = false) {
-  const std::string_view op = detail::name(prim);
-  detail::check_defined(x, op);
-  check_accepts(x.dtype(), accepts, op);
-  return detail::apply(prim, {x}, no_attrs(), bool_out ? DType::boolean : x.dtype(), x.shape());
+/// Throws "[op] needs a ... dtype" unless `accepts` admits dtype.
+inline void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
+  if (!detail::accepts_dtype(accepts, dtype)) reject_dtype(dtype, accepts, op);
 }
 
-Tensor binary(Prim prim, const Tensor& a, const Tensor& b, Accepts accepts, bool bool_out = false) {
-  const std::string_view op = detail::name(prim);
-  detail::check_defined(a, op, 0);
-  detail::check_defined(b, op, 1);
-  detail::check_same_dtype(a, b, op);
-  check_accepts(a.dtype(), accepts, op);
-  const Shape shape =
-      a.shape() == b.shape() ? a.shape() : detail::broadcast_shapes(a.shape(), b.shape(), op);
-  return detail::apply(prim, {a, b}, no_attrs(), bool_out ? DType::boolean : a.dtype(), shape);
+/// The front end of a KILN_UNARY primitive (its accepts and output columns).
+template <Prim P>
+Tensor unary(const Tensor& x) {
+  constexpr detail::PrimitiveInfo info = detail::info(P);
+  detail::check_defined(x, info.name);
+  check_accepts(x.dtype(), info.accepts, info.name);
+  const DType out = info.output == detail::Output::boolean ? DType::boolean : x.dtype();
+  return detail::apply(P, {x}, no_attrs(), out, x.shape());
+}
+
+/// The front end of a KILN_BINARY primitive: equal dtypes, broadcast shapes.
+template <Prim P>
+Tensor binary(const Tensor& a, const Tensor& b) {
+  constexpr detail::PrimitiveInfo info = detail::info(P);
+  detail::check_defined(a, info.name, 0);
+  detail::check_defined(b, info.name, 1);
+  detail::check_same_dtype(a, b, info.name);
+  check_accepts(a.dtype(), info.accepts, info.name);
+  const Shape shape = a.shape() == b.shape()
+                          ? a.shape()
+                          : detail::broadcast_shapes(a.shape(), b.shape(), info.name);
+  const DType out = info.output == detail::Output::boolean ? DType::boolean : a.dtype();
+  return detail::apply(P, {a, b}, no_attrs(), out, shape);
 }
 
 }  // namespace
 
-Tensor neg(const Tensor& x) { return unary(Prim::neg, x, Accepts::numeric); }
-Tensor abs(const Tensor& x) { return unary(Prim::abs, x, Accepts::numeric); }
-Tensor sign(const Tensor& x) { return unary(Prim::sign, x, Accepts::numeric); }
-Tensor exp(const Tensor& x) { return unary(Prim::exp, x, Accepts::floating); }
-Tensor log(const Tensor& x) { return unary(Prim::log, x, Accepts::floating); }
-Tensor log1p(const Tensor& x) { return unary(Prim::log1p, x, Accepts::floating); }
-Tensor sqrt(const Tensor& x) { return unary(Prim::sqrt, x, Accepts::floating); }
-Tensor rsqrt(const Tensor& x) { return unary(Prim::rsqrt, x, Accepts::floating); }
-Tensor square(const Tensor& x) { return unary(Prim::square, x, Accepts::numeric); }
-Tensor sin(const Tensor& x) { return unary(Prim::sin, x, Accepts::floating); }
-Tensor cos(const Tensor& x) { return unary(Prim::cos, x, Accepts::floating); }
-Tensor tanh(const Tensor& x) { return unary(Prim::tanh, x, Accepts::floating); }
-Tensor sigmoid(const Tensor& x) { return unary(Prim::sigmoid, x, Accepts::floating); }
-Tensor relu(const Tensor& x) { return unary(Prim::relu, x, Accepts::numeric); }
-Tensor softplus(const Tensor& x) { return unary(Prim::softplus, x, Accepts::floating); }
-Tensor floor(const Tensor& x) { return unary(Prim::floor, x, Accepts::numeric); }
-Tensor ceil(const Tensor& x) { return unary(Prim::ceil, x, Accepts::numeric); }
-Tensor round(const Tensor& x) { return unary(Prim::round, x, Accepts::numeric); }
-Tensor logical_not(const Tensor& x) { return unary(Prim::logical_not, x, Accepts::any, true); }
-Tensor isnan(const Tensor& x) { return unary(Prim::isnan, x, Accepts::any, true); }
-Tensor isfinite(const Tensor& x) { return unary(Prim::isfinite, x, Accepts::any, true); }
+// The public function of every KILN_UNARY and KILN_BINARY primitive (declared in kiln/ops.hpp).
+#define KILN_UNARY(name, accepts, output, kernel, label, grad) \
+  Tensor name(const Tensor& x) { return unary<Prim::name>(x); }
+#define KILN_BINARY(name, accepts, output, kernel, label, grad) \
+  Tensor name(const Tensor& a, const Tensor& b) { return binary<Prim::name>(a, b); }
+#include "primitives/primitives.def"
 
 Tensor cast(const Tensor& x, DType dtype) {
   detail::check_defined(x, "cast");
@@ -94,43 +81,6 @@ Tensor cast(const Tensor& x, DType dtype) {
   detail::Attrs attrs;
   attrs.dtype = dtype;
   return detail::apply(Prim::cast, {x}, attrs, dtype, x.shape());
-}
-
-Tensor add(const Tensor& a, const Tensor& b) { return binary(Prim::add, a, b, Accepts::numeric); }
-Tensor sub(const Tensor& a, const Tensor& b) { return binary(Prim::sub, a, b, Accepts::numeric); }
-Tensor mul(const Tensor& a, const Tensor& b) { return binary(Prim::mul, a, b, Accepts::numeric); }
-Tensor div(const Tensor& a, const Tensor& b) { return binary(Prim::div, a, b, Accepts::numeric); }
-Tensor pow(const Tensor& a, const Tensor& b) { return binary(Prim::pow, a, b, Accepts::numeric); }
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary(Prim::maximum, a, b, Accepts::numeric);
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary(Prim::minimum, a, b, Accepts::numeric);
-}
-Tensor mod(const Tensor& a, const Tensor& b) { return binary(Prim::mod, a, b, Accepts::numeric); }
-Tensor equal(const Tensor& a, const Tensor& b) {
-  return binary(Prim::equal, a, b, Accepts::any, true);
-}
-Tensor not_equal(const Tensor& a, const Tensor& b) {
-  return binary(Prim::not_equal, a, b, Accepts::any, true);
-}
-Tensor less(const Tensor& a, const Tensor& b) {
-  return binary(Prim::less, a, b, Accepts::any, true);
-}
-Tensor less_equal(const Tensor& a, const Tensor& b) {
-  return binary(Prim::less_equal, a, b, Accepts::any, true);
-}
-Tensor greater(const Tensor& a, const Tensor& b) {
-  return binary(Prim::greater, a, b, Accepts::any, true);
-}
-Tensor greater_equal(const Tensor& a, const Tensor& b) {
-  return binary(Prim::greater_equal, a, b, Accepts::any, true);
-}
-Tensor logical_and(const Tensor& a, const Tensor& b) {
-  return binary(Prim::logical_and, a, b, Accepts::any, true);
-}
-Tensor logical_or(const Tensor& a, const Tensor& b) {
-  return binary(Prim::logical_or, a, b, Accepts::any, true);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {

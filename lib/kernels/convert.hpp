@@ -1,0 +1,39 @@
+#pragma once
+// The one conversion rule of kiln::cast, for every place that converts an element: the cast
+// row kernels of each instruction set, pad's fill value, and the creation ops' values.
+//
+// float -> integer truncates toward zero, NaN gives 0, and values beyond the integer's range
+// saturate to its lowest or highest value; any -> bool is x != 0 (NaN gives true); integer
+// narrowing wraps; everything else is static_cast. bool elements are std::uint8_t (0 or 1).
+//
+// Internal linkage and nothing but compile-time std templates: the per-instruction-set units
+// include this too (see kernels/elementwise_arch.hpp on the one-definition rule).
+
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace kiln::detail {
+
+namespace {
+
+template <class To, class From>
+To convert_element(From x) {
+  if constexpr (std::is_same_v<To, std::uint8_t> || std::is_same_v<To, bool>) {
+    return x != 0 ? 1 : 0;
+  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
+    constexpr To lowest = std::numeric_limits<To>::min();
+    constexpr To highest = std::numeric_limits<To>::max();
+    const double v = static_cast<double>(x);
+    if (!(v == v)) return 0;
+    if (v <= static_cast<double>(lowest)) return lowest;
+    if (v >= static_cast<double>(highest)) return highest;
+    return static_cast<To>(v);
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+}  // namespace
+
+}  // namespace kiln::detail
