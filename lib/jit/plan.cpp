@@ -7,25 +7,13 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "jit/memory_plan.hpp"
 #include "kernels/lowering.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::detail {
 
 namespace {
-
-constexpr std::int64_t arena_alignment = 64;
-
-std::int64_t round_up(std::int64_t bytes) {
-  return (bytes + arena_alignment - 1) / arena_alignment * arena_alignment;
-}
-
-/// The arena block a value of this size needs: its bytes (at least 1), rounded up to the
-/// arena's alignment.
-std::int64_t block_bytes(const Plan::Value& v) {
-  return round_up(
-      std::max<std::int64_t>(v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype)), 1));
-}
 
 class PlanBuilder {
  public:
@@ -351,79 +339,35 @@ class PlanBuilder {
     }
   }
 
-  /// Lifetimes in steps, then arena offsets. An elementwise step whose input buffer dies there
-  /// and has the output's exact layout writes in place (the two share one buffer). Buffers are
-  /// then placed largest first, each at the lowest offset free of every placed buffer whose
-  /// lifetime overlaps its own (greedy by size), which packs far tighter than allocating in
-  /// program order.
+  /// Arena offsets from the memory planner (jit/memory_plan.hpp): every arena root is one of
+  /// its buffers, every step one of its steps, and an elementwise step lists as donors the
+  /// arena inputs it could overwrite in place (in_place_donors); the planner decides from the
+  /// lifetimes which one it does.
   void place_in_arena() {
     const std::size_t num_roots = plan_.roots.size();
-    std::vector<std::int64_t> last_use(num_roots, -1);
+    std::vector<std::int32_t> buffer_of(num_roots, -1);  // root -> buffer, -1 outside the arena
+    std::vector<std::int64_t> buffer_bytes;
+    for (std::size_t r = 0; r < num_roots; ++r) {
+      const Plan::Root& root = plan_.roots[r];
+      if (root.kind != Plan::Root::Kind::arena) continue;
+      buffer_of[r] = static_cast<std::int32_t>(buffer_bytes.size());
+      buffer_bytes.push_back(root.shape.numel() *
+                             static_cast<std::int64_t>(dtype_size(root.dtype)));
+    }
+    std::vector<BufferStep> steps(plan_.steps.size());
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
       const Plan::Step& step = plan_.steps[s];
+      BufferStep& buffer_step = steps[s];
+      buffer_step.writes = buffer_of[root_of(step.values.back())];
       for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
-        last_use[root_of(step.values[i])] = static_cast<std::int64_t>(s);
+        buffer_step.reads.push_back(buffer_of[root_of(step.values[i])]);
+      if (buffer_step.writes >= 0) buffer_step.donors = in_place_donors(step, buffer_of);
     }
-    struct Buffer {
-      std::int64_t bytes, first, last, offset = 0;
-    };
-    std::vector<Buffer> buffers;
-    std::vector<std::int64_t> buffer_of(num_roots, -1);
-    std::vector<bool> donated(num_roots, false);
-    for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
-      const Plan::Step& step = plan_.steps[s];
-      const std::size_t out_root = root_of(step.values.back());
-      if (plan_.roots[out_root].kind != Plan::Root::Kind::arena) continue;
-      const auto step_index = static_cast<std::int64_t>(s);
-      const std::int64_t end = std::max(last_use[out_root], step_index);
-      if (buffer_of[out_root] >= 0) {  // written again (a matmul epilogue): same buffer
-        Buffer& buffer = buffers[static_cast<std::size_t>(buffer_of[out_root])];
-        buffer.last = std::max(buffer.last, end);
-        continue;
-      }
-      const std::int64_t bytes =
-          block_bytes(plan_.values[static_cast<std::size_t>(step.values.back())]);
-      const std::int64_t donor = in_place_donor(step, s, last_use, donated, bytes);
-      if (donor >= 0) {
-        donated[static_cast<std::size_t>(donor)] = true;
-        const std::int64_t b = buffer_of[static_cast<std::size_t>(donor)];
-        buffer_of[out_root] = b;
-        buffers[static_cast<std::size_t>(b)].last = end;
-      } else {
-        buffer_of[out_root] = static_cast<std::int64_t>(buffers.size());
-        buffers.push_back(Buffer{bytes, step_index, end});
-      }
-    }
-    std::vector<std::size_t> order(buffers.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return buffers[a].bytes > buffers[b].bytes;
-    });
-    std::vector<std::size_t> placed;
-    std::vector<std::pair<std::int64_t, std::int64_t>> taken;  // [offset, end) of overlapping
-    std::int64_t arena_end = 0;
-    for (std::size_t b : order) {
-      Buffer& buf = buffers[b];
-      taken.clear();
-      for (std::size_t p : placed) {
-        const Buffer& other = buffers[p];
-        if (other.first <= buf.last && buf.first <= other.last)
-          taken.emplace_back(other.offset, other.offset + other.bytes);
-      }
-      std::sort(taken.begin(), taken.end());
-      std::int64_t offset = 0;
-      for (const auto& [from, to] : taken) {
-        if (from - offset >= buf.bytes) break;
-        offset = std::max(offset, to);
-      }
-      buf.offset = offset;
-      arena_end = std::max(arena_end, offset + buf.bytes);
-      placed.push_back(b);
-    }
+    const MemoryPlan memory = plan_memory(buffer_bytes, steps);
     for (std::size_t r = 0; r < num_roots; ++r)
       if (buffer_of[r] >= 0)
-        plan_.roots[r].offset = buffers[static_cast<std::size_t>(buffer_of[r])].offset;
-    plan_.arena_bytes = arena_end;
+        plan_.roots[r].offset = memory.offsets[static_cast<std::size_t>(buffer_of[r])];
+    plan_.arena_bytes = memory.arena_bytes;
   }
 
   /// Each fused step's walk over its (now final) layouts, so a call passes only addresses.
@@ -437,20 +381,25 @@ class PlanBuilder {
     }
   }
 
-  /// An input root of an elementwise step that dies at this step, has exactly `bytes`, and is
-  /// read only with the output's own layout, or -1.
-  std::int64_t in_place_donor(const Plan::Step& step, std::size_t s,
-                              const std::vector<std::int64_t>& last_use,
-                              const std::vector<bool>& donated, std::int64_t bytes) const {
+  /// The buffers (of arena roots) an elementwise step may write its output over, in input
+  /// order: read only with the output's exact layout, each read needing the output's block
+  /// size. Whether one dies at this step is the planner's to check.
+  std::vector<std::int32_t> in_place_donors(const Plan::Step& step,
+                                            const std::vector<std::int32_t>& buffer_of) const {
+    std::vector<std::int32_t> donors;
     const bool elementwise = step.kind == Plan::Step::Kind::flat ||
                              step.kind == Plan::Step::Kind::fused ||
                              (step.kind == Plan::Step::Kind::kernel && is_elementwise(step.prim));
-    if (!elementwise) return -1;
+    if (!elementwise) return donors;
+    const auto block_bytes = [](const Plan::Value& v) {
+      return arena_block_bytes(v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype)));
+    };
     const Plan::Value& out = plan_.values[static_cast<std::size_t>(step.values.back())];
+    const std::int64_t bytes = block_bytes(out);
     for (std::size_t i = 0; i + 1 < step.values.size(); ++i) {
       const std::size_t r = root_of(step.values[i]);
-      if (plan_.roots[r].kind != Plan::Root::Kind::arena || donated[r] ||
-          last_use[r] != static_cast<std::int64_t>(s) ||
+      const std::int32_t buffer = buffer_of[r];
+      if (buffer < 0 || std::find(donors.begin(), donors.end(), buffer) != donors.end() ||
           block_bytes(plan_.values[static_cast<std::size_t>(step.values[i])]) != bytes)
         continue;
       bool same_layout = true;  // every read of this root in the step is the output's layout
@@ -460,9 +409,9 @@ class PlanBuilder {
         same_layout = v.offset == 0 && v.shape == out.shape && v.strides == out.strides &&
                       dtype_size(v.dtype) == dtype_size(out.dtype);
       }
-      if (same_layout) return static_cast<std::int64_t>(r);
+      if (same_layout) donors.push_back(buffer);
     }
-    return -1;
+    return donors;
   }
 
   std::size_t root_of(std::int32_t value) const {
