@@ -19,8 +19,8 @@ namespace kiln {
 
 namespace detail {
 struct GraphData;
-struct ConcreteData;
-class FunctionCore;
+struct ConcreteFunctionImpl;
+class FunctionImpl;
 }  // namespace detail
 
 /// The dtype and shape of one tensor argument (for FunctionOptions::input_signature).
@@ -67,15 +67,15 @@ class Graph {
   std::shared_ptr<const detail::GraphData> data_;
 };
 
-/// One traced and compiled specialization of a function.
+/// One traced input signature of a Function (a concrete function): its optimized graph, compiled.
 class ConcreteFunction {
  public:
   Graph graph() const;
-  explicit ConcreteFunction(std::shared_ptr<const detail::ConcreteData> data)
-      : data_(std::move(data)) {}
+  explicit ConcreteFunction(std::shared_ptr<const detail::ConcreteFunctionImpl> impl)
+      : impl_(std::move(impl)) {}
 
  private:
-  std::shared_ptr<const detail::ConcreteData> data_;
+  std::shared_ptr<const detail::ConcreteFunctionImpl> impl_;
 };
 
 /// Drops every function's cached graphs.
@@ -228,21 +228,25 @@ class TraceFnRef {
   TraceResult (*call_)(void*, const std::vector<Tensor>&);
 };
 
-/// The non-template part of kiln::Function: cache, tracing, execution, diagnostics.
-class FunctionCore {
+/// What the copies of a kiln::Function share besides f: options and the ConcreteFunctionImpl cache.
+/// The non-template part of kiln::Function: the cache by input signature, tracing on a miss,
+/// running a ConcreteFunctionImpl's Executable, retracing diagnostics.
+class FunctionImpl {
  public:
-  explicit FunctionCore(FunctionOptions options);
-  ~FunctionCore();
-  FunctionCore(const FunctionCore&) = delete;
-  FunctionCore& operator=(const FunctionCore&) = delete;
+  explicit FunctionImpl(FunctionOptions options);
+  ~FunctionImpl();
+  FunctionImpl(const FunctionImpl&) = delete;
+  FunctionImpl& operator=(const FunctionImpl&) = delete;
 
   enum class Mode { run, run_eagerly };
   /// The concrete function for this call (tracing with `trace` on a miss), or null with
   /// mode = run_eagerly when the call must run eagerly.
-  std::shared_ptr<const ConcreteData> lookup(const ArgPack& args, Mode& mode, TraceFnRef trace);
+  std::shared_ptr<const ConcreteFunctionImpl> lookup(const ArgPack& args, Mode& mode,
+                                                     TraceFnRef trace);
   /// Runs a concrete function on the call's tensors; fills `outputs` (flat, cleared first).
-  void execute(const ConcreteData& cf, const ArgPack& args, std::vector<Tensor>& outputs) const;
-  const std::vector<std::size_t>& vector_sizes(const ConcreteData& cf) const;
+  void execute(const ConcreteFunctionImpl& cf, const ArgPack& args,
+               std::vector<Tensor>& outputs) const;
+  const std::vector<std::size_t>& vector_sizes(const ConcreteFunctionImpl& cf) const;
 
   int tracing_count() const;
   std::size_t cache_size() const;
@@ -271,7 +275,7 @@ class Function {
  public:
   Function(F f, FunctionOptions options)
       : f_(std::make_shared<F>(std::move(f))),
-        core_(std::make_shared<detail::FunctionCore>(std::move(options))) {}
+        impl_(std::make_shared<detail::FunctionImpl>(std::move(options))) {}
 
   template <class... Args>
   auto operator()(const Args&... args) const {
@@ -287,10 +291,10 @@ class Function {
     } release{reused};
     detail::ArgPack& pack = reused;
     (detail::pack_arg(pack, args), ...);
-    detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
+    detail::FunctionImpl::Mode mode = detail::FunctionImpl::Mode::run;
     auto tracer = make_tracer<R>(args...);
-    auto cf = core_->lookup(pack, mode, tracer);
-    if (mode == detail::FunctionCore::Mode::run_eagerly) {
+    auto cf = impl_->lookup(pack, mode, tracer);
+    if (mode == detail::FunctionImpl::Mode::run_eagerly) {
       detail::VariableSnapshot snapshot;  // one value of each variable for the whole call
       return (*f_)(args...);
     }
@@ -300,25 +304,25 @@ class Function {
       std::vector<Tensor>& v;
       ~ReleaseOutputs() { v.clear(); }
     } release_outputs{flat};
-    core_->execute(*cf, pack, flat);
+    impl_->execute(*cf, pack, flat);
     std::size_t pos = 0, size_pos = 0;
-    return detail::Rebuild<R>::from(flat, core_->vector_sizes(*cf), pos, size_pos);
+    return detail::Rebuild<R>::from(flat, impl_->vector_sizes(*cf), pos, size_pos);
   }
 
   /// How many times the callable was traced.
-  int tracing_count() const { return core_->tracing_count(); }
+  int tracing_count() const { return impl_->tracing_count(); }
   /// Number of cached concrete functions.
-  std::size_t cache_size() const { return core_->cache_size(); }
+  std::size_t cache_size() const { return impl_->cache_size(); }
   /// The concrete function for these arguments (tracing if needed).
   template <class... Args>
   ConcreteFunction get_concrete_function(const Args&... args) const {
     using R = std::invoke_result_t<const F&, const Args&...>;
     detail::ArgPack pack;
     (detail::pack_arg(pack, args), ...);
-    detail::FunctionCore::Mode mode = detail::FunctionCore::Mode::run;
+    detail::FunctionImpl::Mode mode = detail::FunctionImpl::Mode::run;
     auto tracer = make_tracer<R>(args...);
-    auto cf = core_->lookup(pack, mode, tracer);
-    if (!cf) detail::throw_no_concrete_function(core_->options().name);
+    auto cf = impl_->lookup(pack, mode, tracer);
+    if (!cf) detail::throw_no_concrete_function(impl_->options().name);
     return ConcreteFunction(cf);
   }
 
@@ -337,7 +341,7 @@ class Function {
     };
   }
   std::shared_ptr<F> f_;
-  std::shared_ptr<detail::FunctionCore> core_;
+  std::shared_ptr<detail::FunctionImpl> impl_;
 };
 
 /// Wraps f into a trace-and-cache Function.

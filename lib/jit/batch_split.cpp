@@ -2,8 +2,6 @@
 // and a call that runs them on two threads.
 #include "jit/batch_split.hpp"
 
-#include <chrono>
-
 #include "core/tensor_impl.hpp"
 #include "kernels/parallel.hpp"
 #include "state/variable_impl.hpp"
@@ -252,33 +250,6 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
       split->split_arguments[static_cast<std::size_t>(g.nodes[i].index)] = 1;
   for (auto o : g.outputs) split->output_shapes.push_back(full[static_cast<std::size_t>(o)]);
   return split;
-}
-
-Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes) {
-  Executable e;
-  e.split = plan_batch_split(g, shapes);
-  e.plan = build_plan(g, shapes);
-  return e;
-}
-
-void run_executable(const Executable& e, const GraphData& g, std::span<const Tensor* const> args,
-                    const std::string& function_name, std::vector<Tensor>& outputs) {
-  if (!e.split) {
-    run_plan(e.plan, g, args, function_name, outputs);
-    return;
-  }
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const std::int64_t estimate = e.split->call_ns.load(std::memory_order_relaxed);
-  // Each half takes about half a whole call, or about a whole split call: the smaller guess.
-  if (pair_helper_ready(estimate / 2))
-    run_batch_split(*e.split, g, args, function_name, outputs);
-  else
-    run_plan(e.plan, g, args, function_name, outputs);
-  const std::int64_t took = std::chrono::nanoseconds(Clock::now() - start).count();
-  e.split->call_ns.store(
-      estimate == 0 || took < estimate ? took : estimate + (took - estimate) / 16,
-      std::memory_order_relaxed);
 }
 
 void run_batch_split(const BatchSplit& split, const GraphData& g,

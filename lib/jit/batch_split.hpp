@@ -26,7 +26,7 @@ namespace kiln::detail {
 std::optional<std::vector<std::uint8_t>> batch_rows(const GraphData& g,
                                                     const std::vector<Shape>* shapes = nullptr);
 
-/// Two half plans of one function for one set of shapes.
+/// Two half Plans of one graph for one set of shapes, for an Executable whose rows split.
 struct BatchSplit {
   std::int64_t rows = 0;                    // the batch: dim 0 of every output
   std::array<std::int64_t, 2> first_row{};  // each half's first row: 0 and rows / 2
@@ -56,23 +56,6 @@ inline constexpr std::int64_t max_split_work = std::int64_t{1} << 24;
 /// [min_split_work, max_split_work], or there is one thread.
 std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
                                              const std::vector<Shape>* shapes = nullptr);
-
-/// What a call of one concrete function for one set of shapes runs: the whole plan, and a batch
-/// split when the function qualifies.
-struct Executable {
-  Plan plan;
-  std::unique_ptr<BatchSplit> split;
-
-  std::int64_t bytes() const { return plan.bytes() + (split ? split->bytes() : 0); }
-};
-
-/// Builds the executable of g for the node shapes given (null: the nodes' own).
-Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
-
-/// Runs it: the split's halves when the pair helper is ready to take one (pair_helper_ready),
-/// else the whole plan, which is faster than both halves one after the other on this thread.
-void run_executable(const Executable& e, const GraphData& g, std::span<const Tensor* const> args,
-                    const std::string& function_name, std::vector<Tensor>& outputs);
 
 /// Runs both halves (parallel_pair) and joins their outputs along dim 0.
 void run_batch_split(const BatchSplit& split, const GraphData& g,

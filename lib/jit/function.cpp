@@ -1,5 +1,6 @@
-// kiln::function's machinery: the per-function cache of concrete functions, tracing,
-// execution of a concrete function's plan, retracing diagnostics and global switches.
+// kiln::function's machinery (FunctionImpl, ConcreteFunctionImpl): the per-function cache of
+// concrete functions, tracing, running a concrete function's Executable, retracing diagnostics
+// and global switches.
 #include "kiln/function.hpp"
 
 #include <fmt/format.h>
@@ -20,7 +21,7 @@
 #include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
-#include "jit/batch_split.hpp"
+#include "jit/executable.hpp"
 #include "jit/graph.hpp"
 #include "jit/passes.hpp"
 #include "jit/plan.hpp"
@@ -33,8 +34,8 @@ namespace kiln {
 
 namespace detail {
 
-/// A traced, optimized and planned specialization.
-struct ConcreteData {
+/// Behind a ConcreteFunction: one traced signature's optimized graph and its Executables by shape.
+struct ConcreteFunctionImpl {
   std::shared_ptr<const GraphData> graph;
   Executable executable;  // static shapes; with dynamic dims, one per set of sizes in `bound`
   std::vector<std::size_t> vector_sizes;
@@ -50,7 +51,7 @@ struct ConcreteData {
   /// The executable for this call's sizes of the dynamic dims (built once per distinct sizes).
   std::shared_ptr<const Executable> executable_for(std::span<const Tensor* const> args) const;
   std::string key;  // the cache key it is stored under
-  ~ConcreteData();
+  ~ConcreteFunctionImpl();
 };
 
 namespace {
@@ -72,20 +73,20 @@ void log_warning(const std::string& message) {
 }
 
 std::mutex registry_mutex;
-std::set<FunctionCore*>& registry() {
-  static auto* r = new std::set<FunctionCore*>;
+std::set<FunctionImpl*>& registry() {
+  static auto* r = new std::set<FunctionImpl*>;
   return *r;
 }
 
 }  // namespace
 
-ConcreteData::~ConcreteData() {
+ConcreteFunctionImpl::~ConcreteFunctionImpl() {
   if (graph)
     count_cached_function(-1, -static_cast<std::int64_t>(graph->nodes.size()),
                           -counted_bytes - bound_bytes);
 }
 
-std::shared_ptr<const Executable> ConcreteData::executable_for(
+std::shared_ptr<const Executable> ConcreteFunctionImpl::executable_for(
     std::span<const Tensor* const> args) const {
   thread_local std::vector<std::int64_t> values;
   values.clear();
@@ -171,12 +172,12 @@ struct PendingTrace {
   }
 };
 
-struct FunctionCore::State {
+struct FunctionImpl::State {
   mutable CacheLock mutex;
-  std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> cache;
+  std::unordered_map<std::string, std::shared_ptr<const ConcreteFunctionImpl>> cache;
   int traces = 0;
-  RecentCalls recent;                        // whether each of the last 10 calls traced
-  std::shared_ptr<const ConcreteData> last;  // concrete function of the previous call
+  RecentCalls recent;                                // whether each of the last 10 calls traced
+  std::shared_ptr<const ConcreteFunctionImpl> last;  // concrete function of the previous call
   int retrace_warnings = 0;
   bool limit_warned = false;
   // Signatures being traced now, each by one thread; they count against max_traces, and a
@@ -186,7 +187,7 @@ struct FunctionCore::State {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> dynamic_dims;
 };
 
-FunctionCore::FunctionCore(FunctionOptions options)
+FunctionImpl::FunctionImpl(FunctionOptions options)
     : options_(std::move(options)), state_(std::make_unique<State>()) {
   for (std::size_t t = 0; t < options_.input_signature.size(); ++t) {
     const Shape& spec = options_.input_signature[t].shape;
@@ -203,31 +204,31 @@ FunctionCore::FunctionCore(FunctionOptions options)
   registry().insert(this);
 }
 
-FunctionCore::~FunctionCore() {
+FunctionImpl::~FunctionImpl() {
   std::lock_guard lock(registry_mutex);
   registry().erase(this);
 }
 
-int FunctionCore::tracing_count() const {
+int FunctionImpl::tracing_count() const {
   std::lock_guard lock(state_->mutex);
   return state_->traces;
 }
 
-std::size_t FunctionCore::cache_size() const {
+std::size_t FunctionImpl::cache_size() const {
   std::lock_guard lock(state_->mutex);
   return state_->cache.size();
 }
 
-void FunctionCore::clear() {
-  std::unordered_map<std::string, std::shared_ptr<const ConcreteData>> dropped;
-  std::shared_ptr<const ConcreteData> last;
+void FunctionImpl::clear() {
+  std::unordered_map<std::string, std::shared_ptr<const ConcreteFunctionImpl>> dropped;
+  std::shared_ptr<const ConcreteFunctionImpl> last;
   std::lock_guard lock(state_->mutex);
   dropped.swap(state_->cache);
   last.swap(state_->last);
 }
 
-std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mode& mode,
-                                                         TraceFnRef trace_fn) {
+std::shared_ptr<const ConcreteFunctionImpl> FunctionImpl::lookup(const ArgPack& args, Mode& mode,
+                                                                 TraceFnRef trace_fn) {
   mode = Mode::run;
   check_signature(options_, args);
   if (eager_override.load(std::memory_order_relaxed) || any_tape_recording()) {
@@ -341,7 +342,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   }
   auto graph = std::make_shared<GraphData>(std::move(trace.graph()));
   run_graph_passes(*graph, options_);
-  auto cf = std::make_shared<ConcreteData>();
+  auto cf = std::make_shared<ConcreteFunctionImpl>();
   if (symbol_sources.empty()) cf->executable = build_executable(*graph);  // else per set of sizes
   cf->graph = graph;
   cf->vector_sizes = std::move(result.vector_sizes);
@@ -373,7 +374,7 @@ std::shared_ptr<const ConcreteData> FunctionCore::lookup(const ArgPack& args, Mo
   return cf;
 }
 
-void FunctionCore::execute(const ConcreteData& cf, const ArgPack& args,
+void FunctionImpl::execute(const ConcreteFunctionImpl& cf, const ArgPack& args,
                            std::vector<Tensor>& outputs) const {
   if (cf.symbol_sources.empty()) {
     run_executable(cf.executable, *cf.graph, args.tensors, options_.name, outputs);
@@ -383,7 +384,7 @@ void FunctionCore::execute(const ConcreteData& cf, const ArgPack& args,
   run_executable(*executable, *cf.graph, args.tensors, options_.name, outputs);
 }
 
-const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& cf) const {
+const std::vector<std::size_t>& FunctionImpl::vector_sizes(const ConcreteFunctionImpl& cf) const {
   return cf.vector_sizes;
 }
 
@@ -392,11 +393,11 @@ const std::vector<std::size_t>& FunctionCore::vector_sizes(const ConcreteData& c
 std::size_t Graph::num_nodes() const { return data_->nodes.size(); }
 std::string Graph::to_string() const { return data_->to_string(); }
 std::string Graph::to_dot() const { return data_->to_dot(); }
-Graph ConcreteFunction::graph() const { return Graph(data_->graph); }
+Graph ConcreteFunction::graph() const { return Graph(impl_->graph); }
 
 void clear_caches() {
   std::lock_guard lock(detail::registry_mutex);
-  for (detail::FunctionCore* f : detail::registry()) f->clear();
+  for (detail::FunctionImpl* f : detail::registry()) f->clear();
 }
 
 void run_functions_eagerly(bool eager) { detail::eager_override.store(eager); }

@@ -14,6 +14,8 @@
 
 namespace kiln::detail {
 
+/// The steps and arena that compute one graph for one set of node shapes (see Executable).
+/// An Executable runs one for the whole call; a BatchSplit holds one per half of the rows.
 struct Plan {
   /// A buffer a value lives in. Its address is known only at call time.
   struct Root {
