@@ -1,5 +1,6 @@
 // Autodiff: every differentiable op's gradient against central finite differences (f64), second
-// derivatives, a small MLP and an LSTM cell end to end, tape lifetime rules and memory.
+// derivatives, a small MLP and an LSTM cell end to end, tape lifetime rules and memory. The
+// elementwise ops come from the shared table (elementwise_op_table.hpp).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -8,6 +9,8 @@
 
 #include <kiln/autodiff.hpp>
 #include <kiln/kiln.hpp>
+
+#include "elementwise_op_table.hpp"
 
 using kiln::Shape;
 using kiln::Tensor;
@@ -26,9 +29,11 @@ double weighted(const Fn& f, const std::vector<Tensor>& args, const Tensor& w) {
   return kiln::sum(f(args) * w).item<double>();
 }
 
-/// Checks the tape gradient of sum(f(args) * w) against central differences for every input.
-void check_gradient(const std::string& name, const Fn& f, const std::vector<Tensor>& args,
-                    double tolerance = 1e-6) {
+/// Checks the tape gradient of sum(f(args) * w) against central differences for every input;
+/// returns the tape gradient's values, input by input.
+std::vector<std::vector<double>> check_gradient(const std::string& name, const Fn& f,
+                                                const std::vector<Tensor>& args,
+                                                double tolerance = 1e-6) {
   INFO("op: " << name);
   const Tensor probe = f(args);
   const Tensor w = input(probe.shape(), 0.5, 1.5, 99);
@@ -38,11 +43,13 @@ void check_gradient(const std::string& name, const Fn& f, const std::vector<Tens
   const std::vector<Tensor> grads = tape.gradient(loss, args);
   REQUIRE(grads.size() == args.size());
   const double eps = 1e-6;
+  std::vector<std::vector<double>> all_analytic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     INFO("input " << i << " of shape " << args[i].shape().to_string());
     REQUIRE(grads[i].shape() == args[i].shape());
     std::vector<double> values = args[i].to_vector<double>();
     const std::vector<double> analytic = grads[i].to_vector<double>();
+    all_analytic.push_back(analytic);
     for (std::size_t j = 0; j < values.size(); ++j) {
       std::vector<Tensor> plus = args, minus = args;
       std::vector<double> vp = values, vm = values;
@@ -55,6 +62,7 @@ void check_gradient(const std::string& name, const Fn& f, const std::vector<Tens
       CHECK(analytic[j] == Approx(numeric).margin(tolerance).epsilon(1e-5));
     }
   }
+  return all_analytic;
 }
 
 struct GradCase {
@@ -63,8 +71,106 @@ struct GradCase {
   std::vector<Tensor> args;
 };
 
+using kiln::test::Domain;
+using kiln::test::ElementwiseOp;
+
+/// The fixed condition of a ternary op (where) in its gradient checks.
+Tensor where_condition() {
+  return kiln::tensor(std::vector<bool>{true, false, true, true, false, false, true, false, false,
+                                        true, true, false},
+                      Shape{3, 4});
+}
+
+/// The f64 argument sets a table row's gradient checks use on its domain (a ternary op's
+/// condition is where_condition(), held fixed). `seed` varies a unary row's draws; binary rows
+/// share their tensors.
+std::vector<std::vector<Tensor>> domain_args(const ElementwiseOp& op, std::uint64_t seed) {
+  const int arity = op.op.arity();
+  if (arity == 1) {
+    auto shifted = [seed](std::vector<double> points) {  // points + [0, 0.05)
+      return kiln::tensor(points, Shape{2, 3}) + input({2, 3}, 0.0, 0.05, seed);
+    };
+    switch (op.domain) {
+      case Domain::real:
+        return {{input({2, 3}, -2.0, 2.0, seed)}};
+      case Domain::positive:
+        return {{input({2, 3}, 0.5, 2.0, seed)}};
+      case Domain::off_zero:
+        return {{shifted({-1.5, -0.7, 0.3, 0.9, 1.2, -0.2})}};
+      case Domain::off_steps:
+        return {{shifted({-1.75, -0.75, 0.25, 1.25, -1.25, 0.75})}};
+      default:
+        break;
+    }
+  } else {
+    Tensor col = input({3, 1}, -1.0, 1.0, 21), row = input({1, 4}, -1.0, 1.0, 22);
+    Tensor pos_col = input({3, 1}, 0.5, 2.0, 23), pos_row = input({1, 4}, 0.5, 2.0, 24);
+    Tensor a = input({3, 4}, -1.0, 1.0, 25), b = a + 0.5;
+    if (arity == 3 && op.domain == Domain::real) return {{col, row}};
+    if (arity == 2) {
+      switch (op.domain) {
+        case Domain::real:
+          return {{col, row}};
+        case Domain::off_zero:
+          return {{kiln::tensor(std::vector<double>{-0.7, 0.3, 0.9}, Shape{3, 1}) +
+                       input({3, 1}, 0.0, 0.05, 28),
+                   kiln::tensor(std::vector<double>{-1.5, 1.2, -0.2, 0.5}, Shape{1, 4}) +
+                       input({1, 4}, 0.0, 0.05, 29)}};
+        case Domain::positive_divisor:
+          return {{col, pos_row}};
+        case Domain::positive_base:
+          return {{pos_col, row}};
+        case Domain::apart:
+          return {{a, kiln::transpose(kiln::transpose(b))}, {b, a}};
+        case Domain::within_period:
+          return {{input({3, 4}, 0.1, 0.9, 26), kiln::full({1}, 1.3, kiln::f64)}};
+        default:
+          break;
+      }
+    }
+  }
+  FAIL("no gradient-check inputs for domain " << static_cast<int>(op.domain) << " of the " << arity
+                                              << "-argument op " << op.name);
+  return {};
+}
+
+/// Every table row of `arity` that takes f64: its gradient against finite differences on its
+/// domain (for a row that is not differentiable the differences are zero there too), and not
+/// all zero when the row is differentiable, exactly zero when it is not.
+void check_table_gradients(int arity) {
+  using V = const std::vector<Tensor>&;
+  // Differentiable unary rows draw with seeds 1, 2, ... in table order (as these checks always
+  // have); the others from 101.
+  std::uint64_t differentiable_seed = 1, other_seed = 101;
+  int rows = 0;
+  for (const ElementwiseOp& op : kiln::test::elementwise_ops()) {
+    if (op.op.arity() != arity) continue;
+    ++rows;
+    INFO("table row " << op.name);
+    if (!kiln::test::accepts(op.accepts, kiln::f64)) {
+      CHECK_FALSE(op.differentiable);  // nothing to differentiate in
+      continue;
+    }
+    const std::uint64_t seed = op.differentiable ? differentiable_seed++ : other_seed++;
+    const Fn f = [&op](V x) {
+      const Tensor y = op.op.arity() == 3 ? op.op({where_condition(), x[0], x[1]}) : op.op(x);
+      return op.bool_out ? kiln::cast(y, kiln::f64) : y;
+    };
+    for (const auto& args : domain_args(op, seed)) {
+      bool all_zero = true;
+      for (const auto& g : check_gradient(op.name, f, args))
+        for (double v : g) all_zero = all_zero && v == 0;
+      if (op.differentiable)
+        CHECK_FALSE(all_zero);
+      else
+        CHECK(all_zero);
+    }
+  }
+  CHECK(rows > 0);
+}
+
+/// Unary ops beyond the table (elementwise_op_table.hpp).
 std::vector<GradCase> unary_cases() {
-  auto pos = [](std::uint64_t s) { return input({2, 3}, 0.5, 2.0, s); };
   auto any = [](std::uint64_t s) { return input({2, 3}, -2.0, 2.0, s); };
   auto away_from_zero = [](std::uint64_t s) {
     return kiln::tensor(std::vector<double>{-1.5, -0.7, 0.3, 0.9, 1.2, -0.2}, Shape{2, 3}) +
@@ -72,47 +178,16 @@ std::vector<GradCase> unary_cases() {
   };
   using V = const std::vector<Tensor>&;
   return {
-      {"neg", [](V a) { return kiln::neg(a[0]); }, {any(1)}},
-      {"abs", [](V a) { return kiln::abs(a[0]); }, {away_from_zero(2)}},
-      {"exp", [](V a) { return kiln::exp(a[0]); }, {any(3)}},
-      {"log", [](V a) { return kiln::log(a[0]); }, {pos(4)}},
-      {"log1p", [](V a) { return kiln::log1p(a[0]); }, {pos(5)}},
-      {"sqrt", [](V a) { return kiln::sqrt(a[0]); }, {pos(6)}},
-      {"rsqrt", [](V a) { return kiln::rsqrt(a[0]); }, {pos(7)}},
-      {"square", [](V a) { return kiln::square(a[0]); }, {any(8)}},
-      {"sin", [](V a) { return kiln::sin(a[0]); }, {any(9)}},
-      {"cos", [](V a) { return kiln::cos(a[0]); }, {any(10)}},
-      {"tanh", [](V a) { return kiln::tanh(a[0]); }, {any(11)}},
-      {"sigmoid", [](V a) { return kiln::sigmoid(a[0]); }, {any(12)}},
-      {"relu", [](V a) { return kiln::relu(a[0]); }, {away_from_zero(13)}},
-      {"softplus", [](V a) { return kiln::softplus(a[0]); }, {any(14)}},
       {"cast f64", [](V a) { return kiln::cast(a[0], kiln::f64); }, {any(15)}},
       {"clip", [](V a) { return kiln::clip(a[0], -1.0, 1.0); }, {away_from_zero(16)}},
   };
 }
 
+/// Binary ops beyond the table.
 std::vector<GradCase> binary_cases() {
   using V = const std::vector<Tensor>&;
-  Tensor col = input({3, 1}, -1.0, 1.0, 21), row = input({1, 4}, -1.0, 1.0, 22);
-  Tensor pos_col = input({3, 1}, 0.5, 2.0, 23), pos_row = input({1, 4}, 0.5, 2.0, 24);
-  Tensor a = input({3, 4}, -1.0, 1.0, 25), b = a + 0.5;  // distinct for maximum/minimum
-  Tensor cond = kiln::tensor(std::vector<bool>{true, false, true, true, false, false, true, false,
-                                               false, true, true, false},
-                             Shape{3, 4});
+  Tensor a = input({3, 4}, -1.0, 1.0, 25);
   return {
-      {"add", [](V x) { return x[0] + x[1]; }, {col, row}},
-      {"sub", [](V x) { return x[0] - x[1]; }, {col, row}},
-      {"mul", [](V x) { return x[0] * x[1]; }, {col, row}},
-      {"div", [](V x) { return x[0] / x[1]; }, {col, pos_row}},
-      {"pow", [](V x) { return kiln::pow(x[0], x[1]); }, {pos_col, row}},
-      {"maximum",
-       [](V x) { return kiln::maximum(x[0], x[1]); },
-       {a, kiln::transpose(kiln::transpose(b))}},
-      {"minimum", [](V x) { return kiln::minimum(x[0], x[1]); }, {b, a}},
-      {"mod",
-       [](V x) { return kiln::mod(x[0], x[1]); },
-       {input({3, 4}, 0.1, 0.9, 26), kiln::full({1}, 1.3, kiln::f64)}},
-      {"where", [cond](V x) { return kiln::where(cond, x[0], x[1]); }, {col, row}},
       {"scalar ops", [](V x) { return 2.0 * x[0] - x[0] / 3.0 + 1.0; }, {a}},
       {"sigmoid_cross_entropy",
        [](V x) { return kiln::sigmoid_cross_entropy(x[0] * 4.0, x[1]); },
@@ -230,10 +305,13 @@ std::vector<GradCase> matmul_cases() {
 }  // namespace
 
 TEST_CASE("gradients match finite differences: unary ops", "[autodiff]") {
+  check_table_gradients(1);
   for (const auto& c : unary_cases()) check_gradient(c.name, c.f, c.args);
 }
 
 TEST_CASE("gradients match finite differences: binary ops with broadcasting", "[autodiff]") {
+  check_table_gradients(2);
+  check_table_gradients(3);
   for (const auto& c : binary_cases()) check_gradient(c.name, c.f, c.args);
 }
 

@@ -14,11 +14,12 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include "core/dtype_visit.hpp"
 
 #include "core/tensor_impl.hpp"
+#include "elementwise_op_table.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/parallel.hpp"
+#include "primitives/primitive.hpp"
 #include "simd_test_support.hpp"
 
 namespace {
@@ -34,53 +35,16 @@ constexpr std::int32_t i32_max = std::numeric_limits<std::int32_t>::max();
 constexpr std::int64_t i64_min = std::numeric_limits<std::int64_t>::min();
 constexpr std::int64_t i64_max = std::numeric_limits<std::int64_t>::max();
 
-const std::vector<DType> all_dtypes = {kiln::f32, kiln::f64, kiln::i32, kiln::i64, kiln::boolean};
+const std::vector<DType>& all_dtypes = kiln::test::all_dtypes();
+const std::vector<double> bool_inputs = {0, 1, 1, 0};
 
-/// A tensor of `dtype` holding `values` (which must be representable in it).
-Tensor make(const std::vector<double>& values, DType dtype, Shape shape = {}) {
-  if (shape.empty() && values.size() != 1) shape = Shape{static_cast<std::int64_t>(values.size())};
-  auto convert = [&](auto tag) {
-    using T = decltype(tag);
-    std::vector<T> typed;
-    for (double v : values) typed.push_back(static_cast<T>(v));
-    return kiln::tensor(typed, shape);
-  };
-  switch (dtype) {
-    case DType::f32:
-      return convert(float{});
-    case DType::f64:
-      return convert(double{});
-    case DType::i32:
-      return convert(std::int32_t{});
-    case DType::i64:
-      return convert(std::int64_t{});
-    case DType::boolean:
-      return convert(bool{});
-  }
-  return {};
-}
-
-std::vector<double> values_of(const Tensor& t) {
-  std::vector<double> out;
-  auto append = [&](auto tag) {
-    using T = decltype(tag);
-    for (auto v : t.to_vector<T>()) out.push_back(static_cast<double>(v));
-  };
-  kiln::detail::visit_dtype(t.dtype(), append);
-  return out;
-}
-
-/// `reference` (computed in double) as stored in dtype, then back to double.
-double as_dtype(double reference, DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(reference));
-    case DType::boolean:
-      return reference != 0 ? 1.0 : 0.0;
-    default:
-      return reference;
-  }
-}
+using kiln::test::accepts;
+using kiln::test::argument_dtype;
+using kiln::test::as_dtype;
+using kiln::test::elementwise_ops;
+using kiln::test::ElementwiseOp;
+using kiln::test::make;
+using kiln::test::values_of;
 
 bool close(double got, double want, DType dtype) {
   if (std::isnan(want)) return std::isnan(got);
@@ -107,90 +71,44 @@ void check_values(const Tensor& got, const std::vector<double>& want, DType dtyp
     CHECK_THROWS_WITH(expr, Catch::StartsWith(std::string(prefix))); \
   } while (false)
 
-enum class Accepts { floating, numeric, any };
-
-bool accepts(Accepts a, DType d) {
-  return a == Accepts::any || (a == Accepts::numeric && d != DType::boolean) ||
-         (a == Accepts::floating && kiln::is_floating(d));
-}
-
-double sign_ref(double x) { return std::isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
-double softplus_ref(double x) {
-  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
-}
-
-struct UnaryCase {
-  const char* name;
-  Tensor (*op)(const Tensor&);
-  std::function<double(double)> reference;
-  Accepts accepts;
-  bool bool_out;
-};
-
-const std::vector<UnaryCase>& unary_cases() {
-  static const std::vector<UnaryCase> cases = {
-      {"neg", kiln::neg, [](double x) { return -x; }, Accepts::numeric, false},
-      {"abs", kiln::abs, [](double x) { return std::fabs(x); }, Accepts::numeric, false},
-      {"sign", kiln::sign, sign_ref, Accepts::numeric, false},
-      {"exp", kiln::exp, [](double x) { return std::exp(x); }, Accepts::floating, false},
-      {"log", kiln::log, [](double x) { return std::log(x); }, Accepts::floating, false},
-      {"log1p", kiln::log1p, [](double x) { return std::log1p(x); }, Accepts::floating, false},
-      {"sqrt", kiln::sqrt, [](double x) { return std::sqrt(x); }, Accepts::floating, false},
-      {"rsqrt", kiln::rsqrt, [](double x) { return 1.0 / std::sqrt(x); }, Accepts::floating, false},
-      {"square", kiln::square, [](double x) { return x * x; }, Accepts::numeric, false},
-      {"sin", kiln::sin, [](double x) { return std::sin(x); }, Accepts::floating, false},
-      {"cos", kiln::cos, [](double x) { return std::cos(x); }, Accepts::floating, false},
-      {"tanh", kiln::tanh, [](double x) { return std::tanh(x); }, Accepts::floating, false},
-      {"sigmoid", kiln::sigmoid, [](double x) { return 1.0 / (1.0 + std::exp(-x)); },
-       Accepts::floating, false},
-      {"relu", kiln::relu, [](double x) { return x < 0 ? 0.0 : x; }, Accepts::numeric, false},
-      {"softplus", kiln::softplus, softplus_ref, Accepts::floating, false},
-      {"floor", kiln::floor, [](double x) { return std::floor(x); }, Accepts::numeric, false},
-      {"ceil", kiln::ceil, [](double x) { return std::ceil(x); }, Accepts::numeric, false},
-      {"round", kiln::round, [](double x) { return std::nearbyint(x); }, Accepts::numeric, false},
-      {"logical_not", kiln::logical_not, [](double x) { return x == 0 ? 1.0 : 0.0; }, Accepts::any,
-       true},
-      {"isnan", kiln::isnan, [](double x) { return std::isnan(x) ? 1.0 : 0.0; }, Accepts::any,
-       true},
-      {"isfinite", kiln::isfinite, [](double x) { return std::isfinite(x) ? 1.0 : 0.0; },
-       Accepts::any, true},
-  };
-  return cases;
-}
-
-const std::vector<double> float_inputs = {-3.7, -2.5, -1.5, -1.0, -0.5, -0.0, 0.0,   0.25,
-                                          0.5,  1.0,  1.5,  2.5,  3.7,  10.0, -20.0, 0.001};
-const std::vector<double> float_specials = {not_a_number, infinity, -infinity, -0.0,  1000.0,
-                                            -1000.0,      89.0,     -89.0,     710.0, -710.0,
-                                            30.0,         -30.0,    1e-30,     -1e-30};
-const std::vector<double> int_inputs = {-7, -3, -1, 0, 1, 2, 5, 100};
-const std::vector<double> bool_inputs = {0, 1, 1, 0};
-
-const std::vector<double>& inputs_for(DType d) {
-  return kiln::is_floating(d) ? float_inputs : d == DType::boolean ? bool_inputs : int_inputs;
+/// Every table row of `arity` (elementwise_op_table.hpp) against its reference on the
+/// reference inputs of every dtype it accepts, and the error naming it in every other dtype.
+void check_table_values(int arity) {
+  int rows = 0;
+  for (const ElementwiseOp& op : elementwise_ops()) {
+    if (op.op.arity() != arity) continue;
+    ++rows;
+    for (DType dtype : all_dtypes) {
+      const std::string what = fmt::format("{} {}", op.name, kiln::dtype_name(dtype));
+      if (!accepts(op.accepts, dtype)) {
+        INFO(what);
+        std::vector<Tensor> ones;
+        for (int k = 0; k < arity; ++k)
+          ones.push_back(make({1}, argument_dtype(op, static_cast<std::size_t>(k), dtype)));
+        CHECK_KILN_ERROR(op.op(ones), fmt::format("[{}]", op.name));
+        continue;
+      }
+      for (const auto& inputs : kiln::test::reference_inputs(op, dtype)) {
+        std::vector<Tensor> args;
+        for (std::size_t k = 0; k < inputs.size(); ++k)
+          args.push_back(make(inputs[k], argument_dtype(op, k, dtype)));
+        std::vector<double> want;
+        for (std::size_t i = 0; i < inputs[0].size(); ++i) {
+          std::vector<double> xs;
+          for (const auto& values : inputs) xs.push_back(values[i]);
+          want.push_back(kiln::test::expected(op, xs, dtype));
+        }
+        check_values(op.op(args), want, op.bool_out ? DType::boolean : dtype, what);
+      }
+    }
+  }
+  CHECK(rows > 0);
 }
 
 }  // namespace
 
 TEST_CASE("unary ops match a double reference for every accepted dtype", "[elementwise]") {
-  for (const auto& c : unary_cases()) {
-    for (DType dtype : all_dtypes) {
-      const std::string what = fmt::format("{} {}", c.name, kiln::dtype_name(dtype));
-      if (!accepts(c.accepts, dtype)) {
-        INFO(what);
-        CHECK_KILN_ERROR(c.op(make({1}, dtype)), fmt::format("[{}]", c.name));
-        continue;
-      }
-      std::vector<std::vector<double>> input_sets = {inputs_for(dtype)};
-      if (kiln::is_floating(dtype)) input_sets.push_back(float_specials);
-      for (const auto& inputs : input_sets) {
-        std::vector<double> want;
-        for (double x : inputs) want.push_back(as_dtype(c.reference(as_dtype(x, dtype)), dtype));
-        const DType out_dtype = c.bool_out ? DType::boolean : dtype;
-        check_values(c.op(make(inputs, dtype)), want, out_dtype, what);
-      }
-    }
-  }
+  check_table_values(1);
 }
 
 TEST_CASE("unary special values", "[elementwise]") {
@@ -288,103 +206,32 @@ TEST_CASE("cast converts between all dtypes", "[elementwise]") {
   }
 }
 
-namespace {
-
-double floor_div_ref(double a, double b) { return b == 0 ? 0 : std::floor(a / b); }
-double int_mod_ref(double a, double b) { return b == 0 ? 0 : a - b * std::floor(a / b); }
-double float_mod_ref(double a, double b) {
-  double r = std::fmod(a, b);
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r == 0 ? std::copysign(0.0, b) : r;
-}
-double int_pow_ref(double a, double b) {
-  if (b < 0) return std::fabs(a) == 1 ? std::pow(a, b) : 0;
-  return std::pow(a, b);
-}
-double max_ref(double a, double b) {
-  return std::isnan(a) || std::isnan(b) ? not_a_number : std::max(a, b);
-}
-double min_ref(double a, double b) {
-  return std::isnan(a) || std::isnan(b) ? not_a_number : std::min(a, b);
-}
-
-struct BinaryCase {
-  const char* name;
-  Tensor (*op)(const Tensor&, const Tensor&);
-  double (*float_ref)(double, double);
-  double (*int_ref)(double, double);
-  Accepts accepts;
-  bool bool_out;
-};
-
-const std::vector<BinaryCase>& binary_cases() {
-  using R = double (*)(double, double);
-  static const R add = [](double a, double b) { return a + b; };
-  static const R sub = [](double a, double b) { return a - b; };
-  static const R mul = [](double a, double b) { return a * b; };
-  static const R div = [](double a, double b) { return a / b; };
-  static const R pow = [](double a, double b) { return std::pow(a, b); };
-  static const R eq = [](double a, double b) { return a == b ? 1.0 : 0.0; };
-  static const R ne = [](double a, double b) { return a != b ? 1.0 : 0.0; };
-  static const R lt = [](double a, double b) { return a < b ? 1.0 : 0.0; };
-  static const R le = [](double a, double b) { return a <= b ? 1.0 : 0.0; };
-  static const R gt = [](double a, double b) { return a > b ? 1.0 : 0.0; };
-  static const R ge = [](double a, double b) { return a >= b ? 1.0 : 0.0; };
-  static const R land = [](double a, double b) { return a != 0 && b != 0 ? 1.0 : 0.0; };
-  static const R lor = [](double a, double b) { return a != 0 || b != 0 ? 1.0 : 0.0; };
-  static const std::vector<BinaryCase> cases = {
-      {"add", kiln::add, add, add, Accepts::numeric, false},
-      {"sub", kiln::sub, sub, sub, Accepts::numeric, false},
-      {"mul", kiln::mul, mul, mul, Accepts::numeric, false},
-      {"div", kiln::div, div, floor_div_ref, Accepts::numeric, false},
-      {"pow", kiln::pow, pow, int_pow_ref, Accepts::numeric, false},
-      {"maximum", kiln::maximum, max_ref, max_ref, Accepts::numeric, false},
-      {"minimum", kiln::minimum, min_ref, min_ref, Accepts::numeric, false},
-      {"mod", kiln::mod, float_mod_ref, int_mod_ref, Accepts::numeric, false},
-      {"equal", kiln::equal, eq, eq, Accepts::any, true},
-      {"not_equal", kiln::not_equal, ne, ne, Accepts::any, true},
-      {"less", kiln::less, lt, lt, Accepts::any, true},
-      {"less_equal", kiln::less_equal, le, le, Accepts::any, true},
-      {"greater", kiln::greater, gt, gt, Accepts::any, true},
-      {"greater_equal", kiln::greater_equal, ge, ge, Accepts::any, true},
-      {"logical_and", kiln::logical_and, land, land, Accepts::any, true},
-      {"logical_or", kiln::logical_or, lor, lor, Accepts::any, true},
-  };
-  return cases;
-}
-
-const std::vector<double> float_a = {-7,  -3,   -1,           0,        1,    2,   5, 6,
-                                     2.5, -2.5, not_a_number, infinity, -0.0, 7.5, 3, 0};
-const std::vector<double> float_b = {2, -3, 4, 1, -1, 3, 2, -4, 0.5, 2, 1, 2, 1, -2, 0, 0};
-const std::vector<double> int_a = {-7, -3, -1, 0, 1, 2, 5, 6, -7, 7, -1, 1, 3, 0, -2, 9};
-const std::vector<double> int_b = {2, -3, 4, 1, -1, 3, 0, -4, -2, -2, -3, -5, 2, -1, 3, 4};
-
-}  // namespace
-
 TEST_CASE("binary ops match a double reference for every accepted dtype", "[elementwise]") {
-  for (const auto& c : binary_cases()) {
-    for (DType dtype : all_dtypes) {
-      const std::string what = fmt::format("{} {}", c.name, kiln::dtype_name(dtype));
-      if (!accepts(c.accepts, dtype)) {
-        INFO(what);
-        CHECK_KILN_ERROR(c.op(make({1}, dtype), make({1}, dtype)), fmt::format("[{}]", c.name));
-        continue;
-      }
-      const bool floating = kiln::is_floating(dtype);
-      std::vector<double> a = floating ? float_a : int_a;
-      std::vector<double> b = floating ? float_b : int_b;
-      if (dtype == DType::boolean) {
-        a = {0, 0, 1, 1};
-        b = {0, 1, 0, 1};
-      }
-      std::vector<double> want;
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        const double x = as_dtype(a[i], dtype), y = as_dtype(b[i], dtype);
-        want.push_back(as_dtype(floating ? c.float_ref(x, y) : c.int_ref(x, y), dtype));
-      }
-      check_values(c.op(make(a, dtype), make(b, dtype)), want, c.bool_out ? DType::boolean : dtype,
-                   what);
-    }
+  check_table_values(2);
+}
+
+TEST_CASE("where matches a double reference for every dtype", "[elementwise]") {
+  check_table_values(3);
+}
+
+TEST_CASE("every elementwise primitive has one row in the op table", "[elementwise]") {
+  // cast takes a dtype, not only tensors: its checks are the cast tests of this file.
+  using namespace kiln::detail;
+  for (std::size_t p = 0; p < num_primitives; ++p) {
+    const Prim prim = static_cast<Prim>(p);
+    if (!is_elementwise(prim) || prim == Prim::cast) continue;
+    INFO("primitive " << name(prim));
+    const auto rows = std::count_if(elementwise_ops().begin(), elementwise_ops().end(),
+                                    [&](const ElementwiseOp& op) { return op.name == name(prim); });
+    CHECK(rows == 1);
+    for (const ElementwiseOp& op : elementwise_ops())
+      if (op.name == name(prim)) CHECK(op.op.arity() == info(prim).arity);
+  }
+  for (const ElementwiseOp& op : elementwise_ops()) {
+    INFO("row " << op.name);
+    CHECK(std::count_if(elementwise_ops().begin(), elementwise_ops().end(),
+                        [&](const ElementwiseOp& o) { return std::string(o.name) == op.name; }) ==
+          1);
   }
 }
 
@@ -702,14 +549,25 @@ TEST_CASE("elementwise errors name the op", "[elementwise]") {
   const auto d = kiln::ones({2, 3}, kiln::f64);
   const auto b = kiln::ones({2, 3}, kiln::boolean);
   const Tensor undefined;
-  for (const auto& c : unary_cases())
-    CHECK_KILN_ERROR(c.op(undefined), fmt::format("[{}] argument 0 is an undefined", c.name));
-  for (const auto& c : binary_cases()) {
-    const std::string prefix = fmt::format("[{}]", c.name);
-    CHECK_KILN_ERROR(c.op(undefined, f), fmt::format("{} argument 0 is an undefined", prefix));
-    CHECK_KILN_ERROR(c.op(f, undefined), fmt::format("{} argument 1 is an undefined", prefix));
-    CHECK_KILN_ERROR(c.op(f, d), fmt::format("{} dtypes differ: f32 vs f64", prefix));
-    CHECK_KILN_ERROR(c.op(f, kiln::ones({4})),
+  for (const ElementwiseOp& op : elementwise_ops()) {
+    const std::string prefix = fmt::format("[{}]", op.name);
+    const auto n = static_cast<std::size_t>(op.op.arity());
+    std::vector<Tensor> args;  // f32 [2,3] (a ternary op's condition bool)
+    for (std::size_t k = 0; k < n; ++k)
+      args.push_back(argument_dtype(op, k, kiln::f32) == DType::boolean ? b : f);
+    for (std::size_t k = 0; k < n; ++k) {
+      auto with_undefined = args;
+      with_undefined[k] = undefined;
+      CHECK_KILN_ERROR(op.op(with_undefined),
+                       fmt::format("{} argument {} is an undefined", prefix, k));
+    }
+    if (n < 2) continue;
+    auto mixed = args;
+    mixed.back() = d;
+    CHECK_KILN_ERROR(op.op(mixed), fmt::format("{} dtypes differ: f32 vs f64", prefix));
+    auto unbroadcastable = args;
+    unbroadcastable.back() = kiln::ones({4});
+    CHECK_KILN_ERROR(op.op(unbroadcastable),
                      fmt::format("{} shapes [2,3] and [4] cannot be broadcast", prefix));
   }
   CHECK_KILN_ERROR(kiln::exp(kiln::ones({2}, kiln::i32)), "[exp] needs a floating-point dtype");

@@ -1,10 +1,16 @@
-// Every op, eager against traced: a kiln::function of the op must give the eager result.
+// Every op, eager against traced: a kiln::function of the op must give the eager result. The
+// elementwise ops come from the shared table (elementwise_op_table.hpp).
+#include <fmt/format.h>
+
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <functional>
 #include <string>
 
 #include <kiln/kiln.hpp>
+
+#include "elementwise_op_table.hpp"
 
 using kiln::Shape;
 using kiln::Tensor;
@@ -16,51 +22,83 @@ struct OpCase {
   std::string name;
   std::function<Tensor(V)> f;
   std::vector<Tensor> args;
+  int table_set = -1;  // which argument set of its table row (0 the first); -1: not a table row
 };
 
 Tensor u(const Shape& s, double lo, double hi, std::uint64_t seed) {
   return kiln::random::uniform(s, lo, hi, seed);
 }
 
-std::vector<OpCase> cases() {
+/// The inputs of the cases.
+struct Inputs {
   Tensor a = u({3, 4}, -2, 2, 1), b = u({3, 4}, -2, 2, 2), pos = u({3, 4}, 0.5, 3, 3);
   Tensor col = u({3, 1}, -1, 1, 4), row = u({1, 4}, 0.5, 2, 5), x3 = u({2, 3, 4}, -1, 1, 6);
   Tensor ints = kiln::tensor({3, -7, 0, 12, 5, -1}, {2, 3}),
          ints2 = kiln::tensor({2, 3, -4, 5, 1, 7}, {2, 3});
-  Tensor mask = a > 0.f;
+  Tensor mask = a > 0.f, mask2 = b > 0.f;
   Tensor idx = kiln::tensor({2, 0, -1}, {3});
-  std::vector<OpCase> c = {
-      {"neg", [](V v) { return kiln::neg(v[0]); }, {a}},
-      {"abs", [](V v) { return kiln::abs(v[0]); }, {a}},
-      {"sign", [](V v) { return kiln::sign(v[0]); }, {a}},
-      {"exp", [](V v) { return kiln::exp(v[0]); }, {a}},
-      {"log", [](V v) { return kiln::log(v[0]); }, {pos}},
-      {"log1p", [](V v) { return kiln::log1p(v[0]); }, {pos}},
-      {"sqrt", [](V v) { return kiln::sqrt(v[0]); }, {pos}},
-      {"rsqrt", [](V v) { return kiln::rsqrt(v[0]); }, {pos}},
-      {"square", [](V v) { return kiln::square(v[0]); }, {a}},
-      {"sin", [](V v) { return kiln::sin(v[0]); }, {a}},
-      {"cos", [](V v) { return kiln::cos(v[0]); }, {a}},
-      {"tanh", [](V v) { return kiln::tanh(v[0]); }, {a}},
-      {"sigmoid", [](V v) { return kiln::sigmoid(v[0]); }, {a}},
-      {"relu", [](V v) { return kiln::relu(v[0]); }, {a}},
-      {"softplus", [](V v) { return kiln::softplus(v[0]); }, {a}},
-      {"floor", [](V v) { return kiln::floor(v[0]); }, {a}},
-      {"ceil", [](V v) { return kiln::ceil(v[0]); }, {a}},
-      {"round", [](V v) { return kiln::round(v[0]); }, {a}},
-      {"logical_not", [](V v) { return kiln::logical_not(v[0]); }, {mask}},
-      {"isnan", [](V v) { return kiln::isnan(v[0] / v[0]); }, {a}},
-      {"isfinite", [](V v) { return kiln::isfinite(kiln::log(v[0])); }, {a}},
+};
+
+using kiln::test::Domain;
+using kiln::test::ElementwiseOp;
+
+/// The f32 argument sets of a table row, from its domain (a ternary op's condition first).
+std::vector<std::vector<Tensor>> f32_args(const ElementwiseOp& op, const Inputs& in) {
+  const int arity = op.op.arity();
+  const Domain d = op.domain;
+  if (arity == 1 && d == Domain::positive) return {{in.pos}};
+  if (arity == 1 && (d == Domain::real || d == Domain::off_zero || d == Domain::off_steps))
+    return {{in.a}};
+  if (arity == 2 && (d == Domain::real || d == Domain::off_zero))
+    return {{in.col, in.row}, {in.a, in.b}};
+  if (arity == 2 && d == Domain::positive_divisor) return {{in.a, in.pos}, {in.col, in.row}};
+  if (arity == 2 && d == Domain::positive_base) return {{in.pos, in.b}};
+  if (arity == 2 && d == Domain::apart) return {{in.a, in.b}};
+  if (arity == 2 && d == Domain::within_period) return {{in.a, in.pos}};
+  if (arity == 3 && d == Domain::real) return {{in.mask, in.a, in.b}};
+  FAIL("no traced inputs for domain " << static_cast<int>(d) << " of the " << arity
+                                      << "-argument op " << op.name);
+  return {};
+}
+
+/// The cases of the elementwise table (elementwise_op_table.hpp), row by row: f32 inputs from
+/// the row's domain, and i32 and bool ones when the row accepts those.
+std::vector<OpCase> table_cases(const Inputs& in) {
+  std::vector<OpCase> c;
+  for (const ElementwiseOp& op : kiln::test::elementwise_ops()) {
+    const auto f = [&op](V v) { return op.op(v); };
+    std::vector<std::vector<Tensor>> sets = f32_args(op, in);
+    const int arity = op.op.arity();
+    if (kiln::test::accepts(op.accepts, kiln::i32))
+      sets.push_back(arity == 1   ? std::vector<Tensor>{in.ints}
+                     : arity == 2 ? std::vector<Tensor>{in.ints, in.ints2}
+                                  : std::vector<Tensor>{in.ints > 0, in.ints, in.ints2});
+    if (kiln::test::accepts(op.accepts, kiln::boolean))
+      sets.push_back(arity == 1   ? std::vector<Tensor>{in.mask}
+                     : arity == 2 ? std::vector<Tensor>{in.mask, in.mask2}
+                                  : std::vector<Tensor>{in.mask, in.mask2, in.mask});
+    for (std::size_t i = 0; i < sets.size(); ++i) {
+      std::string name = op.name;
+      if (i > 0) {
+        name += fmt::format(" {}", kiln::dtype_name(sets[i].back().dtype()));
+        for (const Tensor& t : sets[i]) name += fmt::format(" {}", t.shape().to_string());
+      }
+      c.push_back({name, f, sets[i], static_cast<int>(i)});
+    }
+  }
+  return c;
+}
+
+/// Every case: the table's, then the other ops'.
+std::vector<OpCase> cases() {
+  const Inputs in;
+  const Tensor &a = in.a, &b = in.b, &col = in.col, &x3 = in.x3;
+  const Tensor &ints = in.ints, &ints2 = in.ints2, &mask = in.mask, &idx = in.idx;
+  std::vector<OpCase> c = table_cases(in);
+  std::vector<OpCase> others = {
+      {"isnan of a quotient", [](V v) { return kiln::isnan(v[0] / v[0]); }, {a}},
+      {"isfinite of a log", [](V v) { return kiln::isfinite(kiln::log(v[0])); }, {a}},
       {"cast", [](V v) { return kiln::cast(v[0], kiln::i32); }, {a}},
-      {"add", [](V v) { return v[0] + v[1]; }, {col, row}},
-      {"sub", [](V v) { return v[0] - v[1]; }, {a, b}},
-      {"mul", [](V v) { return v[0] * v[1]; }, {col, row}},
-      {"div", [](V v) { return v[0] / v[1]; }, {a, pos}},
-      {"pow", [](V v) { return kiln::pow(v[0], v[1]); }, {pos, b}},
-      {"maximum", [](V v) { return kiln::maximum(v[0], v[1]); }, {a, b}},
-      {"minimum", [](V v) { return kiln::minimum(v[0], v[1]); }, {a, b}},
-      {"mod", [](V v) { return kiln::mod(v[0], v[1]); }, {ints, ints2}},
-      {"int div", [](V v) { return v[0] / v[1]; }, {ints, ints2}},
       {"comparisons",
        [](V v) {
          return kiln::cast(v[0] < v[1], kiln::i32) + kiln::cast(v[0] >= v[1], kiln::i32) * 2 +
@@ -69,7 +107,6 @@ std::vector<OpCase> cases() {
        },
        {ints, ints2}},
       {"logical", [](V v) { return kiln::logical_and(v[0], v[1]) || !v[0]; }, {mask, b > 0.f}},
-      {"where", [](V v) { return kiln::where(v[0], v[1], v[2]); }, {mask, a, b}},
       {"clip", [](V v) { return kiln::clip(v[0], -0.5, 0.5); }, {a}},
       {"sum",
        [](V v) {
@@ -146,10 +183,60 @@ std::vector<OpCase> cases() {
        },
        {b}},
   };
+  c.insert(c.end(), others.begin(), others.end());
   return c;
 }
 
+/// Empty when x and y hold the same values bit for bit (any NaN matches any NaN: its sign and
+/// payload are not pinned); else the first difference.
+std::string bit_difference(const Tensor& x, const Tensor& y) {
+  if (x.dtype() == kiln::i64 && y.dtype() == kiln::i64)  // beyond 2^53 as double would round
+    return x.to_vector<std::int64_t>() == y.to_vector<std::int64_t>() ? "" : "i64 values differ";
+  const auto xs = kiln::test::values_of(x), ys = kiln::test::values_of(y);
+  if (xs.size() != ys.size()) return "different sizes";
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const bool same = std::isnan(xs[i])
+                          ? std::isnan(ys[i])
+                          : xs[i] == ys[i] && std::signbit(xs[i]) == std::signbit(ys[i]);
+    if (!same) return fmt::format("element {}: {} against {}", i, xs[i], ys[i]);
+  }
+  return "";
+}
+
+/// A kiln::function of f gives f's eager result on args bit for bit, traced once.
+void check_bit_identical(const std::string& name, const std::function<Tensor(V)>& f,
+                         const std::vector<Tensor>& args) {
+  INFO("op: " << name);
+  const Tensor eager = f(args);
+  auto traced_fn = kiln::function([&f](const std::vector<Tensor>& v) { return f(v); });
+  const Tensor traced = traced_fn(args);
+  REQUIRE(traced.dtype() == eager.dtype());
+  REQUIRE(traced.shape() == eager.shape());
+  const std::string difference = bit_difference(traced, eager);
+  INFO("traced against eager: " << difference);
+  CHECK(difference.empty());
+  CHECK(traced_fn.tracing_count() == 1);
+}
+
 }  // namespace
+
+TEST_CASE("every elementwise op of the table is bit-identical traced and eager in every dtype",
+          "[function][ops]") {
+  using kiln::test::argument_dtype;
+  for (const ElementwiseOp& op : kiln::test::elementwise_ops())
+    for (kiln::DType dtype : kiln::test::all_dtypes()) {
+      if (!kiln::test::accepts(op.accepts, dtype)) continue;
+      for (const auto& inputs : kiln::test::reference_inputs(op, dtype)) {
+        std::vector<Tensor> args;
+        for (std::size_t k = 0; k < inputs.size(); ++k)
+          args.push_back(kiln::test::make(inputs[k], argument_dtype(op, k, dtype)));
+        check_bit_identical(
+            fmt::format("{} {} on reference inputs", op.name, kiln::dtype_name(dtype)),
+            [&op](V v) { return op.op(v); }, args);
+      }
+    }
+  for (const OpCase& c : table_cases(Inputs{})) check_bit_identical(c.name, c.f, c.args);
+}
 
 TEST_CASE("every op gives the same result traced as eager", "[function][ops]") {
   for (const OpCase& c : cases()) {
@@ -214,10 +301,15 @@ TEST_CASE("value_and_grad through a kiln::function, and destroying a function fr
 
 TEST_CASE("every op traced with all dims dynamic matches eager or names the dynamic dim",
           "[function][ops][dynamic]") {
+  // Counted: the other ops and each table row's first case, one case per op as before the
+  // table; a table case whose arguments share one shape must trace.
   int supported = 0, total = 0;
   for (const OpCase& c : cases()) {
     INFO("op: " << c.name);
-    ++total;
+    const bool counted = c.table_set <= 0;
+    bool one_shape = c.table_set >= 0;
+    for (const Tensor& t : c.args) one_shape = one_shape && t.shape() == c.args[0].shape();
+    if (counted) ++total;
     kiln::FunctionOptions options;
     options.name = c.name;
     for (const Tensor& t : c.args) {
@@ -234,9 +326,10 @@ TEST_CASE("every op traced with all dims dynamic matches eager or names the dyna
       INFO(what);
       CHECK(what.find("dynamic") != std::string::npos);
       CHECK(traced_fn.cache_size() == 0);
+      CHECK_FALSE(one_shape);
       continue;
     }
-    ++supported;
+    if (counted) ++supported;
     const Tensor eager = c.f(c.args);
     REQUIRE(traced.dtype() == eager.dtype());
     REQUIRE(traced.shape() == eager.shape());

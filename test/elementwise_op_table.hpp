@@ -1,0 +1,485 @@
+#pragma once
+// The one table of kiln's elementwise ops, shared by three tests. Adding an elementwise op
+// takes one row in elementwise_ops() below, and the row is then checked for:
+//  - test_elementwise.cpp: its values against `reference` in every dtype `accepts` admits, on
+//    the reference inputs below (floating specials included); an error naming the op
+//    ("[name] ...") in every other dtype; the undefined-argument, dtype-mismatch and broadcast
+//    error messages. That file also fails when an elementwise primitive has no row.
+//  - test_autodiff.cpp: the tape gradient against central finite differences (f64) on
+//    `domain`; a `differentiable` row's gradient is not all zero there, any other row's is
+//    exactly zero.
+//  - test_traced_ops.cpp: a kiln::function of the op bit-identical to eager on the reference
+//    inputs of every accepted dtype and on random inputs drawn from `domain` (f32, plus i32 and
+//    bool where accepted); on those random inputs also: every dim dynamic, and the optimized
+//    against the unoptimized plan.
+// Special cases of particular ops (saturation, rounding ties, integer limits, what each
+// instruction set's kernels compute) stay in the tests of those files.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+namespace kiln::test {
+
+/// The dtypes an op takes: floating (f32, f64), numeric (and i32, i64) or any (and bool).
+enum class Accepts { floating, numeric, any };
+
+inline bool accepts(Accepts a, DType d) {
+  return a == Accepts::any || (a == Accepts::numeric && d != DType::boolean) ||
+         (a == Accepts::floating && is_floating(d));
+}
+
+/// Where the gradient checks draw an op's f64 arguments (and the traced checks their random
+/// ones): the op is smooth and finite there, every kink, pole or step at least 0.1 away (the
+/// finite-difference step is 1e-6). test_autodiff.cpp and test_traced_ops.cpp turn a domain
+/// into tensors; a unary row takes a unary domain, a binary row a binary one, where `real`.
+enum class Domain {
+  real,              // every argument anywhere (unary [-2, 2), binary and where [-1, 1))
+  positive,          // unary, x in [0.5, 2): log, log1p, sqrt, rsqrt
+  off_zero,          // |x| >= 0.15 for every x: a kink or a step at 0 (abs, relu, logical ops)
+  off_steps,         // unary, x 0.2 or more from every multiple of 1/2: floor, ceil, round
+  positive_divisor,  // binary, b in [0.5, 2): div
+  positive_base,     // binary, a in [0.5, 2): pow
+  apart,             // binary, b = a + 0.5 and the other way round: a kink or step at a == b
+  within_period,     // binary, a in [0.1, 0.9), b = 1.3: a / b between integers (mod)
+};
+
+using UnaryFn = Tensor (*)(const Tensor&);
+using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+using TernaryFn = Tensor (*)(const Tensor&, const Tensor&, const Tensor&);
+
+/// A row's kiln function, of one, two or three tensors (a ternary op's first argument is its
+/// boolean condition, as where's).
+class OpFn {
+ public:
+  OpFn(UnaryFn f) : arity_(1), unary_(f) {}
+  OpFn(BinaryFn f) : arity_(2), binary_(f) {}
+  OpFn(TernaryFn f) : arity_(3), ternary_(f) {}
+  int arity() const { return arity_; }
+  Tensor operator()(const std::vector<Tensor>& args) const {
+    if (static_cast<int>(args.size()) != arity_)
+      throw std::logic_error("elementwise_op_table: wrong number of arguments");
+    switch (arity_) {
+      case 1:
+        return unary_(args[0]);
+      case 2:
+        return binary_(args[0], args[1]);
+      default:
+        return ternary_(args[0], args[1], args[2]);
+    }
+  }
+
+ private:
+  int arity_;
+  UnaryFn unary_ = nullptr;
+  BinaryFn binary_ = nullptr;
+  TernaryFn ternary_ = nullptr;
+};
+
+/// A reference computed in double, of as many arguments as the op (empty: none).
+class Reference {
+ public:
+  Reference() = default;
+  template <class F>
+  requires(!std::is_same_v<std::decay_t<F>, Reference>) Reference(F f) {
+    if constexpr (std::is_invocable_r_v<double, F, double>)
+      unary_ = f;
+    else if constexpr (std::is_invocable_r_v<double, F, double, double>)
+      binary_ = f;
+    else
+      ternary_ = f;
+  }
+  bool empty() const { return unary_ == nullptr && binary_ == nullptr && ternary_ == nullptr; }
+  double operator()(const std::vector<double>& x) const {
+    if (unary_ != nullptr && x.size() == 1) return unary_(x[0]);
+    if (binary_ != nullptr && x.size() == 2) return binary_(x[0], x[1]);
+    if (ternary_ != nullptr && x.size() == 3) return ternary_(x[0], x[1], x[2]);
+    throw std::logic_error("elementwise_op_table: the reference's arity is not the op's");
+  }
+
+ private:
+  double (*unary_)(double) = nullptr;
+  double (*binary_)(double, double) = nullptr;
+  double (*ternary_)(double, double, double) = nullptr;
+};
+
+/// One elementwise op and everything the shared tests need to know about it.
+struct ElementwiseOp {
+  const char* name;  // as its error messages start: "[name] ..."; a primitive's name
+  OpFn op;
+  Reference reference;           // on values as stored in the dtype; NaN and infinities included
+  Reference int_reference = {};  // for i32, i64 and bool, when it differs (floor division...)
+  Accepts accepts;
+  bool bool_out = false;       // the result is bool, whatever the inputs' dtype
+  bool differentiable = true;  // kiln records a gradient (false: the gradient is zero)
+  Domain domain = Domain::real;
+};
+
+namespace table_refs {
+constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
+inline double sign(double x) { return std::isnan(x) ? x : x > 0 ? 1.0 : x < 0 ? -1.0 : 0.0; }
+inline double softplus(double x) {
+  return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+}
+inline double floor_div(double a, double b) { return b == 0 ? 0 : std::floor(a / b); }
+inline double int_mod(double a, double b) { return b == 0 ? 0 : a - b * std::floor(a / b); }
+inline double float_mod(double a, double b) {
+  double r = std::fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r == 0 ? std::copysign(0.0, b) : r;
+}
+inline double int_pow(double a, double b) {
+  if (b < 0) return std::fabs(a) == 1 ? std::pow(a, b) : 0;
+  return std::pow(a, b);
+}
+inline double maximum(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? not_a_number : std::max(a, b);
+}
+inline double minimum(double a, double b) {
+  return std::isnan(a) || std::isnan(b) ? not_a_number : std::min(a, b);
+}
+inline double truth(bool b) { return b ? 1.0 : 0.0; }
+}  // namespace table_refs
+
+/// The table: unary rows, then binary, then where.
+inline const std::vector<ElementwiseOp>& elementwise_ops() {
+  namespace r = table_refs;
+  using A = Accepts;
+  using D = Domain;
+  static const std::vector<ElementwiseOp> ops = {
+      // ------------------------------------------------------------------ unary
+      {.name = "neg",
+       .op = kiln::neg,
+       .reference = [](double x) { return -x; },
+       .accepts = A::numeric},
+      {.name = "abs",
+       .op = kiln::abs,
+       .reference = [](double x) { return std::fabs(x); },
+       .accepts = A::numeric,
+       .domain = D::off_zero},
+      {.name = "sign",
+       .op = kiln::sign,
+       .reference = r::sign,
+       .accepts = A::numeric,
+       .differentiable = false,
+       .domain = D::off_zero},
+      {.name = "exp",
+       .op = kiln::exp,
+       .reference = [](double x) { return std::exp(x); },
+       .accepts = A::floating},
+      {.name = "log",
+       .op = kiln::log,
+       .reference = [](double x) { return std::log(x); },
+       .accepts = A::floating,
+       .domain = D::positive},
+      {.name = "log1p",
+       .op = kiln::log1p,
+       .reference = [](double x) { return std::log1p(x); },
+       .accepts = A::floating,
+       .domain = D::positive},
+      {.name = "sqrt",
+       .op = kiln::sqrt,
+       .reference = [](double x) { return std::sqrt(x); },
+       .accepts = A::floating,
+       .domain = D::positive},
+      {.name = "rsqrt",
+       .op = kiln::rsqrt,
+       .reference = [](double x) { return 1.0 / std::sqrt(x); },
+       .accepts = A::floating,
+       .domain = D::positive},
+      {.name = "square",
+       .op = kiln::square,
+       .reference = [](double x) { return x * x; },
+       .accepts = A::numeric},
+      {.name = "sin",
+       .op = kiln::sin,
+       .reference = [](double x) { return std::sin(x); },
+       .accepts = A::floating},
+      {.name = "cos",
+       .op = kiln::cos,
+       .reference = [](double x) { return std::cos(x); },
+       .accepts = A::floating},
+      {.name = "tanh",
+       .op = kiln::tanh,
+       .reference = [](double x) { return std::tanh(x); },
+       .accepts = A::floating},
+      {.name = "sigmoid",
+       .op = kiln::sigmoid,
+       .reference = [](double x) { return 1.0 / (1.0 + std::exp(-x)); },
+       .accepts = A::floating},
+      {.name = "relu",
+       .op = kiln::relu,
+       .reference = [](double x) { return x < 0 ? 0.0 : x; },
+       .accepts = A::numeric,
+       .domain = D::off_zero},
+      {.name = "softplus", .op = kiln::softplus, .reference = r::softplus, .accepts = A::floating},
+      {.name = "floor",
+       .op = kiln::floor,
+       .reference = [](double x) { return std::floor(x); },
+       .accepts = A::numeric,
+       .differentiable = false,
+       .domain = D::off_steps},
+      {.name = "ceil",
+       .op = kiln::ceil,
+       .reference = [](double x) { return std::ceil(x); },
+       .accepts = A::numeric,
+       .differentiable = false,
+       .domain = D::off_steps},
+      {.name = "round",
+       .op = kiln::round,
+       .reference = [](double x) { return std::nearbyint(x); },  // half to even
+       .accepts = A::numeric,
+       .differentiable = false,
+       .domain = D::off_steps},
+      {.name = "logical_not",
+       .op = kiln::logical_not,
+       .reference = [](double x) { return r::truth(x == 0); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::off_zero},
+      {.name = "isnan",
+       .op = kiln::isnan,
+       .reference = [](double x) { return r::truth(std::isnan(x)); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false},
+      {.name = "isfinite",
+       .op = kiln::isfinite,
+       .reference = [](double x) { return r::truth(std::isfinite(x)); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false},
+      // ------------------------------------------------------------------ binary
+      {.name = "add",
+       .op = kiln::add,
+       .reference = [](double a, double b) { return a + b; },
+       .accepts = A::numeric},
+      {.name = "sub",
+       .op = kiln::sub,
+       .reference = [](double a, double b) { return a - b; },
+       .accepts = A::numeric},
+      {.name = "mul",
+       .op = kiln::mul,
+       .reference = [](double a, double b) { return a * b; },
+       .accepts = A::numeric},
+      {.name = "div",
+       .op = kiln::div,
+       .reference = [](double a, double b) { return a / b; },
+       .int_reference = r::floor_div,
+       .accepts = A::numeric,
+       .domain = D::positive_divisor},
+      {.name = "pow",
+       .op = kiln::pow,
+       .reference = [](double a, double b) { return std::pow(a, b); },
+       .int_reference = r::int_pow,
+       .accepts = A::numeric,
+       .domain = D::positive_base},
+      {.name = "maximum",
+       .op = kiln::maximum,
+       .reference = r::maximum,
+       .accepts = A::numeric,
+       .domain = D::apart},
+      {.name = "minimum",
+       .op = kiln::minimum,
+       .reference = r::minimum,
+       .accepts = A::numeric,
+       .domain = D::apart},
+      {.name = "mod",
+       .op = kiln::mod,
+       .reference = r::float_mod,
+       .int_reference = r::int_mod,
+       .accepts = A::numeric,
+       .domain = D::within_period},
+      {.name = "equal",
+       .op = kiln::equal,
+       .reference = [](double a, double b) { return r::truth(a == b); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::apart},
+      {.name = "not_equal",
+       .op = kiln::not_equal,
+       .reference = [](double a, double b) { return r::truth(a != b); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::apart},
+      {.name = "less",
+       .op = kiln::less,
+       .reference = [](double a, double b) { return r::truth(a < b); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::apart},
+      {.name = "less_equal",
+       .op = kiln::less_equal,
+       .reference = [](double a, double b) { return r::truth(a <= b); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::apart},
+      {.name = "greater",
+       .op = kiln::greater,
+       .reference = [](double a, double b) { return r::truth(a > b); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::apart},
+      {.name = "greater_equal",
+       .op = kiln::greater_equal,
+       .reference = [](double a, double b) { return r::truth(a >= b); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::apart},
+      {.name = "logical_and",
+       .op = kiln::logical_and,
+       .reference = [](double a, double b) { return r::truth(a != 0 && b != 0); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::off_zero},
+      {.name = "logical_or",
+       .op = kiln::logical_or,
+       .reference = [](double a, double b) { return r::truth(a != 0 || b != 0); },
+       .accepts = A::any,
+       .bool_out = true,
+       .differentiable = false,
+       .domain = D::off_zero},
+      // ------------------------------------------------------------------ ternary
+      {.name = "where",
+       .op = kiln::where,
+       .reference = [](double c, double a, double b) { return c != 0 ? a : b; },
+       .accepts = A::any},
+  };
+  return ops;
+}
+
+// ------------------------------------------------------------------ reference inputs
+
+constexpr double table_nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double table_inf = std::numeric_limits<double>::infinity();
+
+inline const std::vector<DType>& all_dtypes() {
+  static const std::vector<DType> dtypes = {f32, f64, i32, i64, boolean};
+  return dtypes;
+}
+
+/// The dtype of argument k of `op` in its `dtype` run: a ternary op's condition is bool.
+inline DType argument_dtype(const ElementwiseOp& op, std::size_t k, DType dtype) {
+  return op.op.arity() == 3 && k == 0 ? DType::boolean : dtype;
+}
+
+/// The reference inputs of `op` in `dtype`: sets of one value list per argument (floating
+/// unary ops get a second set of special values).
+inline std::vector<std::vector<std::vector<double>>> reference_inputs(const ElementwiseOp& op,
+                                                                      DType dtype) {
+  constexpr double nan = table_nan, inf = table_inf;
+  const bool floating = is_floating(dtype), boolean = dtype == DType::boolean;
+  if (op.op.arity() == 1) {
+    if (floating)
+      return {{{-3.7, -2.5, -1.5, -1.0, -0.5, -0.0, 0.0, 0.25, 0.5, 1.0, 1.5, 2.5, 3.7, 10.0, -20.0,
+                0.001}},
+              {{nan, inf, -inf, -0.0, 1000.0, -1000.0, 89.0, -89.0, 710.0, -710.0, 30.0, -30.0,
+                1e-30, -1e-30}}};
+    if (boolean) return {{{0, 1, 1, 0}}};
+    return {{{-7, -3, -1, 0, 1, 2, 5, 100}}};
+  }
+  std::vector<double> a, b;
+  if (floating) {
+    a = {-7, -3, -1, 0, 1, 2, 5, 6, 2.5, -2.5, nan, inf, -0.0, 7.5, 3, 0};
+    b = {2, -3, 4, 1, -1, 3, 2, -4, 0.5, 2, 1, 2, 1, -2, 0, 0};
+  } else if (boolean) {
+    a = {0, 0, 1, 1};
+    b = {0, 1, 0, 1};
+  } else {
+    a = {-7, -3, -1, 0, 1, 2, 5, 6, -7, 7, -1, 1, 3, 0, -2, 9};
+    b = {2, -3, 4, 1, -1, 3, 0, -4, -2, -2, -3, -5, 2, -1, 3, 4};
+  }
+  if (op.op.arity() == 2) return {{a, b}};
+  std::vector<double> cond;  // true, false, false, true, ...: every pairing of cond and a, b
+  for (std::size_t i = 0; i < a.size(); ++i) cond.push_back((i % 3 == 0) ? 1 : 0);
+  return {{cond, a, b}};
+}
+
+// ------------------------------------------------------------------ tensors and values
+
+/// A tensor of `dtype` holding `values` (which must be representable in it).
+inline Tensor make(const std::vector<double>& values, DType dtype, Shape shape = {}) {
+  if (shape.empty() && values.size() != 1) shape = Shape{static_cast<std::int64_t>(values.size())};
+  auto convert = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> typed;
+    for (double v : values) typed.push_back(static_cast<T>(v));
+    return kiln::tensor(typed, shape);
+  };
+  switch (dtype) {
+    case DType::f32:
+      return convert(float{});
+    case DType::f64:
+      return convert(double{});
+    case DType::i32:
+      return convert(std::int32_t{});
+    case DType::i64:
+      return convert(std::int64_t{});
+    case DType::boolean:
+      return convert(bool{});
+  }
+  return {};
+}
+
+/// The elements of t as double (exact for every dtype but i64 beyond 2^53).
+inline std::vector<double> values_of(const Tensor& t) {
+  std::vector<double> out;
+  auto append = [&](auto tag) {
+    using T = decltype(tag);
+    for (auto v : t.to_vector<T>()) out.push_back(static_cast<double>(v));
+  };
+  switch (t.dtype()) {
+    case DType::f32:
+      append(float{});
+      break;
+    case DType::f64:
+      append(double{});
+      break;
+    case DType::i32:
+      append(std::int32_t{});
+      break;
+    case DType::i64:
+      append(std::int64_t{});
+      break;
+    case DType::boolean:
+      append(bool{});
+      break;
+  }
+  return out;
+}
+
+/// `reference` (computed in double) as stored in dtype, then back to double.
+inline double as_dtype(double reference, DType dtype) {
+  switch (dtype) {
+    case DType::f32:
+      return static_cast<double>(static_cast<float>(reference));
+    case DType::boolean:
+      return reference != 0 ? 1.0 : 0.0;
+    default:
+      return reference;
+  }
+}
+
+/// What `op` gives, as stored, on the inputs xs (one per argument, not yet stored) in dtype.
+inline double expected(const ElementwiseOp& op, std::vector<double> xs, DType dtype) {
+  for (std::size_t k = 0; k < xs.size(); ++k) xs[k] = as_dtype(xs[k], argument_dtype(op, k, dtype));
+  const Reference& ref =
+      !is_floating(dtype) && !op.int_reference.empty() ? op.int_reference : op.reference;
+  return as_dtype(ref(xs), dtype);
+}
+
+}  // namespace kiln::test
