@@ -42,6 +42,9 @@ Tensor sigmoid(const Tensor& x);
 Tensor relu(const Tensor& x);
 /// log(1 + exp(x)), computed without overflow.
 Tensor softplus(const Tensor& x);
+/// The Gauss error function (2 / sqrt(pi)) * integral of exp(-t^2) from 0 to x, as in the exact
+/// GELU x * (1 + erf(x / sqrt(2))) / 2.
+Tensor erf(const Tensor& x);
 Tensor floor(const Tensor& x);
 Tensor ceil(const Tensor& x);
 /// Rounds half to even, like NumPy.

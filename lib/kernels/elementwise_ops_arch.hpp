@@ -283,6 +283,14 @@ struct SinOp : FloatUnary {
     return xsimd::sin(x);
   }
 };
+/// The Gauss error function, xsimd's rational approximations (the same arithmetic on every
+/// instruction set; erf(-0) = -0, erf(+-inf) = +-1, NaN stays NaN).
+struct ErfOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    return with_sign_of(xsimd::erf(x), x);
+  }
+};
 struct CosOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
