@@ -73,7 +73,32 @@ struct Plan {
   std::vector<std::uint8_t> moved_outputs;
 
   std::int64_t bytes() const;
+
+  /// The buffer value `value` lives in.
+  std::size_t root_of(std::int32_t value) const {
+    return static_cast<std::size_t>(values[static_cast<std::size_t>(value)].root);
+  }
+  /// Value `value`'s layout, data unset.
+  ArrayRef layout_of(std::int32_t value) const {
+    const Value& v = values[static_cast<std::size_t>(value)];
+    return ArrayRef{nullptr, v.dtype, v.shape, v.strides};
+  }
+  /// Value `value` read broadcast to out_shape (as elementwise kernels read it), data unset.
+  ArrayRef broadcast_layout_of(std::int32_t value, const Shape& out_shape) const {
+    const Value& v = values[static_cast<std::size_t>(value)];
+    return ArrayRef{
+        nullptr, v.dtype, out_shape,
+        v.shape == out_shape ? v.strides : broadcast_strides(v.shape, v.strides, out_shape)};
+  }
 };
+
+/// Matmul epilogues (plan_epilogues.cpp), run by build_plan on the lowered steps before memory
+/// planning: a sum of matmul products and at most one other term (a bias, broadcast or not),
+/// `x W + h U + b` in an RNN or LSTM step or `x W + b` in a dense layer, is computed without the
+/// sum: the other term is copied into the sum's buffer first and every product is accumulated
+/// into it by its GEMM (beta = 1). It pays when the products are read only by the sum: one pass
+/// over the output instead of one per term, and no buffer per product.
+void fuse_matmul_epilogues(Plan& plan);
 
 /// Builds the plan of graph g for the given node shapes (null: the nodes' own, static shapes).
 Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
