@@ -96,21 +96,22 @@ inline ArrayRef kernel_input_ref(Prim p, void* data, const InputLayout& in,
 /// `target`, which provides
 ///   std::size_t num_inputs() const;
 ///   InputLayout input(std::size_t i) const;    // input i as it is now (after copies)
-///   void view(const ViewLayout& layout);        // the result is a view of input 0
-///   void flat(const FlatCall& call);             // one row-kernel call
+///   R view(const ViewLayout& layout);           // the result is a view of input 0
+///   R flat(const FlatCall& call);                // one row-kernel call
 ///   void make_contiguous(std::size_t i);         // read input i from a contiguous copy
-///   void kernel();                               // kernel_for(p) on kernel_input_ref of
+///   R kernel();                                  // kernel_for(p) on kernel_input_ref of
 ///                                                // each input, then the output
-/// exactly one of view, flat and kernel is called.
+/// exactly one of view, flat and kernel is called, and lower() returns what it returns (the
+/// eager target returns the output tensor, so it is built in place).
 template <class Target>
-void lower(Prim p, const Attrs& attrs, DType out_dtype, const Shape& out_shape, Target& target) {
+auto lower(Prim p, const Attrs& attrs, DType out_dtype, const Shape& out_shape, Target& target)
+    -> decltype(target.kernel()) {
   const std::size_t count = target.num_inputs();
   if (info(p).family == Family::movement && count == 1) {
     const InputLayout in = target.input(0);
     if (std::optional<ViewLayout> layout =
             view_layout(p, *in.shape, *in.strides, in.offset, attrs, out_shape)) {
-      target.view(*layout);
-      return;
+      return target.view(*layout);
     }
   }
   if (is_elementwise(p) && count <= 3) {
@@ -124,23 +125,22 @@ void lower(Prim p, const Attrs& attrs, DType out_dtype, const Shape& out_shape, 
       for (std::size_t i = 0; i < count && flat; ++i) {
         const InputLayout in = target.input(i);
         if (i == (count == 3 ? 1 : 0)) in_dtype = in.dtype;
-        if (in.shape->numel() == 1)
-          call.strides[i] = 0;
-        else if (*in.shape == out_shape && is_contiguous_layout(*in.shape, *in.strides))
+        if (*in.shape == out_shape && is_contiguous_layout(*in.shape, *in.strides))
           call.strides[i] = 1;
+        else if (in.shape->numel() == 1)
+          call.strides[i] = 0;  // one element, broadcast
         else
           flat = false;
       }
       if (flat) {
         call.fn = row_kernel(p, in_dtype, out_dtype);
-        target.flat(call);
-        return;
+        return target.flat(call);
       }
     }
   }
   for (std::size_t i = 0; i < count; ++i)
     if (!reads_in_place(p, i, target.input(i))) target.make_contiguous(i);
-  target.kernel();
+  return target.kernel();
 }
 
 }  // namespace kiln::detail

@@ -26,15 +26,16 @@ class EagerTarget {
     return InputLayout{impl.dtype, &impl.shape, &impl.strides, impl.offset};
   }
 
-  void view(const ViewLayout& layout) {
-    out_ = make_view(*inputs_[0], out_shape_, layout.strides, layout.offset);
+  Tensor view(const ViewLayout& layout) {
+    return make_view(*inputs_[0], out_shape_, layout.strides, layout.offset);
   }
 
-  void flat(const FlatCall& call) {
-    allocate_output();
+  Tensor flat(const FlatCall& call) {
+    Tensor out = allocate_output();
     std::array<const void*, 3> data{};
     for (std::size_t i = 0; i < inputs_.size(); ++i) data[i] = inputs_[i]->impl()->data();
-    run_flat(call, data.data(), out_.impl()->data());
+    run_flat(call, data.data(), out.impl()->data());
+    return out;
   }
 
   void make_contiguous(std::size_t i) {
@@ -42,9 +43,9 @@ class EagerTarget {
     copied_[i] = inputs_[i]->contiguous();
   }
 
-  void kernel() {
-    allocate_output();
-    const TensorImpl& out_impl = *out_.impl();
+  Tensor kernel() {
+    Tensor out = allocate_output();
+    const TensorImpl& out_impl = *out.impl();
     const ArrayRef out_ref{out_impl.data(), out_dtype_, out_shape_, out_impl.strides};
     constexpr std::size_t small = 4;
     static_assert(std::is_trivially_destructible_v<ArrayRef>);
@@ -59,15 +60,14 @@ class EagerTarget {
       new (&refs[i]) ArrayRef(kernel_input_ref(p_, impl_of(i)->data(), input(i), out_shape_));
     kernel_for(p_)(
         KernelCall{p_, std::span<const ArrayRef>(refs, inputs_.size()), out_ref, attrs_});
+    return out;
   }
-
-  Tensor take_output() { return std::move(out_); }
 
  private:
   const TensorImpl* impl_of(std::size_t i) const {
     return (copied_.empty() || !copied_[i].defined() ? *inputs_[i] : copied_[i]).impl().get();
   }
-  void allocate_output() { out_ = empty(out_shape_, out_dtype_, name(p_).data()); }  // literals
+  Tensor allocate_output() const { return empty(out_shape_, out_dtype_, name(p_).data()); }
 
   Prim p_;
   std::span<const Tensor* const> inputs_;
@@ -75,7 +75,6 @@ class EagerTarget {
   DType out_dtype_;
   const Shape& out_shape_;
   std::vector<Tensor> copied_;  // contiguous copies of inputs a kernel cannot read in place
-  Tensor out_;
 };
 
 }  // namespace
@@ -83,8 +82,7 @@ class EagerTarget {
 Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
                      DType out_dtype, const Shape& out_shape) {
   EagerTarget target(p, inputs, attrs, out_dtype, out_shape);
-  lower(p, attrs, out_dtype, out_shape, target);
-  return target.take_output();
+  return lower(p, attrs, out_dtype, out_shape, target);
 }
 
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
