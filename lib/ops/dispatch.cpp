@@ -26,7 +26,8 @@ class EagerTarget {
     return InputLayout{impl.dtype, &impl.shape, &impl.strides, impl.offset};
   }
 
-  Tensor view(const ViewLayout& layout) {
+  // view, make_contiguous and kernel stay out of line, so the flat path of lower() is compact.
+  [[gnu::noinline]] Tensor view(const ViewLayout& layout) {
     return make_view(*inputs_[0], out_shape_, layout.strides, layout.offset);
   }
 
@@ -38,12 +39,12 @@ class EagerTarget {
     return out;
   }
 
-  void make_contiguous(std::size_t i) {
+  [[gnu::noinline]] void make_contiguous(std::size_t i) {
     if (copied_.empty()) copied_.resize(inputs_.size());
     copied_[i] = inputs_[i]->contiguous();
   }
 
-  Tensor kernel() {
+  [[gnu::noinline]] Tensor kernel() {
     Tensor out = allocate_output();
     const TensorImpl& out_impl = *out.impl();
     const ArrayRef out_ref{out_impl.data(), out_dtype_, out_shape_, out_impl.strides};
