@@ -61,6 +61,11 @@ class RowAnalysis {
         return false;
       case Node::Kind::assign:
         return std::nullopt;
+      case Node::Kind::scan:  // control flow runs whole (its regions are not split)
+      case Node::Kind::while_loop:
+      case Node::Kind::cond:
+      case Node::Kind::output:
+        return std::nullopt;
       case Node::Kind::fused:
         return elementwise_rule(id, node);
       case Node::Kind::primitive:

@@ -9,10 +9,11 @@
 
 namespace kiln::detail {
 
-Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes) {
+Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes,
+                            const std::vector<std::int64_t>* dim_values) {
   Executable e;
   e.split = plan_batch_split(g, shapes);
-  e.plan = build_plan(g, shapes);
+  e.plan = build_plan(g, shapes, dim_values);
   return e;
 }
 

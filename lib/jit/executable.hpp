@@ -26,7 +26,9 @@ struct Executable {
 };
 
 /// Builds the executable of g for the node shapes given (null: the nodes' own).
-Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
+/// `dim_values`: the dynamic dims' sizes the shapes were bound with (see build_plan).
+Executable build_executable(const GraphData& g, const std::vector<Shape>* shapes = nullptr,
+                            const std::vector<std::int64_t>* dim_values = nullptr);
 
 /// Runs it: the split's halves when the pair helper is ready to take one (pair_helper_ready),
 /// else the whole plan, which is faster than both halves one after the other on this thread.

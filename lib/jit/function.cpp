@@ -102,7 +102,8 @@ std::shared_ptr<const Executable> ConcreteFunctionImpl::executable_for(
     bound_bytes = 0;
   }
   const std::vector<Shape> shapes = bind_shapes(*graph, values);
-  auto bound_executable = std::make_shared<const Executable>(build_executable(*graph, &shapes));
+  auto bound_executable =
+      std::make_shared<const Executable>(build_executable(*graph, &shapes, &values));
   const auto bytes = bound_executable->bytes() +
                      static_cast<std::int64_t>(values.size() * sizeof(std::int64_t) + 64);
   bound_bytes += bytes;

@@ -38,6 +38,23 @@ std::string attrs_text(const Node& n) {
   return parts.empty() ? "" : fmt::format("[{}]", fmt::join(parts, " "));
 }
 
+const char* control_flow_name(const Node& n) {
+  switch (n.kind) {
+    case Node::Kind::scan:
+      return "scan";
+    case Node::Kind::while_loop:
+      return "while_loop";
+    default:
+      return "cond";
+  }
+}
+
+const char* region_name(const Node& n, std::size_t r) {
+  if (n.kind == Node::Kind::scan) return "body";
+  if (n.kind == Node::Kind::while_loop) return r == 0 ? "cond" : "body";
+  return r == 0 ? "true" : "false";
+}
+
 std::string node_text(const GraphData& g, std::int32_t id) {
   const Node& n = g.nodes[static_cast<std::size_t>(id)];
   const std::string type = fmt::format("{}{}", dtype_name(n.dtype), n.shape.to_string());
@@ -57,6 +74,26 @@ std::string node_text(const GraphData& g, std::int32_t id) {
     case Node::Kind::fused:
       return fmt::format("{}:{} = fused[{}] {}", value_name(id), type, n.program->text,
                          fmt::join(ins, " "));
+    case Node::Kind::output:
+      return fmt::format("{}:{} = output {} {}", value_name(id), type, n.index, ins.front());
+    case Node::Kind::scan:
+    case Node::Kind::while_loop:
+    case Node::Kind::cond: {
+      std::string text = fmt::format("{} = {}[{}] {}", value_name(id), control_flow_name(n),
+                                     fmt::join(n.attrs.ints, ","), fmt::join(ins, " "));
+      for (std::size_t r = 0; r < n.regions.size(); ++r) {
+        std::string body = n.regions[r]->to_string();
+        std::string indented;
+        for (char c : body) {
+          indented += c;
+          if (c == '\n') indented += "      ";
+        }
+        while (!indented.empty() && indented.back() == ' ') indented.pop_back();
+        text += fmt::format("\n    {}: {}", region_name(n, r), indented);
+        if (!text.empty() && text.back() == '\n') text.pop_back();
+      }
+      return text;
+    }
     case Node::Kind::primitive:
       break;
   }
@@ -113,6 +150,19 @@ std::string GraphData::to_dot() const {
         label = fmt::format("fused\\n{}", n.program->text);
         style = ", style=filled, fillcolor=lightblue";
         break;
+      case Node::Kind::output:
+        label = fmt::format("output {}", n.index);
+        style = ", shape=ellipse";
+        break;
+      case Node::Kind::scan:
+      case Node::Kind::while_loop:
+      case Node::Kind::cond: {
+        std::size_t body_nodes = 0;
+        for (const auto& r : n.regions) body_nodes += r->nodes.size();
+        label = fmt::format("{}\\n{} region nodes", control_flow_name(n), body_nodes);
+        style = ", style=filled, fillcolor=palegreen";
+        break;
+      }
     }
     out += fmt::format("  n{} [label=\"%{} {}\\n{}{}\"{}];\n", i, i, label, dtype_name(n.dtype),
                        n.shape.to_string(), style);
@@ -138,6 +188,7 @@ std::int64_t GraphData::bytes() const {
                                          n.program->text.capacity());
     if (n.kind == Node::Kind::constant && n.constant.defined())
       total += n.constant.size() * static_cast<std::int64_t>(dtype_size(n.constant.dtype()));
+    for (const auto& r : n.regions) total += r->bytes();
   }
   return total;
 }
@@ -218,7 +269,7 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
     Node& n = g.nodes[i];
     for (auto& in : n.inputs) in = replacement[static_cast<std::size_t>(in)];
     if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::assign ||
-        n.kind == Node::Kind::fused)
+        n.kind == Node::Kind::fused || n.is_control_flow())
       continue;
     const Attrs& a = n.attrs;
     Key key{static_cast<int>(n.kind),
@@ -233,7 +284,7 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
             static_cast<int>(n.dtype),
             a.ints,
             n.kind == Node::Kind::constant ? n.constant.impl().get() : nullptr,
-            n.kind == Node::Kind::variable ? n.index : -1};
+            n.kind == Node::Kind::variable || n.kind == Node::Kind::output ? n.index : -1};
     auto [it, inserted] = seen.emplace(std::move(key), static_cast<std::int32_t>(i));
     if (!inserted) {
       replacement[i] = it->second;

@@ -23,6 +23,20 @@ struct Node {
     primitive,  // prim applied to inputs
     assign,     // new value of variable slot `index` (inputs[0]); a side effect, kept in order
     fused,      // a fused elementwise program over inputs (made by fuse_elementwise)
+    // Control flow: nodes with subgraphs (`regions`) and several results, each read through an
+    // `output` node. Their own dtype and shape mean nothing. Region parameters are numbered as
+    // below; a region's captures are outer values its body used (inputs after the others).
+    scan,        // regions {body}; inputs: carries (attrs.ints[0]), xs (ints[1]), captures;
+                 // body(carries, x slices, captures) -> (carries, ys); results: carries, then
+                 // each y stacked along a new axis 0; ints[2]: 1 to run from the last step;
+                 // attrs.axis: the step count when there are no xs (else xs' leading dim)
+    while_loop,  // regions {cond, body}; inputs: values (ints[0]), cond's captures (ints[1]),
+                 // body's captures (ints[2]); cond(values, captures) -> bool scalar;
+                 // body(values, captures) -> values; results: the values; ints[3]: maximum
+                 // iterations (-1: none)
+    cond,        // regions {true, false}; inputs: pred, operands (ints[0]), true's captures
+                 // (ints[1]), false's captures (ints[2]); results: the chosen region's outputs
+    output,      // result `index` of the control-flow node inputs[0]
   };
   Kind kind = Kind::primitive;
   Prim prim = Prim::add;
@@ -33,6 +47,11 @@ struct Node {
   Tensor constant;
   std::int32_t index = -1;
   std::shared_ptr<const FusedProgram> program;  // fused nodes
+  std::vector<std::shared_ptr<const struct GraphData>> regions;  // control-flow nodes
+
+  bool is_control_flow() const {
+    return kind == Kind::scan || kind == Kind::while_loop || kind == Kind::cond;
+  }
 };
 
 /// A whole traced function: nodes in a valid execution order, its outputs and side effects.

@@ -1,5 +1,7 @@
 #include "jit/passes.hpp"
 
+#include <memory>
+
 #include <array>
 
 namespace kiln::detail {
@@ -25,6 +27,14 @@ std::span<const GraphPass> graph_passes() { return pipeline; }
 
 void run_graph_passes(GraphData& graph, const FunctionOptions& options) {
   if (!options.optimize) return;
+  // Control-flow regions first, each as a graph of its own (their parameters stay as they are).
+  for (Node& node : graph.nodes) {
+    for (auto& region : node.regions) {
+      auto optimized = std::make_shared<GraphData>(*region);
+      run_graph_passes(*optimized, options);
+      region = std::move(optimized);
+    }
+  }
   for (const GraphPass& pass : pipeline) {
     if (!pass.enabled(options)) continue;
     if (pass.run(graph) > 0 && pass.cse_after_change) eliminate_common_subexpressions(graph);

@@ -17,7 +17,9 @@ namespace {
 
 class PlanBuilder {
  public:
-  PlanBuilder(const GraphData& g, const std::vector<Shape>* shapes) : g_(g), shapes_(shapes) {}
+  PlanBuilder(const GraphData& g, const std::vector<Shape>* shapes,
+              const std::vector<std::int64_t>* dim_values)
+      : g_(g), shapes_(shapes), dim_values_(dim_values) {}
 
   Plan build() {
     plan_.values.resize(g_.nodes.size());
@@ -96,7 +98,47 @@ class PlanBuilder {
       case Node::Kind::primitive:
         add_primitive(id, node, shape);
         return;
+      case Node::Kind::scan:
+      case Node::Kind::while_loop:
+      case Node::Kind::cond:
+        add_control_flow(id, node);
+        return;
+      case Node::Kind::output:
+        add_control_flow_result(id, node, shape);
+        return;
     }
+  }
+
+  /// A region step: the node's inputs now; its results are added by the output nodes.
+  void add_control_flow(std::int32_t id, const Node& node) {
+    Plan::Step step;
+    step.kind = Plan::Step::Kind::region;
+    step.node = id;
+    step.values = node.inputs;
+    step.num_inputs = static_cast<std::int32_t>(node.inputs.size());
+    for (const auto& region : node.regions) {
+      if (dim_values_ == nullptr) {
+        step.region_plans.push_back(std::make_shared<const Plan>(build_plan(*region)));
+      } else {
+        const std::vector<Shape> shapes = bind_shapes(*region, *dim_values_);
+        step.region_plans.push_back(
+            std::make_shared<const Plan>(build_plan(*region, &shapes, dim_values_)));
+      }
+    }
+    region_step_.resize(g_.nodes.size(), -1);
+    region_step_[static_cast<std::size_t>(id)] = static_cast<std::int32_t>(plan_.steps.size());
+    plan_.steps.push_back(std::move(step));
+  }
+
+  /// Result `node.index` of a control-flow node: an escape buffer its step hands over.
+  void add_control_flow_result(std::int32_t id, const Node& node, const Shape& shape) {
+    Plan::Value value = fresh_value(node.dtype, shape);
+    plan_.roots[static_cast<std::size_t>(value.root)].kind = Plan::Root::Kind::escape;
+    plan_.values[static_cast<std::size_t>(id)] = value;
+    Plan::Step& step = plan_.steps[static_cast<std::size_t>(
+        region_step_[static_cast<std::size_t>(node.inputs[0])])];
+    step.values.push_back(id);
+    step.result_index.push_back(node.index);
   }
 
   void add_fused(std::int32_t id, const Node& node, const Shape& shape) {
@@ -184,6 +226,10 @@ class PlanBuilder {
     };
     for (auto o : g_.outputs) escape(o);
     for (auto s : g_.side_effects) escape(s);
+    // A region step hands its inputs to sub-plans as tensors: none lives in the arena.
+    for (const Plan::Step& step : plan_.steps)
+      if (step.kind == Plan::Step::Kind::region)
+        for (std::int32_t i = 0; i < step.num_inputs; ++i) escape(step.values[static_cast<std::size_t>(i)]);
   }
 
   void mark_escape_allocations() {
@@ -192,6 +238,11 @@ class PlanBuilder {
     // earlier steps run.
     std::vector<bool> allocated(plan_.roots.size(), false);
     for (Plan::Step& step : plan_.steps) {
+      if (step.kind == Plan::Step::Kind::region) {  // its results are the sub-plans' tensors
+        for (std::size_t i = static_cast<std::size_t>(step.num_inputs); i < step.values.size(); ++i)
+          allocated[root_of(step.values[i])] = true;
+        continue;
+      }
       const std::size_t r = root_of(step.values.back());
       Plan::Root& root = plan_.roots[r];
       if (root.kind == Plan::Root::Kind::escape && !allocated[r]) {
@@ -300,6 +351,8 @@ class PlanBuilder {
 
   const GraphData& g_;
   const std::vector<Shape>* shapes_;
+  const std::vector<std::int64_t>* dim_values_;
+  std::vector<std::int32_t> region_step_;  // control-flow node id -> its step
   Plan plan_;
   std::vector<std::int32_t> copies_;  // node id -> its contiguous copy's value, or -1
 };
@@ -317,8 +370,9 @@ std::int64_t Plan::bytes() const {
   return total;
 }
 
-Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes) {
-  return PlanBuilder(g, shapes).build();
+Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes,
+                const std::vector<std::int64_t>* dim_values) {
+  return PlanBuilder(g, shapes, dim_values).build();
 }
 
 std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values) {
@@ -425,7 +479,34 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
                 std::is_trivially_copy_constructible_v<ArrayRef>);
   alignas(ArrayRef) unsigned char small_refs[small * sizeof(ArrayRef)];
   std::vector<ArrayRef> many_refs;
+  // Hands out a value as a tensor: its root's tensor, or a view of it. Arena values never get
+  // here (mark_escapes moved every output and assigned value out of the arena).
+  const auto tensor_of = [&](std::int32_t value) -> Tensor {
+    const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
+    const Tensor& base = *bound[static_cast<std::size_t>(v.root)].tensor;
+    const TensorImpl& impl = *base.impl();
+    if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
+    return make_view(base, v.shape, v.strides, impl.offset + v.offset);
+  };
   for (const Plan::Step& step : plan.steps) {
+    if (step.kind == Plan::Step::Kind::region) {
+      std::vector<Tensor> ins;
+      ins.reserve(static_cast<std::size_t>(step.num_inputs));
+      for (std::int32_t k = 0; k < step.num_inputs; ++k)
+        ins.push_back(tensor_of(step.values[static_cast<std::size_t>(k)]));
+      std::vector<Tensor> results = run_control_flow(
+          g.nodes[static_cast<std::size_t>(step.node)], step.region_plans, ins, function_name);
+      for (std::size_t k = static_cast<std::size_t>(step.num_inputs); k < step.values.size(); ++k) {
+        RootBinding& b = bound[static_cast<std::size_t>(
+            plan.values[static_cast<std::size_t>(step.values[k])].root)];
+        b.held = results[static_cast<std::size_t>(
+                             step.result_index[k - static_cast<std::size_t>(step.num_inputs)])]
+                     .contiguous();
+        b.tensor = &b.held;
+        b.address = b.held.impl()->data();
+      }
+      continue;
+    }
     if (step.allocate_escape >= 0) {
       const auto r = static_cast<std::size_t>(step.allocate_escape);
       const Plan::Root& root = plan.roots[r];
@@ -474,19 +555,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
         copy_strided(refs[0], refs[1]);
         break;
       case Plan::Step::Kind::flat:
+      case Plan::Step::Kind::region:
         break;
     }
   }
 
-  // Hands out a value as a tensor: its root's tensor, or a view of it. Arena values never get
-  // here (mark_escapes moved every output and assigned value out of the arena).
-  const auto tensor_of = [&](std::int32_t value) -> Tensor {
-    const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
-    const Tensor& base = *bound[static_cast<std::size_t>(v.root)].tensor;
-    const TensorImpl& impl = *base.impl();
-    if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
-    return make_view(base, v.shape, v.strides, impl.offset + v.offset);
-  };
   for (auto s : g.side_effects) {
     const Node& node = g.nodes[static_cast<std::size_t>(s)];
     vars[static_cast<std::size_t>(node.index)]->write(tensor_of(s).contiguous());

@@ -48,6 +48,8 @@ struct Plan {
       flat,    // one elementwise row kernel call: inputs contiguous or single elements
       fused,   // run_fused(program) on refs
       copy,    // copy_strided(refs[0] -> refs[1]): a contiguous copy for a kernel's input
+      region,  // a control-flow node: runs region_plans (values: its inputs, then the results
+               // read by output nodes, each an escape buffer the step hands over)
     };
     Kind kind = Kind::kernel;
     Prim prim = Prim::add;
@@ -62,6 +64,11 @@ struct Plan {
     /// Fused steps: how run_fused walks the refs (null for long rows, which need the refs).
     std::shared_ptr<const FusedLayout> fused_layout;
     FlatCall flat;  // flat steps: the row-kernel call
+    /// Region steps: a plan per region of the node (for the node shapes this plan is built for),
+    /// how many of `values` are inputs, and which result each later value is.
+    std::vector<std::shared_ptr<const Plan>> region_plans;
+    std::int32_t num_inputs = 0;
+    std::vector<std::int32_t> result_index;
   };
 
   std::vector<Root> roots;
@@ -101,7 +108,17 @@ struct Plan {
 void fuse_matmul_epilogues(Plan& plan);
 
 /// Builds the plan of graph g for the given node shapes (null: the nodes' own, static shapes).
-Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr);
+/// `dim_values` (the dynamic dims' sizes those shapes were bound with) binds the shapes of
+/// control-flow regions too.
+Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr,
+                const std::vector<std::int64_t>* dim_values = nullptr);
+
+/// Runs control-flow node `node` (scan, while_loop or cond) on its input tensors with the
+/// region plans built for it; returns every result (plan_regions.cpp).
+std::vector<Tensor> run_control_flow(const Node& node,
+                                     std::span<const std::shared_ptr<const Plan>> region_plans,
+                                     const std::vector<Tensor>& inputs,
+                                     const std::string& function_name);
 
 /// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads
 /// are bound first (or taken from `variable_values`, one per variable slot, read by the caller:

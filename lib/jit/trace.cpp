@@ -22,6 +22,13 @@ TraceContext::TraceContext(std::string function_name, bool allow_variable_creati
       function_name_(std::move(function_name)),
       allow_variable_creation_(allow_variable_creation) {}
 
+TraceContext::TraceContext(TraceContext& parent)
+    : parent_(&parent),
+      id_(next_trace_id.fetch_add(1)),
+      function_name_(parent.function_name_),
+      allow_variable_creation_(parent.allow_variable_creation_),
+      num_symbols_(parent.num_symbols_) {}
+
 TraceContext::~TraceContext() {
   for (auto it = undo_.rbegin(); it != undo_.rend(); ++it) (*it)();
   for (auto it = claimed_.rbegin(); it != claimed_.rend(); ++it)
@@ -35,6 +42,10 @@ void TraceContext::commit() {
 }
 
 void TraceContext::add_created_variable(const std::shared_ptr<VariableImpl>& v) {
+  if (parent_) {
+    outermost().add_created_variable(v);
+    return;
+  }
   mark_provisional(*v);
   owned_.push_back(v);
   claimed_.push_back(v.get());
@@ -64,9 +75,52 @@ Tensor TraceContext::add_parameter(DType dtype, const Shape& shape, std::int32_t
   return symbolic(add_node(std::move(n)));
 }
 
+std::int32_t TraceContext::capture(const Tensor& outer, const char* what) {
+  const TensorImpl& impl = *outer.impl();
+  if (impl.trace_id == id_) return impl.node;
+  if (parent_ == nullptr)
+    fail(function_name_,
+         "{} is a symbolic tensor of another trace (a tensor from inside a traced function or a "
+         "loop or branch body escaped it, e.g. into a global or a captured variable); return it "
+         "from that function or body instead",
+         what);
+  // The parent's node for it (captured there first if it is from further out).
+  const bool from_parent = impl.trace_id == parent_->id_;
+  const std::int32_t in_parent = from_parent ? impl.node : parent_->capture(outer, what);
+  if (auto it = captured_.find(in_parent); it != captured_.end()) return it->second;
+  Node n;
+  n.kind = Node::Kind::parameter;
+  n.dtype = impl.dtype;
+  n.shape = impl.shape;
+  n.index = static_cast<std::int32_t>(graph_.num_parameters++);
+  const std::int32_t id = add_node(std::move(n));
+  captured_.emplace(in_parent, id);
+  captures_.push_back(from_parent ? outer : parent_->symbolic(in_parent));
+  return id;
+}
+
+std::vector<Tensor> TraceContext::add_control_flow(Node node, const std::vector<DType>& dtypes,
+                                                   const std::vector<Shape>& shapes) {
+  node.dtype = DType::boolean;  // a control-flow node's own type means nothing
+  node.shape = Shape{};
+  const std::int32_t id = add_node(std::move(node));
+  std::vector<Tensor> results;
+  for (std::size_t k = 0; k < dtypes.size(); ++k) {
+    Node out;
+    out.kind = Node::Kind::output;
+    out.dtype = dtypes[k];
+    out.shape = shapes[k];
+    out.index = static_cast<std::int32_t>(k);
+    out.inputs = {id};
+    results.push_back(symbolic(add_node(std::move(out))));
+  }
+  return results;
+}
+
 std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
   const TensorImpl& impl = *t.impl();
   if (impl.is_symbolic()) {
+    if (impl.trace_id != id_ && parent_ != nullptr) return capture(t, what);
     if (impl.trace_id != id_)
       fail(function_name_,
            "{} is a symbolic tensor of another trace (a tensor from inside a traced function "
@@ -133,6 +187,7 @@ std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v)
 }
 
 Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
+  if (parent_) return symbolic(capture(parent_->read_variable(v), "a variable's value"));
   const std::int32_t slot = variable_slot(v);
   auto& cur = current_value_[static_cast<std::size_t>(slot)];
   if (cur < 0) {
@@ -149,6 +204,11 @@ Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
 }
 
 void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) {
+  if (parent_)
+    fail(function_name_,
+         "variable '{}' is assigned inside a scan, while_loop or cond body; assign it outside "
+         "(return the new value from the body)",
+         v->name);
   const std::int32_t slot = variable_slot(v);
   Node n;
   n.kind = Node::Kind::assign;

@@ -19,6 +19,11 @@ class TraceContext final : public TraceHooks {
   /// `allow_variable_creation`: whether variables may be created while this trace runs (only
   /// during a function's first trace). `function_name` is used in messages.
   TraceContext(std::string function_name, bool allow_variable_creation);
+  /// The trace of a control-flow region (a scan, while_loop or cond body) inside `parent`:
+  /// symbolic tensors of enclosing traces that the body uses become parameters of the region
+  /// (captures, after its own parameters), variable reads are the parent's reads captured, and
+  /// variables created or undo actions registered go to the outermost trace.
+  explicit TraceContext(TraceContext& parent);
   /// Unless commit() was called: runs the on_failure actions (newest first) and ends this
   /// trace's claims on provisional variables as failed.
   ~TraceContext();
@@ -50,18 +55,38 @@ class TraceContext final : public TraceHooks {
   /// Registers `undo` to run if this trace fails (ends without commit()): it reverts
   /// bookkeeping done while tracing, such as a module or variable store recording a variable
   /// the trace created, so that a failed trace leaves no trace. `undo` must not throw.
-  void on_failure(std::function<void()> undo) override { undo_.push_back(std::move(undo)); }
+  void on_failure(std::function<void()> undo) override {
+    if (parent_)
+      outermost().on_failure(std::move(undo));
+    else
+      undo_.push_back(std::move(undo));
+  }
   /// The trace succeeded: its on_failure actions are dropped, and the provisional variables it
   /// created or used are kept.
   void commit();
   /// Marks t (an output of the traced function) and returns its node.
   std::int32_t node_of(const Tensor& t, const char* what);
 
+  /// A region trace's captures: the enclosing trace's tensors its parameters after the first
+  /// ones stand for, in parameter order.
+  const std::vector<Tensor>& captures() const { return captures_; }
+  /// Adds a control-flow node (kind scan, while_loop or cond, with its regions) and an output
+  /// node per result of the given types; returns the results as symbolic tensors.
+  std::vector<Tensor> add_control_flow(Node node, const std::vector<DType>& dtypes,
+                                       const std::vector<Shape>& shapes);
+
  private:
   std::int32_t add_node(Node n);
   Tensor symbolic(std::int32_t node);
+  /// The node standing for `outer`, a symbolic tensor of this trace or an enclosing one
+  /// (captured into this region, and into every region between, on first use).
+  std::int32_t capture(const Tensor& outer, const char* what);
+  TraceContext& outermost() { return parent_ ? parent_->outermost() : *this; }
   std::int32_t variable_slot(const std::shared_ptr<VariableImpl>& v);
 
+  TraceContext* parent_ = nullptr;  // region traces: the trace the region is in
+  std::vector<Tensor> captures_;    // region traces: see captures()
+  std::unordered_map<std::int32_t, std::int32_t> captured_;  // parent's node -> parameter
   std::uint64_t id_;
   std::string function_name_;
   bool allow_variable_creation_;

@@ -1,0 +1,360 @@
+// scan, while_loop and cond: eager loops when nothing traces, region nodes (bodies traced once
+// into subgraphs) inside a traced function. See include/kiln/control_flow.hpp.
+
+#include "kiln/control_flow.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "core/fail.hpp"
+#include "core/hooks.hpp"
+#include "core/tensor_impl.hpp"
+#include "jit/trace.hpp"
+#include "kiln/ops.hpp"
+#include "ops/dispatch.hpp"
+
+namespace kiln {
+
+namespace {
+
+using detail::fail;
+
+std::string type_text(const Tensor& t) {
+  return fmt::format("{} {}", dtype_name(t.dtype()), t.shape().to_string());
+}
+
+void check_all_defined(const std::vector<Tensor>& ts, const char* op, const char* what) {
+  for (std::size_t i = 0; i < ts.size(); ++i)
+    if (!ts[i].defined()) fail(op, "{} {} is an undefined tensor", what, i);
+}
+
+/// Fails unless `now` has the shapes and dtypes of `before` (the loop's carry or a branch's
+/// results).
+void check_same_types(const std::vector<Tensor>& before, const std::vector<Tensor>& now,
+                      const char* op, const char* what, const char* who) {
+  if (now.size() != before.size())
+    fail(op, "{} returned {} {}s, expected {}", who, now.size(), what, before.size());
+  for (std::size_t i = 0; i < now.size(); ++i) {
+    if (!now[i].defined()) fail(op, "{} returned an undefined tensor as {} {}", who, what, i);
+    if (now[i].dtype() != before[i].dtype() || now[i].shape() != before[i].shape())
+      fail(op, "{} changed {} {} from {} to {}", who, what, i, type_text(before[i]),
+           type_text(now[i]));
+  }
+}
+
+/// A boolean scalar's value (pred of cond, the result of while_loop's cond).
+bool truth(const Tensor& t, const char* op, const char* what) {
+  if (!t.defined()) fail(op, "{} is an undefined tensor", what);
+  if (t.dtype() != DType::boolean || t.size() != 1 || t.ndim() != 0)
+    fail(op, "{} must be a boolean scalar, got {}", what, type_text(t));
+  return t.item<bool>();
+}
+
+/// The number of steps of a scan over xs, checking that every x has it as its leading dim.
+std::int64_t scan_length(const std::vector<Tensor>& xs, const ScanOptions& options) {
+  if (xs.empty()) {
+    if (options.length < 0) fail("scan", "needs options.length when xs is empty");
+    return options.length;
+  }
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (xs[i].ndim() == 0) fail("scan", "xs {} is a scalar; scan runs over the leading axis", i);
+  const std::int64_t n = xs[0].shape()[0];
+  for (std::size_t i = 1; i < xs.size(); ++i)
+    if (xs[i].shape()[0] != n)
+      fail("scan", "xs {} has {} steps along its leading axis, but xs 0 has {}", i,
+           detail::dim_text(xs[i].shape()[0]), detail::dim_text(n));
+  if (options.length >= 0 && options.length != n)
+    fail("scan", "options.length is {} but xs have {} steps", options.length,
+         detail::dim_text(n));
+  return n;
+}
+
+std::pair<std::vector<Tensor>, std::vector<Tensor>> eager_scan(const ScanBody& body,
+                                                               const std::vector<Tensor>& init,
+                                                               const std::vector<Tensor>& xs,
+                                                               std::int64_t length, bool reverse) {
+  std::vector<Tensor> carry = init;
+  std::vector<std::vector<Tensor>> ys;  // per output, per step
+  for (std::int64_t k = 0; k < length; ++k) {
+    const std::int64_t t = reverse ? length - 1 - k : k;
+    std::vector<Tensor> x;
+    x.reserve(xs.size());
+    for (const Tensor& s : xs) x.push_back(squeeze(slice(s, 0, t, t + 1), {0}));
+    auto [next, y] = body(carry, x);
+    check_same_types(carry, next, "scan", "carry", "the body");
+    if (k == 0) {
+      ys.resize(y.size());
+      for (std::size_t i = 0; i < y.size(); ++i)
+        if (!y[i].defined()) fail("scan", "the body returned an undefined tensor as y {}", i);
+    } else if (y.size() != ys.size()) {
+      fail("scan", "the body returned {} ys at step {}, {} at the first step", y.size(), t,
+           ys.size());
+    }
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      if (k > 0 && (y[i].dtype() != ys[i][0].dtype() || y[i].shape() != ys[i][0].shape()))
+        fail("scan", "the body changed y {} from {} to {} at step {}", i, type_text(ys[i][0]),
+             type_text(y[i]), t);
+      ys[i].push_back(y[i]);
+    }
+    carry = std::move(next);
+  }
+  std::vector<Tensor> stacked;
+  for (auto& per_step : ys) {
+    if (reverse) std::reverse(per_step.begin(), per_step.end());
+    stacked.push_back(stack(per_step, 0));
+  }
+  return {carry, stacked};
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ traced: region nodes
+
+namespace detail {
+
+namespace {
+
+struct Types {
+  std::vector<DType> dtypes;
+  std::vector<Shape> shapes;
+  void add(DType d, const Shape& s) {
+    dtypes.push_back(d);
+    shapes.push_back(s);
+  }
+  void add(const Tensor& t) { add(t.dtype(), t.shape()); }
+};
+
+/// One traced region: its graph and the parent tensors its capture parameters stand for.
+struct Region {
+  std::shared_ptr<GraphData> graph;
+  std::vector<Tensor> captures;
+};
+
+TraceContext& current_trace(const char* op) {
+  auto* trace = dynamic_cast<TraceContext*>(active_trace());
+  if (trace == nullptr) fail(op, "internal: no trace is being recorded");
+  if (any_tape_recording())
+    fail(op,
+         "gradients through a {} inside kiln::function are not supported yet; record the tape "
+         "outside the function, or run it eagerly (kiln::run_functions_eagerly)",
+         op);
+  return *trace;
+}
+
+/// Traces fn once on parameters of the given types into a region of `parent`; its results are
+/// checked by `check` and become the region's outputs.
+Region trace_region(TraceContext& parent, const Types& params,
+                    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+                    const std::function<void(const std::vector<Tensor>&)>& check) {
+  TraceContext child(parent);
+  std::vector<Tensor> args;
+  for (std::size_t i = 0; i < params.dtypes.size(); ++i)
+    args.push_back(
+        child.add_parameter(params.dtypes[i], params.shapes[i], static_cast<std::int32_t>(i)));
+  std::vector<Tensor> results;
+  {
+    TraceScope scope(&child);
+    results = fn(args);
+    check(results);
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      const std::string what = fmt::format("result {} of the body", k);
+      child.graph().outputs.push_back(child.node_of(results[k], what.c_str()));
+    }
+  }
+  child.commit();
+  Region region{std::make_shared<GraphData>(std::move(child.graph())), child.captures()};
+  return region;
+}
+
+void add_inputs(TraceContext& trace, Node& node, const std::vector<Tensor>& ts, const char* what) {
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const std::string text = fmt::format("{} {}", what, i);
+    node.inputs.push_back(trace.node_of(ts[i], text.c_str()));
+  }
+}
+
+}  // namespace
+
+std::pair<std::vector<Tensor>, std::vector<Tensor>> traced_scan(const ScanBody& body,
+                                                                const std::vector<Tensor>& init,
+                                                                const std::vector<Tensor>& xs,
+                                                                std::int64_t length,
+                                                                bool reverse) {
+  TraceContext& trace = current_trace("scan");
+  Types params;
+  for (const Tensor& c : init) params.add(c);
+  for (const Tensor& x : xs) {
+    Shape slice_shape;
+    for (std::size_t d = 1; d < x.shape().size(); ++d) slice_shape.push_back(x.shape()[d]);
+    params.add(x.dtype(), slice_shape);
+  }
+  const std::size_t nc = init.size(), nx = xs.size();
+  std::size_t ny = 0;
+  Types ys;
+  Region region = trace_region(
+      trace, params,
+      [&](const std::vector<Tensor>& args) {
+        const std::vector<Tensor> carry(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc));
+        const std::vector<Tensor> x(args.begin() + static_cast<std::ptrdiff_t>(nc), args.end());
+        auto [next, y] = body(carry, x);
+        check_same_types(init, next, "scan", "carry", "the body");
+        ny = y.size();
+        for (std::size_t i = 0; i < y.size(); ++i)
+          if (!y[i].defined()) fail("scan", "the body returned an undefined tensor as y {}", i);
+        next.insert(next.end(), y.begin(), y.end());
+        for (const Tensor& t : y) {
+          Shape stacked{xs.empty() ? length : xs[0].shape()[0]};
+          for (auto d : t.shape()) stacked.push_back(d);
+          ys.add(t.dtype(), stacked);
+        }
+        return next;
+      },
+      [](const std::vector<Tensor>&) {});
+  Node node;
+  node.kind = Node::Kind::scan;
+  add_inputs(trace, node, init, "init");
+  add_inputs(trace, node, xs, "xs");
+  add_inputs(trace, node, region.captures, "capture");
+  node.attrs.ints = {static_cast<std::int64_t>(nc), static_cast<std::int64_t>(nx),
+                     reverse ? 1 : 0};
+  node.attrs.axis = xs.empty() ? length : -1;
+  node.regions = {std::move(region.graph)};
+  Types results;
+  for (const Tensor& c : init) results.add(c);
+  for (std::size_t i = 0; i < ny; ++i) results.add(ys.dtypes[i], ys.shapes[i]);
+  std::vector<Tensor> out = trace.add_control_flow(std::move(node), results.dtypes, results.shapes);
+  std::vector<Tensor> carry(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(nc));
+  std::vector<Tensor> stacked(out.begin() + static_cast<std::ptrdiff_t>(nc), out.end());
+  return {carry, stacked};
+}
+
+std::vector<Tensor> traced_while_loop(
+    const std::function<Tensor(const std::vector<Tensor>&)>& cond_fn,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body,
+    const std::vector<Tensor>& init, std::int64_t maximum_iterations) {
+  TraceContext& trace = current_trace("while_loop");
+  Types params;
+  for (const Tensor& v : init) params.add(v);
+  Region cond_region = trace_region(
+      trace, params, [&](const std::vector<Tensor>& args) { return std::vector<Tensor>{cond_fn(args)}; },
+      [](const std::vector<Tensor>& r) {
+        if (!r[0].defined()) fail("while_loop", "the result of cond is an undefined tensor");
+        if (r[0].dtype() != DType::boolean || r[0].ndim() != 0)
+          fail("while_loop", "the result of cond must be a boolean scalar, got {}",
+               type_text(r[0]));
+      });
+  Region body_region = trace_region(
+      trace, params, body,
+      [&](const std::vector<Tensor>& r) { check_same_types(init, r, "while_loop", "value", "the body"); });
+  Node node;
+  node.kind = Node::Kind::while_loop;
+  add_inputs(trace, node, init, "init");
+  add_inputs(trace, node, cond_region.captures, "capture");
+  add_inputs(trace, node, body_region.captures, "capture");
+  node.attrs.ints = {static_cast<std::int64_t>(init.size()),
+                     static_cast<std::int64_t>(cond_region.captures.size()),
+                     static_cast<std::int64_t>(body_region.captures.size()), maximum_iterations};
+  node.regions = {std::move(cond_region.graph), std::move(body_region.graph)};
+  return trace.add_control_flow(std::move(node), params.dtypes, params.shapes);
+}
+
+std::vector<Tensor> traced_cond(
+    const Tensor& pred,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& true_fn,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& false_fn,
+    const std::vector<Tensor>& operands) {
+  if (!pred.impl()->is_symbolic())  // known while tracing: only that branch is traced
+    return truth(pred, "cond", "pred") ? true_fn(operands) : false_fn(operands);
+  TraceContext& trace = current_trace("cond");
+  Types params;
+  for (const Tensor& v : operands) params.add(v);
+  std::vector<Tensor> true_results;
+  Region true_region = trace_region(trace, params, true_fn, [&](const std::vector<Tensor>& r) {
+    check_all_defined(r, "cond", "result of true_fn");
+    true_results = r;
+  });
+  Region false_region = trace_region(trace, params, false_fn, [&](const std::vector<Tensor>& r) {
+    check_same_types(true_results, r, "cond", "result", "false_fn (against true_fn)");
+  });
+  Node node;
+  node.kind = Node::Kind::cond;
+  node.inputs.push_back(trace.node_of(pred, "pred"));
+  add_inputs(trace, node, operands, "operand");
+  add_inputs(trace, node, true_region.captures, "capture");
+  add_inputs(trace, node, false_region.captures, "capture");
+  node.attrs.ints = {static_cast<std::int64_t>(operands.size()),
+                     static_cast<std::int64_t>(true_region.captures.size()),
+                     static_cast<std::int64_t>(false_region.captures.size())};
+  node.regions = {std::move(true_region.graph), std::move(false_region.graph)};
+  Types results;
+  for (const Tensor& t : true_results) results.add(t);
+  return trace.add_control_flow(std::move(node), results.dtypes, results.shapes);
+}
+
+}  // namespace detail
+
+std::pair<std::vector<Tensor>, std::vector<Tensor>> scan(const ScanBody& body,
+                                                         const std::vector<Tensor>& init,
+                                                         const std::vector<Tensor>& xs,
+                                                         const ScanOptions& options) {
+  if (!body) fail("scan", "body is empty");
+  check_all_defined(init, "scan", "init");
+  check_all_defined(xs, "scan", "xs");
+  const std::int64_t length = scan_length(xs, options);
+  if (detail::active_trace() != nullptr)
+    return detail::traced_scan(body, init, xs, length, options.reverse);
+  return eager_scan(body, init, xs, length, options.reverse);
+}
+
+std::pair<Tensor, Tensor> scan(
+    const std::function<std::pair<Tensor, Tensor>(const Tensor&, const Tensor&)>& body,
+    const Tensor& init, const Tensor& xs, const ScanOptions& options) {
+  if (!body) fail("scan", "body is empty");
+  auto [carry, ys] = scan(
+      [&](const std::vector<Tensor>& c, const std::vector<Tensor>& x) {
+        auto [next, y] = body(c[0], x[0]);
+        return std::pair<std::vector<Tensor>, std::vector<Tensor>>{{next}, {y}};
+      },
+      {init}, {xs}, options);
+  return {carry[0], ys[0]};
+}
+
+std::vector<Tensor> while_loop(
+    const std::function<Tensor(const std::vector<Tensor>&)>& cond_fn,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body,
+    const std::vector<Tensor>& init, const WhileOptions& options) {
+  if (!cond_fn) fail("while_loop", "cond is empty");
+  if (!body) fail("while_loop", "body is empty");
+  check_all_defined(init, "while_loop", "init");
+  if (detail::active_trace() != nullptr)
+    return detail::traced_while_loop(cond_fn, body, init, options.maximum_iterations);
+  std::vector<Tensor> values = init;
+  for (std::int64_t i = 0; options.maximum_iterations < 0 || i < options.maximum_iterations; ++i) {
+    if (!truth(cond_fn(values), "while_loop", "the result of cond")) break;
+    std::vector<Tensor> next = body(values);
+    check_same_types(values, next, "while_loop", "value", "the body");
+    values = std::move(next);
+  }
+  return values;
+}
+
+std::vector<Tensor> cond(
+    const Tensor& pred,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& true_fn,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& false_fn,
+    const std::vector<Tensor>& operands) {
+  if (!true_fn) fail("cond", "true_fn is empty");
+  if (!false_fn) fail("cond", "false_fn is empty");
+  if (!pred.defined()) fail("cond", "pred is an undefined tensor");
+  if (pred.dtype() != DType::boolean || pred.ndim() != 0)
+    fail("cond", "pred must be a boolean scalar, got {}", type_text(pred));
+  check_all_defined(operands, "cond", "operand");
+  if (detail::active_trace() != nullptr)
+    return detail::traced_cond(pred, true_fn, false_fn, operands);
+  return truth(pred, "cond", "pred") ? true_fn(operands) : false_fn(operands);
+}
+
+}  // namespace kiln
