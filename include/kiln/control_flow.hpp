@@ -38,10 +38,9 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> scan(const ScanBody& body,
                                                          const ScanOptions& options = {});
 
 /// One carry tensor and one x tensor: body(c, x) -> std::pair(c, y).
-std::pair<Tensor, Tensor> scan(const std::function<std::pair<Tensor, Tensor>(const Tensor&,
-                                                                             const Tensor&)>& body,
-                               const Tensor& init, const Tensor& xs,
-                               const ScanOptions& options = {});
+std::pair<Tensor, Tensor> scan(
+    const std::function<std::pair<Tensor, Tensor>(const Tensor&, const Tensor&)>& body,
+    const Tensor& init, const Tensor& xs, const ScanOptions& options = {});
 
 struct WhileOptions {
   /// Stop after this many iterations even if cond still holds (-1: no limit).
@@ -58,9 +57,10 @@ std::vector<Tensor> while_loop(
 /// pred ? true_fn(operands) : false_fn(operands), where pred is a boolean scalar tensor. Both
 /// branches return lists of the same shapes and dtypes. Traced, both are traced once and the
 /// branch is chosen when the function runs.
-std::vector<Tensor> cond(const Tensor& pred,
-                         const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& true_fn,
-                         const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& false_fn,
-                         const std::vector<Tensor>& operands);
+std::vector<Tensor> cond(
+    const Tensor& pred,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& true_fn,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& false_fn,
+    const std::vector<Tensor>& operands);
 
 }  // namespace kiln

@@ -87,6 +87,23 @@ void note_variable_read(const Variable& v, const Tensor& value) {
       track_variable_read(*tape, v, value);
 }
 
+void record_multi_output(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                         const MultiGradFn& rule) {
+  for (TapeState* tape : tape_stack) {
+    if (!tape->recording) continue;
+    if (std::none_of(inputs.begin(), inputs.end(),
+                     [&](const Tensor& t) { return tracks(*tape, t); }))
+      continue;
+    TapeEntry e;
+    e.inputs.assign(inputs.begin(), inputs.end());
+    e.outputs.assign(outputs.begin(), outputs.end());
+    e.multi = rule;
+    for (const Tensor& o : outputs)
+      if (is_floating(o.dtype())) tape->tracked.insert(o.impl().get());
+    tape->entries.push_back(std::move(e));
+  }
+}
+
 void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output) {
   if (!is_floating(output.dtype()) || !is_differentiable(p)) return;
   for (TapeState* tape : tape_stack) {
@@ -233,10 +250,23 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   grads.emplace(target.impl().get(), seed);
   try {
     for (auto it = tape.entries.rbegin(); it != tape.entries.rend(); ++it) {
-      auto found = grads.find(it->output.impl().get());
-      if (found == grads.end()) continue;
-      const Tensor g = found->second;
-      std::vector<Tensor> input_grads = it->custom ? it->custom(g) : detail::primitive_vjp(*it, g);
+      std::vector<Tensor> input_grads;
+      if (it->multi) {
+        std::vector<Tensor> output_grads;
+        bool any = false;
+        for (const Tensor& o : it->outputs) {
+          auto found = grads.find(o.impl().get());
+          output_grads.push_back(found != grads.end() ? found->second : Tensor());
+          any = any || found != grads.end();
+        }
+        if (!any) continue;
+        input_grads = it->multi(output_grads);
+      } else {
+        auto found = grads.find(it->output.impl().get());
+        if (found == grads.end()) continue;
+        const Tensor g = found->second;
+        input_grads = it->custom ? it->custom(g) : detail::primitive_vjp(*it, g);
+      }
       for (std::size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
         const Tensor& in = it->inputs[i];
         if (!input_grads[i].defined() || !detail::tracks(tape, in)) continue;

@@ -1,6 +1,7 @@
 #pragma once
 // Tape internals: what apply() records and what gradient() walks back.
 
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -14,13 +15,20 @@ namespace kiln::detail {
 
 struct TensorImpl;
 
-/// One recorded application: a primitive (prim + attrs) or a custom-gradient call.
+/// The gradients of a recorded multi-output application's inputs, given its outputs'
+/// gradients (an undefined tensor where an output got none; at least one is defined).
+using MultiGradFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& output_grads)>;
+
+/// One recorded application: a primitive (prim + attrs), a custom-gradient call, or an
+/// application with several outputs and its own rule (a traced scan).
 struct TapeEntry {
   Prim prim = Prim::add;
   std::vector<Tensor> inputs;
   Attrs attrs;
   Tensor output;
-  GradFn custom;  // set for custom_gradient entries
+  GradFn custom;                // set for custom_gradient entries
+  std::vector<Tensor> outputs;  // multi-output entries (output is unset)
+  MultiGradFn multi;
 };
 
 struct TapeState {
@@ -41,6 +49,11 @@ struct TapeState {
 
 /// Records one primitive application on every recording tape that tracks one of its inputs.
 void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output);
+
+/// Records an application with several outputs and its gradient rule on every recording tape
+/// that tracks one of its inputs (the outputs are then tracked).
+void record_multi_output(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
+                         const MultiGradFn& rule);
 
 /// The vector-Jacobian rule of a primitive entry: one gradient per input (undefined where the
 /// input gets none). Written with kiln ops.

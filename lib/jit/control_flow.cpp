@@ -9,10 +9,13 @@
 #include <memory>
 #include <string>
 
+#include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "jit/trace.hpp"
+#include "kiln/autodiff.hpp"
+#include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
 
@@ -67,8 +70,7 @@ std::int64_t scan_length(const std::vector<Tensor>& xs, const ScanOptions& optio
       fail("scan", "xs {} has {} steps along its leading axis, but xs 0 has {}", i,
            detail::dim_text(xs[i].shape()[0]), detail::dim_text(n));
   if (options.length >= 0 && options.length != n)
-    fail("scan", "options.length is {} but xs have {} steps", options.length,
-         detail::dim_text(n));
+    fail("scan", "options.length is {} but xs have {} steps", options.length, detail::dim_text(n));
   return n;
 }
 
@@ -133,10 +135,10 @@ struct Region {
   std::vector<Tensor> captures;
 };
 
-TraceContext& current_trace(const char* op) {
+TraceContext& current_trace(const char* op, bool differentiable = false) {
   auto* trace = dynamic_cast<TraceContext*>(active_trace());
   if (trace == nullptr) fail(op, "internal: no trace is being recorded");
-  if (any_tape_recording())
+  if (!differentiable && any_tape_recording())
     fail(op,
          "gradients through a {} inside kiln::function are not supported yet; record the tape "
          "outside the function, or run it eagerly (kiln::run_functions_eagerly)",
@@ -178,12 +180,104 @@ void add_inputs(TraceContext& trace, Node& node, const std::vector<Tensor>& ts, 
 
 }  // namespace
 
+/// The gradient rule of a traced scan (recorded on tapes as one multi-output entry): a scan in
+/// the other direction whose body re-runs the forward body at each step's saved carry under a
+/// tape and takes the vector-Jacobian product there. Residuals are the carries entering each
+/// step (stacked by the forward scan as hidden outputs), so memory is one carry per step.
+struct ScanGradient {
+  ScanBody body;
+  std::vector<Tensor> init, xs, captures, residuals, carry_out;
+  bool reverse = false;
+
+  static bool floating(const Tensor& t) { return is_floating(t.dtype()); }
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& output_grads) const {
+    const std::size_t nc = init.size(), nx = xs.size(), ncap = captures.size();
+    const std::size_t ny = output_grads.size() - nc;
+    std::vector<Tensor> carry_b;  // d carry (per carry), then d capture accumulators
+    for (std::size_t i = 0; i < nc; ++i)
+      carry_b.push_back(output_grads[i].defined() && floating(init[i]) ? output_grads[i]
+                                                                       : zeros_like(carry_out[i]));
+    for (const Tensor& c : captures) carry_b.push_back(zeros_like(c));
+    std::vector<Tensor> xs_b = xs;  // x, then the saved carries, then d ys (where defined)
+    xs_b.insert(xs_b.end(), residuals.begin(), residuals.end());
+    std::vector<std::size_t> dy_index;  // which ys have a gradient
+    for (std::size_t j = 0; j < ny; ++j)
+      if (output_grads[nc + j].defined()) {
+        dy_index.push_back(j);
+        xs_b.push_back(output_grads[nc + j]);
+      }
+    const ScanBody backward = [this, nc, nx, ncap, dy_index](const std::vector<Tensor>& cb,
+                                                             const std::vector<Tensor>& xb) {
+      auto* region = dynamic_cast<TraceContext*>(active_trace());
+      std::vector<Tensor> x(xb.begin(), xb.begin() + static_cast<std::ptrdiff_t>(nx));
+      std::vector<Tensor> c(xb.begin() + static_cast<std::ptrdiff_t>(nx),
+                            xb.begin() + static_cast<std::ptrdiff_t>(nx + nc));
+      GradientTape tape;
+      std::vector<Tensor> sources;
+      for (const Tensor& t : c)
+        if (floating(t)) tape.watch(t);
+      for (const Tensor& t : x)
+        if (floating(t)) tape.watch(t);
+      std::vector<Tensor> capture_uses;  // per capture: the outer tensor and its region tensor
+      for (const Tensor& p : captures) {
+        capture_uses.push_back(p);
+        capture_uses.push_back(region != nullptr ? region->captured(p, "a capture") : p);
+        for (std::size_t k = capture_uses.size() - 2; k < capture_uses.size(); ++k)
+          if (floating(capture_uses[k])) tape.watch(capture_uses[k]);
+      }
+      auto [c_next, y] = body(c, x);
+      Tensor target;
+      const auto add_term = [&](const Tensor& v, const Tensor& g) {
+        if (!floating(v)) return;
+        Tensor term = sum(v * g);
+        target = target.defined() ? target + term : term;
+      };
+      for (std::size_t i = 0; i < nc; ++i) add_term(c_next[i], cb[i]);
+      for (std::size_t k = 0; k < dy_index.size(); ++k) add_term(y[dy_index[k]], xb[nx + nc + k]);
+      std::vector<Tensor> all = c;
+      all.insert(all.end(), x.begin(), x.end());
+      all.insert(all.end(), capture_uses.begin(), capture_uses.end());
+      for (const Tensor& t : all)
+        if (floating(t)) sources.push_back(t);
+      std::vector<Tensor> grads;
+      if (target.defined()) grads = tape.gradient(target, sources);
+      std::size_t next = 0;
+      const auto grad_of = [&](const Tensor& t) -> Tensor {
+        if (!floating(t)) return zeros_like(t);
+        return target.defined() ? grads[next++] : zeros_like(t);
+      };
+      std::vector<Tensor> carry;
+      for (std::size_t i = 0; i < nc; ++i) {
+        Tensor g = grad_of(c[i]);
+        carry.push_back(floating(c[i]) ? g : cb[i]);
+      }
+      std::vector<Tensor> dx;
+      for (const Tensor& t : x) dx.push_back(grad_of(t));
+      for (std::size_t k = 0; k < ncap; ++k) {
+        Tensor g = grad_of(capture_uses[2 * k]);
+        Tensor h = grad_of(capture_uses[2 * k + 1]);
+        carry.push_back(floating(captures[k]) ? cb[nc + k] + g + h : cb[nc + k]);
+      }
+      return std::pair<std::vector<Tensor>, std::vector<Tensor>>{carry, dx};
+    };
+    auto [final_b, dxs] = kiln::scan(backward, carry_b, xs_b, {.reverse = !reverse});
+    std::vector<Tensor> grads;
+    for (std::size_t i = 0; i < nc; ++i) grads.push_back(floating(init[i]) ? final_b[i] : Tensor());
+    for (std::size_t i = 0; i < nx; ++i) grads.push_back(floating(xs[i]) ? dxs[i] : Tensor());
+    for (std::size_t k = 0; k < ncap; ++k)
+      grads.push_back(floating(captures[k]) ? final_b[nc + k] : Tensor());
+    return grads;
+  }
+};
+
 std::pair<std::vector<Tensor>, std::vector<Tensor>> traced_scan(const ScanBody& body,
                                                                 const std::vector<Tensor>& init,
                                                                 const std::vector<Tensor>& xs,
-                                                                std::int64_t length,
-                                                                bool reverse) {
-  TraceContext& trace = current_trace("scan");
+                                                                std::int64_t length, bool reverse) {
+  TraceContext& trace = current_trace("scan", /*differentiable=*/true);
+  // Under a tape the scan also returns the carry entering each step (the gradient's residuals).
+  const bool save_residuals = any_tape_recording();
   Types params;
   for (const Tensor& c : init) params.add(c);
   for (const Tensor& x : xs) {
@@ -192,12 +286,19 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> traced_scan(const ScanBody& 
     params.add(x.dtype(), slice_shape);
   }
   const std::size_t nc = init.size(), nx = xs.size();
+  const std::int64_t steps = xs.empty() ? length : xs[0].shape()[0];
   std::size_t ny = 0;
   Types ys;
+  const auto stacked_type = [&](const Tensor& t) {
+    Shape stacked{steps};
+    for (auto d : t.shape()) stacked.push_back(d);
+    ys.add(t.dtype(), stacked);
+  };
   Region region = trace_region(
       trace, params,
       [&](const std::vector<Tensor>& args) {
-        const std::vector<Tensor> carry(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc));
+        const std::vector<Tensor> carry(args.begin(),
+                                        args.begin() + static_cast<std::ptrdiff_t>(nc));
         const std::vector<Tensor> x(args.begin() + static_cast<std::ptrdiff_t>(nc), args.end());
         auto [next, y] = body(carry, x);
         check_same_types(init, next, "scan", "carry", "the body");
@@ -205,10 +306,10 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> traced_scan(const ScanBody& 
         for (std::size_t i = 0; i < y.size(); ++i)
           if (!y[i].defined()) fail("scan", "the body returned an undefined tensor as y {}", i);
         next.insert(next.end(), y.begin(), y.end());
-        for (const Tensor& t : y) {
-          Shape stacked{xs.empty() ? length : xs[0].shape()[0]};
-          for (auto d : t.shape()) stacked.push_back(d);
-          ys.add(t.dtype(), stacked);
+        for (const Tensor& t : y) stacked_type(t);
+        if (save_residuals) {
+          next.insert(next.end(), carry.begin(), carry.end());
+          for (const Tensor& t : carry) stacked_type(t);
         }
         return next;
       },
@@ -218,16 +319,32 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> traced_scan(const ScanBody& 
   add_inputs(trace, node, init, "init");
   add_inputs(trace, node, xs, "xs");
   add_inputs(trace, node, region.captures, "capture");
-  node.attrs.ints = {static_cast<std::int64_t>(nc), static_cast<std::int64_t>(nx),
-                     reverse ? 1 : 0};
+  node.attrs.ints = {static_cast<std::int64_t>(nc), static_cast<std::int64_t>(nx), reverse ? 1 : 0};
   node.attrs.axis = xs.empty() ? length : -1;
   node.regions = {std::move(region.graph)};
   Types results;
   for (const Tensor& c : init) results.add(c);
-  for (std::size_t i = 0; i < ny; ++i) results.add(ys.dtypes[i], ys.shapes[i]);
+  for (std::size_t i = 0; i < ys.dtypes.size(); ++i) results.add(ys.dtypes[i], ys.shapes[i]);
   std::vector<Tensor> out = trace.add_control_flow(std::move(node), results.dtypes, results.shapes);
   std::vector<Tensor> carry(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(nc));
-  std::vector<Tensor> stacked(out.begin() + static_cast<std::ptrdiff_t>(nc), out.end());
+  std::vector<Tensor> stacked(out.begin() + static_cast<std::ptrdiff_t>(nc),
+                              out.begin() + static_cast<std::ptrdiff_t>(nc + ny));
+  if (save_residuals) {
+    ScanGradient rule{
+        body,
+        init,
+        xs,
+        region.captures,
+        std::vector<Tensor>(out.begin() + static_cast<std::ptrdiff_t>(nc + ny), out.end()),
+        carry,
+        reverse};
+    std::vector<Tensor> inputs = init;
+    inputs.insert(inputs.end(), xs.begin(), xs.end());
+    inputs.insert(inputs.end(), rule.captures.begin(), rule.captures.end());
+    std::vector<Tensor> outputs = carry;
+    outputs.insert(outputs.end(), stacked.begin(), stacked.end());
+    record_multi_output(inputs, outputs, rule);
+  }
   return {carry, stacked};
 }
 
@@ -239,16 +356,17 @@ std::vector<Tensor> traced_while_loop(
   Types params;
   for (const Tensor& v : init) params.add(v);
   Region cond_region = trace_region(
-      trace, params, [&](const std::vector<Tensor>& args) { return std::vector<Tensor>{cond_fn(args)}; },
+      trace, params,
+      [&](const std::vector<Tensor>& args) { return std::vector<Tensor>{cond_fn(args)}; },
       [](const std::vector<Tensor>& r) {
         if (!r[0].defined()) fail("while_loop", "the result of cond is an undefined tensor");
         if (r[0].dtype() != DType::boolean || r[0].ndim() != 0)
           fail("while_loop", "the result of cond must be a boolean scalar, got {}",
                type_text(r[0]));
       });
-  Region body_region = trace_region(
-      trace, params, body,
-      [&](const std::vector<Tensor>& r) { check_same_types(init, r, "while_loop", "value", "the body"); });
+  Region body_region = trace_region(trace, params, body, [&](const std::vector<Tensor>& r) {
+    check_same_types(init, r, "while_loop", "value", "the body");
+  });
   Node node;
   node.kind = Node::Kind::while_loop;
   add_inputs(trace, node, init, "init");

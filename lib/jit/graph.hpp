@@ -46,7 +46,7 @@ struct Node {
   Shape shape;
   Tensor constant;
   std::int32_t index = -1;
-  std::shared_ptr<const FusedProgram> program;  // fused nodes
+  std::shared_ptr<const FusedProgram> program;                   // fused nodes
   std::vector<std::shared_ptr<const struct GraphData>> regions;  // control-flow nodes
 
   bool is_control_flow() const {

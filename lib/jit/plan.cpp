@@ -229,7 +229,8 @@ class PlanBuilder {
     // A region step hands its inputs to sub-plans as tensors: none lives in the arena.
     for (const Plan::Step& step : plan_.steps)
       if (step.kind == Plan::Step::Kind::region)
-        for (std::int32_t i = 0; i < step.num_inputs; ++i) escape(step.values[static_cast<std::size_t>(i)]);
+        for (std::int32_t i = 0; i < step.num_inputs; ++i)
+          escape(step.values[static_cast<std::size_t>(i)]);
   }
 
   void mark_escape_allocations() {
@@ -399,35 +400,45 @@ void lock_variables(const GraphData& g, const std::string& function_name,
   }
 }
 
+namespace {
+/// A root's tensor (for arguments, constants, variables and escapes) and address in one call.
+struct RootBinding {
+  Tensor held;                     // a tensor made for this call (escape, variable, copy)
+  const Tensor* tensor = nullptr;  // the root's tensor (null in the arena)
+  char* address = nullptr;
+};
+}  // namespace
+
 void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
               const std::string& function_name, std::vector<Tensor>& outputs,
               std::span<const Tensor> variable_values) {
-  // Per-thread scratch (a plan never runs inside another on the same thread: nested functions
-  // inline while tracing), emptied on exit so it keeps nothing alive between calls.
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<std::shared_ptr<VariableImpl>>
-      vars_scratch;
-  std::vector<std::shared_ptr<VariableImpl>>& vars = vars_scratch;
-  struct ClearVarsOnExit {
-    std::vector<std::shared_ptr<VariableImpl>>& v;
-    ~ClearVarsOnExit() { v.clear(); }
-  } clear_vars_on_exit{vars};
+  // Per-thread scratch, one set per nesting level (a control-flow step runs its regions' plans
+  // inside this one), emptied on exit so it keeps nothing alive between calls.
+  struct Scratch {
+    std::vector<std::shared_ptr<VariableImpl>> vars;
+    std::vector<RootBinding> bindings;
+  };
+  __attribute__((tls_model("initial-exec"))) thread_local std::vector<std::unique_ptr<Scratch>>
+      scratch_levels;
+  __attribute__((tls_model("initial-exec"))) thread_local std::size_t level = 0;
+  if (scratch_levels.size() <= level) scratch_levels.push_back(std::make_unique<Scratch>());
+  Scratch& scratch = *scratch_levels[level];
+  struct Nest {
+    std::size_t& level;
+    Scratch& scratch;
+    explicit Nest(std::size_t& l, Scratch& s) : level(l), scratch(s) { ++level; }
+    ~Nest() {
+      scratch.vars.clear();
+      for (RootBinding& r : scratch.bindings) r.held = Tensor();
+      --level;
+    }
+  } nest{level, scratch};
+  std::vector<std::shared_ptr<VariableImpl>>& vars = scratch.vars;
   // Bind variables first: a destroyed variable fails the call before anything runs.
   if (variable_values.empty()) lock_variables(g, function_name, vars);
   // Each root's tensor (for arguments, constants, variables and escapes) and address.
-  struct RootBinding {
-    Tensor held;                     // a tensor made for this call (escape, variable, copy)
-    const Tensor* tensor = nullptr;  // the root's tensor (null in the arena)
-    char* address = nullptr;
-  };
-  __attribute__((tls_model("initial-exec"))) thread_local std::vector<RootBinding> bindings;
-  std::vector<RootBinding>& bound = bindings;
+  std::vector<RootBinding>& bound = scratch.bindings;
   bound.resize(plan.roots.size());
-  struct ReleaseOnExit {
-    std::vector<RootBinding>& b;
-    ~ReleaseOnExit() {
-      for (RootBinding& r : b) r.held = Tensor();
-    }
-  } release_on_exit{bound};
 
   Tensor arena;
   char* arena_base = nullptr;
@@ -494,8 +505,8 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
       ins.reserve(static_cast<std::size_t>(step.num_inputs));
       for (std::int32_t k = 0; k < step.num_inputs; ++k)
         ins.push_back(tensor_of(step.values[static_cast<std::size_t>(k)]));
-      std::vector<Tensor> results = run_control_flow(
-          g.nodes[static_cast<std::size_t>(step.node)], step.region_plans, ins, function_name);
+      std::vector<Tensor> results = run_control_flow(g.nodes[static_cast<std::size_t>(step.node)],
+                                                     step.region_plans, ins, function_name);
       for (std::size_t k = static_cast<std::size_t>(step.num_inputs); k < step.values.size(); ++k) {
         RootBinding& b = bound[static_cast<std::size_t>(
             plan.values[static_cast<std::size_t>(step.values[k])].root)];

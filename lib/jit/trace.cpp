@@ -5,6 +5,7 @@
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "kiln/variable.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::detail {
@@ -99,6 +100,13 @@ std::int32_t TraceContext::capture(const Tensor& outer, const char* what) {
   return id;
 }
 
+Tensor TraceContext::captured(const Tensor& outer, const char* what) {
+  const std::int32_t node = capture(outer, what);
+  Tensor& t = capture_tensors_[node];
+  if (!t.defined()) t = symbolic(node);
+  return t;
+}
+
 std::vector<Tensor> TraceContext::add_control_flow(Node node, const std::vector<DType>& dtypes,
                                                    const std::vector<Shape>& shapes) {
   node.dtype = DType::boolean;  // a control-flow node's own type means nothing
@@ -187,7 +195,13 @@ std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v)
 }
 
 Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
-  if (parent_) return symbolic(capture(parent_->read_variable(v), "a variable's value"));
+  if (parent_) {
+    // The enclosing trace's read, captured. Tapes see it as a read of v too, so a gradient
+    // with respect to v reaches the control-flow node that captured it.
+    Tensor outer = parent_->read_variable(v);
+    if (any_tape_recording()) tape_hooks.note_variable_read(Variable(v), outer);
+    return captured(outer, "a variable's value");
+  }
   const std::int32_t slot = variable_slot(v);
   auto& cur = current_value_[static_cast<std::size_t>(slot)];
   if (cur < 0) {

@@ -70,6 +70,10 @@ class TraceContext final : public TraceHooks {
   /// A region trace's captures: the enclosing trace's tensors its parameters after the first
   /// ones stand for, in parameter order.
   const std::vector<Tensor>& captures() const { return captures_; }
+  /// In a region trace: the one symbolic tensor standing for `outer` (a tensor of an enclosing
+  /// trace), capturing it on first use. Variable reads in the region return these too, so a
+  /// gradient tape sees every use of a capture as one tensor.
+  Tensor captured(const Tensor& outer, const char* what);
   /// Adds a control-flow node (kind scan, while_loop or cond, with its regions) and an output
   /// node per result of the given types; returns the results as symbolic tensors.
   std::vector<Tensor> add_control_flow(Node node, const std::vector<DType>& dtypes,
@@ -86,7 +90,8 @@ class TraceContext final : public TraceHooks {
 
   TraceContext* parent_ = nullptr;  // region traces: the trace the region is in
   std::vector<Tensor> captures_;    // region traces: see captures()
-  std::unordered_map<std::int32_t, std::int32_t> captured_;  // parent's node -> parameter
+  std::unordered_map<std::int32_t, std::int32_t> captured_;   // parent's node -> parameter
+  std::unordered_map<std::int32_t, Tensor> capture_tensors_;  // parameter -> its tensor
   std::uint64_t id_;
   std::string function_name_;
   bool allow_variable_creation_;
