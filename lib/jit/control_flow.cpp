@@ -207,8 +207,9 @@ struct ScanGradient {
         dy_index.push_back(j);
         xs_b.push_back(output_grads[nc + j]);
       }
-    const ScanBody backward = [this, nc, nx, ncap, dy_index](const std::vector<Tensor>& cb,
-                                                             const std::vector<Tensor>& xb) {
+    // By value: an outer tape may record this backward scan and run it again later.
+    const ScanBody backward = [body = body, captures = captures, nc, nx, ncap, dy_index](
+                                  const std::vector<Tensor>& cb, const std::vector<Tensor>& xb) {
       auto* region = dynamic_cast<TraceContext*>(active_trace());
       std::vector<Tensor> x(xb.begin(), xb.begin() + static_cast<std::ptrdiff_t>(nx));
       std::vector<Tensor> c(xb.begin() + static_cast<std::ptrdiff_t>(nx),
@@ -352,6 +353,38 @@ std::vector<Tensor> traced_while_loop(
     const std::function<Tensor(const std::vector<Tensor>&)>& cond_fn,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body,
     const std::vector<Tensor>& init, std::int64_t maximum_iterations) {
+  if (any_tape_recording()) {
+    // Differentiable form: a scan of maximum_iterations steps whose body runs the loop body
+    // (through cond) only while the loop is still going, so each step's carry is kept for the
+    // gradient like any scan's.
+    if (maximum_iterations < 0)
+      fail("while_loop",
+           "a gradient through a while_loop inside kiln::function needs "
+           "options.maximum_iterations (the loop then keeps one carry per iteration for the "
+           "backward pass)");
+    std::vector<Tensor> carry = init;
+    carry.push_back(full(Shape{}, 1.0, DType::boolean));  // still looping
+    const std::size_t nv = init.size();
+    // Everything is captured by value: the tape runs these again in the backward pass.
+    auto [final_carry, unused] = kiln::scan(
+        [cond_fn, body, nv](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
+          const std::vector<Tensor> values(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(nv));
+          const Tensor go = logical_and(c[nv], cond_fn(values));
+          std::vector<Tensor> next = kiln::cond(
+              go,
+              [body](const std::vector<Tensor>& v) {
+                std::vector<Tensor> r = body(v);
+                check_same_types(v, r, "while_loop", "value", "the body");
+                return r;
+              },
+              [](const std::vector<Tensor>& v) { return v; }, values);
+          next.push_back(go);
+          return std::pair<std::vector<Tensor>, std::vector<Tensor>>{next, {}};
+        },
+        carry, {}, {.length = maximum_iterations});
+    final_carry.pop_back();
+    return final_carry;
+  }
   TraceContext& trace = current_trace("while_loop");
   Types params;
   for (const Tensor& v : init) params.add(v);
@@ -379,6 +412,103 @@ std::vector<Tensor> traced_while_loop(
   return trace.add_control_flow(std::move(node), params.dtypes, params.shapes);
 }
 
+/// In the trace being recorded: the gradients of sum_k <fn(args)_k, cotangents_k> (undefined
+/// cotangents count as zero) with respect to args and to `captures` (tensors of an enclosing
+/// trace that fn uses: directly, or through the region's captured tensors). Non-floating ones
+/// get zeros.
+std::vector<Tensor> region_vjp(
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& fn,
+    const std::vector<Tensor>& args, const std::vector<Tensor>& captures,
+    const std::vector<Tensor>& cotangents) {
+  const auto floating = [](const Tensor& t) { return is_floating(t.dtype()); };
+  auto* region = dynamic_cast<TraceContext*>(active_trace());
+  GradientTape tape;
+  std::vector<Tensor> uses = args;  // args, then per capture: the outer tensor, the region's
+  for (const Tensor& p : captures) {
+    uses.push_back(p);
+    uses.push_back(region != nullptr ? region->captured(p, "a capture") : p);
+  }
+  std::vector<Tensor> sources;
+  for (const Tensor& t : uses)
+    if (floating(t)) {
+      tape.watch(t);
+      sources.push_back(t);
+    }
+  const std::vector<Tensor> out = fn(args);
+  Tensor target;
+  for (std::size_t k = 0; k < out.size() && k < cotangents.size(); ++k) {
+    if (!cotangents[k].defined() || !floating(out[k])) continue;
+    Tensor term = sum(out[k] * cotangents[k]);
+    target = target.defined() ? target + term : term;
+  }
+  std::vector<Tensor> grads;
+  if (target.defined()) grads = tape.gradient(target, sources);
+  std::size_t next = 0;
+  std::vector<Tensor> per_use;
+  for (const Tensor& t : uses)
+    per_use.push_back(!floating(t)       ? zeros_like(t)
+                      : target.defined() ? grads[next++]
+                                         : zeros_like(t));
+  std::vector<Tensor> result(per_use.begin(),
+                             per_use.begin() + static_cast<std::ptrdiff_t>(args.size()));
+  for (std::size_t k = 0; k < captures.size(); ++k) {
+    const Tensor& a = per_use[args.size() + 2 * k];
+    const Tensor& b = per_use[args.size() + 2 * k + 1];
+    result.push_back(floating(captures[k]) ? a + b : a);
+  }
+  return result;
+}
+
+/// The gradient rule of a traced cond: a cond on the same pred whose branches take the
+/// vector-Jacobian product of their forward branch (zeros for the other branch's captures).
+struct CondGradient {
+  using Branch = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+  Tensor pred;
+  Branch true_fn, false_fn;
+  std::vector<Tensor> operands, true_captures, false_captures, results;
+
+  std::vector<Tensor> operator()(const std::vector<Tensor>& output_grads) const {
+    std::vector<Tensor> args = operands;  // operands, then the results' gradients
+    std::vector<std::size_t> with_grad;
+    for (std::size_t k = 0; k < output_grads.size(); ++k)
+      if (output_grads[k].defined() && is_floating(results[k].dtype())) {
+        with_grad.push_back(k);
+        args.push_back(output_grads[k]);
+      }
+    const std::size_t no = operands.size();
+    // By value: an outer tape may record this backward cond and run it again later.
+    const auto branch = [this, no, with_grad](const Branch& fn, bool first) {
+      return [no, with_grad, fn, first, results = results, true_captures = true_captures,
+              false_captures = false_captures](const std::vector<Tensor>& a) {
+        const std::vector<Tensor> ops(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(no));
+        std::vector<Tensor> cot(results.size());
+        for (std::size_t i = 0; i < with_grad.size(); ++i) cot[with_grad[i]] = a[no + i];
+        const std::vector<Tensor>& own = first ? true_captures : false_captures;
+        const std::vector<Tensor>& other = first ? false_captures : true_captures;
+        std::vector<Tensor> g = region_vjp(fn, ops, own, cot);
+        std::vector<Tensor> d(g.begin(), g.begin() + static_cast<std::ptrdiff_t>(no));
+        std::vector<Tensor> own_d(g.begin() + static_cast<std::ptrdiff_t>(no), g.end());
+        std::vector<Tensor> other_d;
+        for (const Tensor& t : other) other_d.push_back(zeros_like(t));
+        const std::vector<Tensor>& td = first ? own_d : other_d;
+        const std::vector<Tensor>& fd = first ? other_d : own_d;
+        d.insert(d.end(), td.begin(), td.end());
+        d.insert(d.end(), fd.begin(), fd.end());
+        return d;
+      };
+    };
+    std::vector<Tensor> g = kiln::cond(pred, branch(true_fn, true), branch(false_fn, false), args);
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const Tensor& input = i < no ? operands[i]
+                            : i < no + true_captures.size()
+                                ? true_captures[i - no]
+                                : false_captures[i - no - true_captures.size()];
+      if (!is_floating(input.dtype())) g[i] = Tensor();
+    }
+    return g;
+  }
+};
+
 std::vector<Tensor> traced_cond(
     const Tensor& pred,
     const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& true_fn,
@@ -386,7 +516,7 @@ std::vector<Tensor> traced_cond(
     const std::vector<Tensor>& operands) {
   if (!pred.impl()->is_symbolic())  // known while tracing: only that branch is traced
     return truth(pred, "cond", "pred") ? true_fn(operands) : false_fn(operands);
-  TraceContext& trace = current_trace("cond");
+  TraceContext& trace = current_trace("cond", /*differentiable=*/true);
   Types params;
   for (const Tensor& v : operands) params.add(v);
   std::vector<Tensor> true_results;
@@ -409,7 +539,16 @@ std::vector<Tensor> traced_cond(
   node.regions = {std::move(true_region.graph), std::move(false_region.graph)};
   Types results;
   for (const Tensor& t : true_results) results.add(t);
-  return trace.add_control_flow(std::move(node), results.dtypes, results.shapes);
+  std::vector<Tensor> out = trace.add_control_flow(std::move(node), results.dtypes, results.shapes);
+  if (any_tape_recording()) {
+    CondGradient rule{
+        pred, true_fn, false_fn, operands, true_region.captures, false_region.captures, out};
+    std::vector<Tensor> inputs = operands;
+    inputs.insert(inputs.end(), rule.true_captures.begin(), rule.true_captures.end());
+    inputs.insert(inputs.end(), rule.false_captures.begin(), rule.false_captures.end());
+    record_multi_output(inputs, out, rule);
+  }
+  return out;
 }
 
 }  // namespace detail
