@@ -1,5 +1,6 @@
 #include "jit/passes.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include <array>
@@ -25,8 +26,49 @@ const std::array<GraphPass, 5> pipeline{{
 
 std::span<const GraphPass> graph_passes() { return pipeline; }
 
+namespace {
+
+/// Drops the stacked ys of scan nodes that nothing reads (no output node left after dead-code
+/// elimination), so their regions stop computing and stacking them. Carries stay (the next step
+/// reads them).
+void prune_unused_scan_results(GraphData& graph) {
+  eliminate_dead_code(graph);
+  std::vector<std::vector<std::int32_t>> readers(graph.nodes.size());  // scan -> output nodes
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i)
+    if (graph.nodes[i].kind == Node::Kind::output)
+      readers[static_cast<std::size_t>(graph.nodes[i].inputs[0])].push_back(
+          static_cast<std::int32_t>(i));
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+    Node& node = graph.nodes[i];
+    if (node.kind != Node::Kind::scan) continue;
+    const auto nc = static_cast<std::size_t>(node.attrs.ints[0]);
+    const std::size_t results = node.regions[0]->outputs.size();
+    std::vector<bool> used(results, false);
+    for (std::size_t k = 0; k < nc; ++k) used[k] = true;
+    for (auto o : readers[i])
+      used[static_cast<std::size_t>(graph.nodes[static_cast<std::size_t>(o)].index)] = true;
+    if (std::all_of(used.begin(), used.end(), [](bool u) { return u; })) continue;
+    auto region = std::make_shared<GraphData>(*node.regions[0]);
+    std::vector<std::int32_t> new_index(results, -1), kept;
+    for (std::size_t k = 0; k < results; ++k)
+      if (used[k]) {
+        new_index[k] = static_cast<std::int32_t>(kept.size());
+        kept.push_back(region->outputs[k]);
+      }
+    region->outputs = std::move(kept);
+    node.regions[0] = std::move(region);
+    for (auto o : readers[i]) {
+      Node& out = graph.nodes[static_cast<std::size_t>(o)];
+      out.index = new_index[static_cast<std::size_t>(out.index)];
+    }
+  }
+}
+
+}  // namespace
+
 void run_graph_passes(GraphData& graph, const FunctionOptions& options) {
   if (!options.optimize) return;
+  prune_unused_scan_results(graph);
   // Control-flow regions first, each as a graph of its own (their parameters stay as they are).
   for (Node& node : graph.nodes) {
     for (auto& region : node.regions) {
