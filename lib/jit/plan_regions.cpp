@@ -7,8 +7,7 @@
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "jit/plan.hpp"
-#include "kiln/creation.hpp"
-#include "kiln/ops.hpp"
+#include "kernels/kernel.hpp"
 
 namespace kiln::detail {
 
@@ -52,7 +51,16 @@ std::vector<Tensor> run_scan(const Node& node, const Plan& body_plan,
   const std::int64_t length = xs.empty() ? node.attrs.axis : xs[0].shape()[0];
   const std::size_t ny = body.outputs.size() - nc;
   std::vector<Tensor> carry = slice_of(inputs, 0, nc);
-  std::vector<std::vector<Tensor>> ys(ny);
+  // Each y goes straight into its stacked result (allocated once), so a step's outputs are
+  // released before the next step runs.
+  std::vector<Tensor> results;
+  std::vector<Tensor> stacked;
+  for (std::size_t j = 0; j < ny; ++j) {
+    const Plan::Value& y = body_plan.values[static_cast<std::size_t>(body.outputs[nc + j])];
+    Shape shape{length};
+    for (auto d : y.shape) shape.push_back(d);
+    stacked.push_back(empty(shape, y.dtype, "scan"));
+  }
   std::vector<Tensor> args;
   for (std::int64_t k = 0; k < length; ++k) {
     const std::int64_t t = reverse ? length - 1 - k : k;
@@ -60,22 +68,13 @@ std::vector<Tensor> run_scan(const Node& node, const Plan& body_plan,
     for (const Tensor& x : xs) args.push_back(step_of(x, t));
     args.insert(args.end(), captures.begin(), captures.end());
     std::vector<Tensor> out = run_region(body_plan, body, args, name);
-    for (std::size_t j = 0; j < ny; ++j) ys[j].push_back(std::move(out[nc + j]));
+    for (std::size_t j = 0; j < ny; ++j)
+      copy_strided(array_ref(out[nc + j]), array_ref(step_of(stacked[j], t)));
     out.resize(nc);
     carry = std::move(out);
   }
-  std::vector<Tensor> results = std::move(carry);
-  for (std::size_t j = 0; j < ny; ++j) {
-    if (length == 0) {
-      const Plan::Value& y = body_plan.values[static_cast<std::size_t>(body.outputs[nc + j])];
-      Shape shape{0};
-      for (auto d : y.shape) shape.push_back(d);
-      results.push_back(zeros(shape, y.dtype));
-      continue;
-    }
-    if (reverse) std::reverse(ys[j].begin(), ys[j].end());
-    results.push_back(stack(ys[j], 0));
-  }
+  results = std::move(carry);
+  results.insert(results.end(), stacked.begin(), stacked.end());
   return results;
 }
 
