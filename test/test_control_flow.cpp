@@ -285,7 +285,7 @@ std::string zero_steps_difference(const ScanResult& r, const Tensor& init,
 }  // namespace
 
 TEST_CASE("a zero-length scan returns init and ys with a leading dim of 0, eager",
-          "[control_flow][!mayfail]") {
+          "[control_flow]") {
   const Tensor init = t<float>({1, 2, 3}, {3});
   const ScanResult r = kiln::scan(zero_body, {init}, {kiln::zeros({0, 3})});
   CHECK(zero_steps_difference(r, init, {{0, 3}, {0}}) == "");

@@ -13,6 +13,7 @@
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "jit/control_flow.hpp"
+#include "jit/trace.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
@@ -33,7 +34,8 @@ void check_all_defined(const std::vector<Tensor>& ts, const char* op, const char
 void check_same_types(const std::vector<Tensor>& before, const std::vector<Tensor>& now,
                       const char* op, const char* what, const char* who) {
   if (now.size() != before.size())
-    fail(op, "{} returned {} {}s, expected {}", who, now.size(), what, before.size());
+    fail(op, "{} returned {} {}, expected {}", who, now.size(),
+         std::string_view(what) == "carry" ? "carries" : std::string(what) + "s", before.size());
   for (std::size_t i = 0; i < now.size(); ++i) {
     if (!now[i].defined()) fail(op, "{} returned an undefined tensor as {} {}", who, what, i);
     if (now[i].dtype() != before[i].dtype() || now[i].shape() != before[i].shape())
@@ -77,6 +79,41 @@ std::int64_t scan_length(const std::vector<Tensor>& xs, const ScanOptions& optio
   return n;
 }
 
+/// The ys of a scan with no steps: empty stacks of the types body would return, found by
+/// tracing it once into a graph that is thrown away (the body does not run).
+std::vector<Tensor> zero_step_ys(const ScanBody& body, const std::vector<Tensor>& init,
+                                 const std::vector<Tensor>& xs) {
+  std::vector<Tensor> ys;
+  std::vector<DType> dtypes;
+  std::vector<Shape> shapes;
+  {
+    detail::TraceContext probe("scan", /*allow_variable_creation=*/false);
+    detail::TraceScope scope(&probe);
+    std::vector<Tensor> carry, x;
+    std::int32_t index = 0;
+    for (const Tensor& c : init)
+      carry.push_back(probe.add_parameter(c.dtype(), c.shape(), index++));
+    for (const Tensor& s : xs) {
+      Shape slice;
+      for (std::size_t d = 1; d < s.shape().size(); ++d) slice.push_back(s.shape()[d]);
+      x.push_back(probe.add_parameter(s.dtype(), slice, index++));
+    }
+    auto [next, y] = body(carry, x);
+    check_same_types(init, next, "scan", "carry", "the body");
+    for (const Tensor& t : y) {
+      if (!t.defined()) fail("scan", "the body returned an undefined tensor as y");
+      dtypes.push_back(t.dtype());
+      shapes.push_back(t.shape());
+    }
+  }
+  for (std::size_t i = 0; i < dtypes.size(); ++i) {
+    Shape shape{0};
+    for (auto d : shapes[i]) shape.push_back(d);
+    ys.push_back(zeros(shape, dtypes[i]));
+  }
+  return ys;
+}
+
 std::pair<std::vector<Tensor>, std::vector<Tensor>> eager_scan(const ScanBody& body,
                                                                const std::vector<Tensor>& init,
                                                                const std::vector<Tensor>& xs,
@@ -106,6 +143,7 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> eager_scan(const ScanBody& b
     }
     carry = std::move(next);
   }
+  if (length == 0) return {carry, zero_step_ys(body, init, xs)};
   std::vector<Tensor> stacked;
   for (auto& per_step : ys) {
     if (reverse) std::reverse(per_step.begin(), per_step.end());
