@@ -274,14 +274,18 @@ TEST_CASE("LSTM: Keras layout, unrolled values, sequences, state, direction", "[
   const Tensor reversed = kiln::slice(x, 1, kiln::Slice::none, kiln::Slice::none, -1);
   CHECK(max_diff(backwards(x), lstm(reversed)) < 1e-6);
 
-  // Errors: rank, dynamic time, input size.
+  // Errors: rank, dynamic time (only the unrolled form needs a static one), input size.
   CHECK_THROWS_WITH(lstm(kiln::ones({2, 3})),
                     "[nn.LSTM] lstm: needs inputs of rank >= 3, got f32 [2,3]");
   CHECK_THROWS_WITH(lstm(kiln::ones({2, 4, 5})),
                     Catch::StartsWith("[nn.LSTM] lstm was built for f32 inputs with last dim 3"));
-  auto dynamic_time = kiln::function([&](const Tensor& t) { return lstm(t); },
+  nn::LSTM unrolled(units, {.return_sequences = true, .return_state = true, .unroll = true});
+  auto dynamic_time = kiln::function([&](const Tensor& t) { return unrolled(t); },
                                      dynamic_batch({kiln::TensorSpec({2, -1, 3})}));
   CHECK_THROWS_WITH(dynamic_time(x), Catch::Contains("the time dim of [2,?0,3] is dynamic"));
+  auto dynamic_time_scan = kiln::function([&](const Tensor& t) { return lstm(t); },
+                                          dynamic_batch({kiln::TensorSpec({2, -1, 3})}));
+  CHECK(max_diff(dynamic_time_scan(x), out[0]) < 1e-5);
 }
 
 TEST_CASE("stateful LSTM and GRU carry their state; reset_states zeroes it", "[nn][layers]") {

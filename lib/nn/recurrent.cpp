@@ -1,7 +1,14 @@
-// nn::LSTMCell, nn::LSTM and nn::GRU: Keras's weight layouts, unrolled over static time steps.
+// nn::LSTMCell, nn::LSTM, nn::GRU and nn::SimpleRNN: Keras's weight layouts; the sequence layers
+// run their step in a kiln::scan over time (or, with unroll, once per static time step).
 #include "kiln/nn/recurrent.hpp"
 
+#include <fmt/ranges.h>
+
+#include <functional>
+
 #include "core/fail.hpp"
+#include "kiln/autodiff.hpp"
+#include "kiln/control_flow.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
@@ -13,6 +20,7 @@ namespace {
 constexpr std::string_view cell_op = "nn.LSTMCell";
 constexpr std::string_view lstm_op = "nn.LSTM";
 constexpr std::string_view gru_op = "nn.GRU";
+constexpr std::string_view rnn_op = "nn.SimpleRNN";
 
 /// The LSTM bias initializer: with unit_forget_bias, `base` for the i, c and o parts and ones
 /// for the forget gate (Keras's construction); else `base` for all of it.
@@ -51,17 +59,21 @@ void check_state(std::string_view op, const Module& layer, const char* what, con
                  s.shape());
 }
 
-/// The number of time steps of a [batch, time, features] input (static, > 0).
-std::int64_t time_steps(std::string_view op, const Module& layer, const Tensor& x) {
+/// The number of time steps of a [batch, time, features] input: static and > 0 when the layer
+/// unrolls; a scan also takes a dynamic time dim.
+std::int64_t time_steps(std::string_view op, const Module& layer, const Tensor& x, bool unroll) {
   if (x.ndim() != 3)
     detail::fail(op, "{}: needs [batch, time, features] inputs, got {} {}", layer.path(),
                  dtype_name(x.dtype()), x.shape());
   const std::int64_t steps = x.dim(1);
-  if (is_dynamic_dim(steps))
-    detail::fail(op,
-                 "{}: the time dim of {} is dynamic; the layer unrolls over time steps, so it "
-                 "must be static",
-                 layer.path(), x.shape());
+  if (is_dynamic_dim(steps)) {
+    if (unroll)
+      detail::fail(op,
+                   "{}: the time dim of {} is dynamic; with unroll = true the layer unrolls over "
+                   "time steps, so it must be static (or construct it with unroll = false)",
+                   layer.path(), x.shape());
+    return steps;
+  }
   if (steps == 0) detail::fail(op, "{}: the input {} has no time steps", layer.path(), x.shape());
   return steps;
 }
@@ -107,7 +119,7 @@ Variable LSTMCell::kernel() const { return variable("kernel"); }
 Variable LSTMCell::recurrent_kernel() const { return variable("recurrent_kernel"); }
 Variable LSTMCell::bias() const { return variable("bias"); }
 
-// ------------------------------------------------------------------ shared by LSTM and GRU
+// ------------------------------------------------------------------ shared by the sequence layers
 
 namespace {
 
@@ -136,6 +148,109 @@ void zero_state(Module& layer, std::string_view name) {
   v.assign(zeros(v.shape(), v.dtype()));
 }
 
+/// The initial state of a sequence layer whose state is the tensors `names` (each [batch,
+/// units]): `given` when not empty (checked), else the carried state of a stateful layer (its
+/// variables in `carried`), else empty, which means zeros.
+std::vector<Tensor> initial_state_of(std::string_view op, Module& layer,
+                                     const std::vector<const char*>& names,
+                                     const std::vector<Tensor>& given, bool stateful,
+                                     std::int64_t batch, std::int64_t units, DType dtype,
+                                     std::vector<Variable>& carried) {
+  if (!given.empty()) {
+    if (given.size() != names.size())
+      detail::fail(op, "{}: initial_state must be {{{}}}, got {} tensors", layer.path(),
+                   fmt::join(names, ", "), given.size());
+    for (std::size_t i = 0; i < names.size(); ++i)
+      check_state(op, layer, names[i], given[i], batch, units, dtype);
+    return given;
+  }
+  if (!stateful) return {};
+  std::vector<Tensor> state;
+  for (const char* name : names) {
+    carried.push_back(carried_state(op, layer, std::string("state_") + name, batch, units, dtype));
+    state.push_back(carried.back().value());
+  }
+  return state;
+}
+
+/// One step of a recurrence: the step's projected input [batch, n] and the state (h first;
+/// empty for the zero state) -> the new state. It must not hold references to locals of the
+/// layer's call: a traced scan keeps it for the gradient, which may run after the call.
+using Step = std::function<std::vector<Tensor>(const Tensor& xt, const std::vector<Tensor>& s)>;
+
+/// Reverses the leading (time) axis of a [time, ...] tensor. A dynamic time dim cannot be
+/// sliced backwards while tracing, so there the indices T-1, ..., 0 come from a counting scan
+/// run backwards (step t of a reversed scan is its (T-1-t)-th) and gather picks the rows. The
+/// gradient is the same reversal of the output gradient (gather's own gradient needs the size
+/// of the gathered axis, which is unknown while tracing).
+Tensor reverse_time(const Tensor& seq) {
+  if (!is_dynamic_dim(seq.dim(0))) return slice(seq, 0, Slice::none, Slice::none, -1);
+  const auto count = [](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
+    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{{c[0] + 1}, {c[0]}};
+  };
+  const Tensor indices =
+      scan(count, {scalar(0.0, DType::i64)}, {stop_gradient(seq)}, {.reverse = true}).second[0];
+  const auto reverse = [indices](const Tensor& t) { return gather(t, indices, 0); };
+  return custom_gradient([reverse](const std::vector<Tensor>& v) {
+    return std::pair<Tensor, GradFn>{
+        reverse(v[0]), [reverse](const Tensor& g) { return std::vector<Tensor>{reverse(g)}; }};
+  })({seq});
+}
+
+/// The recurrence of a sequence layer over x [batch, time, features]: `projected(x)` is the
+/// input projection x @ kernel + bias of every step in one matmul, then `step` runs per time
+/// step, from `state` (empty: zeros, `state_size` tensors [batch, units]). Returns the final
+/// state followed by the output sequence [batch, time, units] (in processing order) when
+/// return_sequences.
+std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tensor&)>& projected,
+                          const Step& step, std::vector<Tensor> state, std::size_t state_size,
+                          std::int64_t units, bool unroll, bool go_backwards,
+                          bool return_sequences) {
+  if (unroll) {
+    const std::int64_t steps = x.dim(1);
+    const Tensor p = projected(x);  // [batch, time, n]
+    std::vector<Tensor> outputs;
+    for (std::int64_t k = 0; k < steps; ++k) {
+      const std::int64_t t = go_backwards ? steps - 1 - k : k;
+      state = step(step_of(p, t), state);
+      if (return_sequences) outputs.push_back(state[0]);
+    }
+    if (return_sequences) state.push_back(stack(outputs, 1));
+    return state;
+  }
+  // The scan runs over the leading axis: project the time-major input [time, batch, n].
+  const Tensor p = projected(transpose(x, {1, 0, 2}));
+  if (state.empty())
+    state.assign(state_size, zeros({x.dim(0), units}, x.dtype()));  // the batch may be dynamic
+  const auto body = [step, return_sequences](const std::vector<Tensor>& carry,
+                                             const std::vector<Tensor>& xt) {
+    std::vector<Tensor> next = step(xt[0], carry);
+    std::vector<Tensor> y;
+    if (return_sequences) y.push_back(next[0]);
+    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{std::move(next), std::move(y)};
+  };
+  auto [final_state, ys] = scan(body, state, {p}, {.reverse = go_backwards});
+  if (return_sequences) {
+    // A reversed scan leaves each step's output at its input's position; Keras's go_backwards
+    // sequence is in processing order.
+    const Tensor seq = go_backwards ? reverse_time(ys[0]) : ys[0];
+    final_state.push_back(transpose(seq, {1, 0, 2}));
+  }
+  return final_state;
+}
+
+/// The layer's outputs from recur's result: {output} or, with return_state, {output, state...}.
+std::vector<Tensor> layer_outputs(std::vector<Tensor> result, std::size_t state_size,
+                                  bool return_sequences, bool return_state,
+                                  const std::vector<Variable>& carried) {
+  for (std::size_t i = 0; i < carried.size(); ++i) carried[i].assign(result[i]);
+  Tensor output = return_sequences ? result[state_size] : result[0];
+  if (!return_state) return {output};
+  result.resize(state_size);
+  result.insert(result.begin(), output);
+  return result;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ LSTM
@@ -149,8 +264,7 @@ Tensor LSTM::operator()(const Tensor& x) { return call(x).front(); }
 
 std::vector<Tensor> LSTM::call(const Tensor& x, const std::vector<Tensor>& initial_state) {
   const std::int64_t features = input_size(lstm_op, x, 3);
-  const std::int64_t steps = time_steps(lstm_op, *this, x);
-  const std::int64_t batch = x.dim(0);
+  time_steps(lstm_op, *this, x, options_.unroll);
   const DType dtype = x.dtype();
   const Variable kernel =
       input_weight(lstm_op, x, "kernel", {features, 4 * units_}, options_.kernel_initializer);
@@ -160,43 +274,22 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const std::vector<Tensor>& initi
       weight("bias", {4 * units_},
              lstm_bias_initializer(options_.bias_initializer, units_, options_.unit_forget_bias),
              true, dtype);
+  std::vector<Variable> carried;
+  std::vector<Tensor> state = initial_state_of(lstm_op, *this, {"h", "c"}, initial_state,
+                                               options_.stateful, x.dim(0), units_, dtype, carried);
 
-  LSTMState state;
-  bool zero = false;
-  Variable carried_h, carried_c;
-  if (!initial_state.empty()) {
-    if (initial_state.size() != 2)
-      detail::fail(lstm_op, "{}: initial_state must be {{h, c}}, got {} tensors", path(),
-                   initial_state.size());
-    check_state(lstm_op, *this, "h", initial_state[0], batch, units_, dtype);
-    check_state(lstm_op, *this, "c", initial_state[1], batch, units_, dtype);
-    state = {initial_state[0], initial_state[1]};
-  } else if (options_.stateful) {
-    carried_h = carried_state(lstm_op, *this, "state_h", batch, units_, dtype);
-    carried_c = carried_state(lstm_op, *this, "state_c", batch, units_, dtype);
-    state = {carried_h.value(), carried_c.value()};
-  } else {
-    zero = true;
-  }
-
-  // The input projection of every step in one matmul: [batch, time, 4 * units].
-  const Tensor projected = matmul(x, kernel.value()) + bias.value();
-  const Tensor r = recurrent.value();
-  std::vector<Tensor> outputs;
-  for (std::int64_t k = 0; k < steps; ++k) {
-    const std::int64_t t = options_.go_backwards ? steps - 1 - k : k;
-    const Tensor xt = step_of(projected, t);
-    state = lstm_update(zero ? xt : xt + matmul(state.h, r), state.c, zero);
-    zero = false;
-    if (options_.return_sequences) outputs.push_back(state.h);
-  }
-  if (carried_h.defined()) {
-    carried_h.assign(state.h);
-    carried_c.assign(state.c);
-  }
-  Tensor output = options_.return_sequences ? stack(outputs, 1) : state.h;
-  if (options_.return_state) return {output, state.h, state.c};
-  return {output};
+  const Tensor k = kernel.value(), b = bias.value(), r = recurrent.value();
+  const Step step = [r](const Tensor& xt, const std::vector<Tensor>& s) {
+    // The zero state: no h @ recurrent_kernel, and the forget term vanishes.
+    const LSTMState next = s.empty() ? lstm_update(xt, Tensor(), true)
+                                     : lstm_update(xt + matmul(s[0], r), s[1], false);
+    return std::vector<Tensor>{next.h, next.c};
+  };
+  return layer_outputs(
+      recur(
+          x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 2, units_,
+          options_.unroll, options_.go_backwards, options_.return_sequences),
+      2, options_.return_sequences, options_.return_state, carried);
 }
 
 void LSTM::reset_states() {
@@ -219,50 +312,36 @@ Tensor GRU::operator()(const Tensor& x) { return call(x).front(); }
 
 std::vector<Tensor> GRU::call(const Tensor& x, const std::vector<Tensor>& initial_state) {
   const std::int64_t features = input_size(gru_op, x, 3);
-  const std::int64_t steps = time_steps(gru_op, *this, x);
-  const std::int64_t batch = x.dim(0);
+  time_steps(gru_op, *this, x, options_.unroll);
   const DType dtype = x.dtype();
   const Variable kernel =
       input_weight(gru_op, x, "kernel", {features, 3 * units_}, options_.kernel_initializer);
   const Variable recurrent =
       weight("recurrent_kernel", {units_, 3 * units_}, options_.recurrent_initializer, true, dtype);
   const Variable bias = weight("bias", {2, 3 * units_}, options_.bias_initializer, true, dtype);
-
-  Tensor h;
-  bool zero = false;
-  Variable carried;
-  if (!initial_state.empty()) {
-    if (initial_state.size() != 1)
-      detail::fail(gru_op, "{}: initial_state must be {{h}}, got {} tensors", path(),
-                   initial_state.size());
-    check_state(gru_op, *this, "h", initial_state[0], batch, units_, dtype);
-    h = initial_state[0];
-  } else if (options_.stateful) {
-    carried = carried_state(gru_op, *this, "state_h", batch, units_, dtype);
-    h = carried.value();
-  } else {
-    zero = true;
-  }
+  std::vector<Variable> carried;
+  std::vector<Tensor> state = initial_state_of(gru_op, *this, {"h"}, initial_state,
+                                               options_.stateful, x.dim(0), units_, dtype, carried);
 
   const std::vector<Tensor> biases = unstack(bias.value(), 0);  // input bias, recurrent bias
-  const Tensor projected = matmul(x, kernel.value()) + biases[0];
-  const Tensor r = recurrent.value();
-  std::vector<Tensor> outputs;
-  for (std::int64_t k = 0; k < steps; ++k) {
-    const std::int64_t t = options_.go_backwards ? steps - 1 - k : k;
-    const std::vector<Tensor> xs = split(step_of(projected, t), 3, -1);
-    const std::vector<Tensor> hs = split(zero ? biases[1] : matmul(h, r) + biases[1], 3, -1);
+  const Tensor k = kernel.value(), r = recurrent.value(), input_bias = biases[0];
+  const Tensor recurrent_bias = biases[1];
+  const Step step = [r, recurrent_bias](const Tensor& xt, const std::vector<Tensor>& s) {
+    const bool zero = s.empty();
+    const std::vector<Tensor> xs = split(xt, 3, -1);
+    const std::vector<Tensor> hs =
+        split(zero ? recurrent_bias : matmul(s[0], r) + recurrent_bias, 3, -1);
     const Tensor update_gate = sigmoid(xs[0] + hs[0]);
     const Tensor reset_gate = sigmoid(xs[1] + hs[1]);
     const Tensor candidate = tanh(xs[2] + reset_gate * hs[2]);
-    h = zero ? (1.0 - update_gate) * candidate : update_gate * h + (1.0 - update_gate) * candidate;
-    zero = false;
-    if (options_.return_sequences) outputs.push_back(h);
-  }
-  if (carried.defined()) carried.assign(h);
-  Tensor output = options_.return_sequences ? stack(outputs, 1) : h;
-  if (options_.return_state) return {output, h};
-  return {output};
+    return std::vector<Tensor>{zero ? (1.0 - update_gate) * candidate
+                                    : update_gate * s[0] + (1.0 - update_gate) * candidate};
+  };
+  return layer_outputs(
+      recur(
+          x, [&](const Tensor& in) { return matmul(in, k) + input_bias; }, step, std::move(state),
+          1, units_, options_.unroll, options_.go_backwards, options_.return_sequences),
+      1, options_.return_sequences, options_.return_state, carried);
 }
 
 void GRU::reset_states() { zero_state(*this, "state_h"); }
@@ -270,5 +349,45 @@ void GRU::reset_states() { zero_state(*this, "state_h"); }
 Variable GRU::kernel() const { return variable("kernel"); }
 Variable GRU::recurrent_kernel() const { return variable("recurrent_kernel"); }
 Variable GRU::bias() const { return variable("bias"); }
+
+// ------------------------------------------------------------------ SimpleRNN
+
+SimpleRNN::SimpleRNN(std::int64_t units, SimpleRNNOptions options)
+    : Layer("simple_rnn", std::move(options.name)), units_(units), options_(std::move(options)) {
+  check_units(rnn_op, *this, units);
+}
+
+Tensor SimpleRNN::operator()(const Tensor& x) { return call(x).front(); }
+
+std::vector<Tensor> SimpleRNN::call(const Tensor& x, const std::vector<Tensor>& initial_state) {
+  const std::int64_t features = input_size(rnn_op, x, 3);
+  time_steps(rnn_op, *this, x, options_.unroll);
+  const DType dtype = x.dtype();
+  const Variable kernel =
+      input_weight(rnn_op, x, "kernel", {features, units_}, options_.kernel_initializer);
+  const Variable recurrent =
+      weight("recurrent_kernel", {units_, units_}, options_.recurrent_initializer, true, dtype);
+  const Variable bias = weight("bias", {units_}, options_.bias_initializer, true, dtype);
+  std::vector<Variable> carried;
+  std::vector<Tensor> state = initial_state_of(rnn_op, *this, {"h"}, initial_state,
+                                               options_.stateful, x.dim(0), units_, dtype, carried);
+
+  const Tensor k = kernel.value(), b = bias.value(), r = recurrent.value();
+  const Activation activation = options_.activation;
+  const Step step = [r, activation](const Tensor& xt, const std::vector<Tensor>& s) {
+    return std::vector<Tensor>{activate(activation, s.empty() ? xt : xt + matmul(s[0], r))};
+  };
+  return layer_outputs(
+      recur(
+          x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 1, units_,
+          options_.unroll, options_.go_backwards, options_.return_sequences),
+      1, options_.return_sequences, options_.return_state, carried);
+}
+
+void SimpleRNN::reset_states() { zero_state(*this, "state_h"); }
+
+Variable SimpleRNN::kernel() const { return variable("kernel"); }
+Variable SimpleRNN::recurrent_kernel() const { return variable("recurrent_kernel"); }
+Variable SimpleRNN::bias() const { return variable("bias"); }
 
 }  // namespace kiln::nn

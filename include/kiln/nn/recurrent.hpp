@@ -12,10 +12,21 @@
 ///   x_z, x_r, x_h = split(x_t @ kernel + bias[0]);  r_z, r_r, r_h = split(h @ recurrent_kernel
 ///   + bias[1]);  z = sigmoid(x_z + r_z),  r = sigmoid(x_r + r_r),  n = tanh(x_h + r * r_h)
 ///   h' = z * h + (1 - z) * n
+/// SimpleRNN (Keras's SimpleRNN):
+///   kernel [F, U], recurrent_kernel [U, U], bias [U]
+///   h' = activation(x_t @ kernel + bias + h @ recurrent_kernel)   (activation: tanh)
 ///
-/// Sequence layers take [batch, time, features] inputs and unroll over the time dimension,
-/// which must be static (the batch may be a dynamic dim of a kiln::function). The kernel is
-/// applied to all time steps in one matmul; only h @ recurrent_kernel runs per step.
+/// Sequence layers take [batch, time, features] inputs. The input projection
+/// x @ kernel + bias of every time step is one matmul before the recurrence; per step only
+/// h @ recurrent_kernel and the gates run. By default the recurrence is a kiln::scan over the
+/// time axis (the input transposed to [time, batch, features]): eagerly a loop, and inside a
+/// kiln::function one traced step whose graph does not grow with the sequence length, so the
+/// time dim may be dynamic (-1 in the input_signature) as well as the batch. With
+/// `unroll = true` the layer instead unrolls one copy of the step per time step (the time dim
+/// must then be static; for short fixed sequences, where the unrolled graph can be optimized as
+/// a whole and split over the cores: see docs/performance.md). Both forms compute the same
+/// values and gradients up to rounding. A static time dim of 0 is an error; a dynamic one that
+/// is 0 when the function runs gives the initial state and an empty output sequence.
 
 #include <cstdint>
 #include <string>
@@ -32,6 +43,7 @@ struct LSTMState {
   Tensor c;
 };
 
+/// Options of nn::LSTMCell.
 struct LSTMCellOptions {
   /// Initialize the forget gate's bias to 1 (the bias initializer fills the other gates).
   bool unit_forget_bias = true;
@@ -61,6 +73,7 @@ class LSTMCell : public Layer {
   LSTMCellOptions options_;
 };
 
+/// Options of nn::LSTM.
 struct LSTMOptions {
   /// Output every step's h ([batch, time, units]) instead of the last one ([batch, units]).
   bool return_sequences = false;
@@ -73,6 +86,10 @@ struct LSTMOptions {
   /// non-trainable variables state_h and state_c ([batch, units], created on the first call,
   /// which needs a static batch; later calls must use the same batch). reset_states() zeroes them.
   bool stateful = false;
+  /// Unroll the time steps into one step per time step instead of running a kiln::scan (the
+  /// time dim must then be static).
+  bool unroll = false;
+  /// Initialize the forget gate's bias to 1 (as LSTMCellOptions::unit_forget_bias).
   bool unit_forget_bias = true;
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
@@ -105,13 +122,18 @@ class LSTM : public Layer {
   LSTMOptions options_;
 };
 
+/// Options of nn::GRU (as for LSTMOptions where the names agree).
 struct GRUOptions {
+  /// Output every step's h ([batch, time, units]) instead of the last one ([batch, units]).
   bool return_sequences = false;
   /// call() also returns the final h: {output, h}.
   bool return_state = false;
+  /// Process the sequence from the last step to the first (output in processing order).
   bool go_backwards = false;
   /// As for LSTMOptions::stateful (one state variable, state_h).
   bool stateful = false;
+  /// As for LSTMOptions::unroll.
+  bool unroll = false;
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();
@@ -124,9 +146,11 @@ class GRU : public Layer {
  public:
   explicit GRU(std::int64_t units, GRUOptions options = {});
 
+  /// The output: [batch, units], or [batch, time, units] with return_sequences.
   Tensor operator()(const Tensor& x) override;
   /// {output} or, with return_state, {output, h}; `initial_state` is empty or {h}.
   std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  /// Zeroes the carried state of a stateful layer.
   void reset_states();
 
   std::int64_t units() const { return units_; }
@@ -138,6 +162,52 @@ class GRU : public Layer {
  private:
   std::int64_t units_;
   GRUOptions options_;
+};
+
+/// Options of nn::SimpleRNN (as for LSTMOptions where the names agree).
+struct SimpleRNNOptions {
+  /// Applied to the pre-activation of every step (Keras's default, tanh).
+  Activation activation = Activation::tanh;
+  /// Output every step's h ([batch, time, units]) instead of the last one ([batch, units]).
+  bool return_sequences = false;
+  /// call() also returns the final h: {output, h}.
+  bool return_state = false;
+  /// Process the sequence from the last step to the first (output in processing order).
+  bool go_backwards = false;
+  /// As for LSTMOptions::stateful (one state variable, state_h).
+  bool stateful = false;
+  /// As for LSTMOptions::unroll.
+  bool unroll = false;
+  init::Initializer kernel_initializer = init::glorot_uniform();
+  init::Initializer recurrent_initializer = init::orthogonal();
+  init::Initializer bias_initializer = init::zeros();
+  std::string name = {};
+};
+
+/// A fully connected recurrent layer over [batch, time, features] sequences (Keras's SimpleRNN;
+/// see the file comment): h_t = activation(x_t @ kernel + h_{t-1} @ recurrent_kernel + bias).
+/// Default name "simple_rnn"; variables kernel [F, U], recurrent_kernel [U, U], bias [U], and
+/// state_h [batch, U] when stateful.
+class SimpleRNN : public Layer {
+ public:
+  explicit SimpleRNN(std::int64_t units, SimpleRNNOptions options = {});
+
+  /// The output: [batch, units], or [batch, time, units] with return_sequences.
+  Tensor operator()(const Tensor& x) override;
+  /// {output} or, with return_state, {output, h}; `initial_state` is empty or {h}.
+  std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  /// Zeroes the carried state of a stateful layer.
+  void reset_states();
+
+  std::int64_t units() const { return units_; }
+  const SimpleRNNOptions& options() const { return options_; }
+  Variable kernel() const;
+  Variable recurrent_kernel() const;
+  Variable bias() const;
+
+ private:
+  std::int64_t units_;
+  SimpleRNNOptions options_;
 };
 
 }  // namespace kiln::nn
