@@ -26,7 +26,8 @@ constexpr std::int64_t batch = 16, steps = 5, features = 10;
 constexpr int checked_steps = 3;  // losses compared eager against traced (and by bench/compare)
 
 struct Net : kiln::Module {
-  kiln::nn::LSTM l1{64, {.return_sequences = true}}, l2{32};
+  // Five fixed steps: unrolled, the fast form for short fixed sequences (the default is a scan).
+  kiln::nn::LSTM l1{64, {.return_sequences = true, .unroll = true}}, l2{32, {.unroll = true}};
   kiln::nn::Dense out{1, kiln::nn::Activation::sigmoid};
   Net() : Module("net") {
     add_module("l1", l1);
