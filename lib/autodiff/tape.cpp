@@ -32,20 +32,27 @@ void set_recording(TapeState& tape, bool on) {
   recording_tapes += on ? 1 : -1;
 }
 
-/// Records a custom-gradient call on every recording tape that tracks an input.
-void record_custom(std::span<const Tensor> inputs, const Tensor& output, const GradFn& rule) {
+/// Adds `entry` to every recording tape that tracks one of its inputs, and tracks `outputs`
+/// (the floating ones) there.
+void record_entry(const TapeEntry& entry, std::span<const Tensor> outputs) {
   for (TapeState* tape : tape_stack) {
     if (!tape->recording) continue;
-    if (std::none_of(inputs.begin(), inputs.end(),
+    if (std::none_of(entry.inputs.begin(), entry.inputs.end(),
                      [&](const Tensor& t) { return tracks(*tape, t); }))
       continue;
-    TapeEntry e;
-    e.inputs.assign(inputs.begin(), inputs.end());
-    e.output = output;
-    e.custom = rule;
-    tape->tracked.insert(output.impl().get());
-    tape->entries.push_back(std::move(e));
+    for (const Tensor& o : outputs)
+      if (is_floating(o.dtype())) tape->tracked.insert(o.impl().get());
+    tape->entries.push_back(entry);
   }
+}
+
+/// Records a custom-gradient call on every recording tape that tracks an input.
+void record_custom(std::span<const Tensor> inputs, const Tensor& output, const GradFn& rule) {
+  TapeEntry e;
+  e.inputs.assign(inputs.begin(), inputs.end());
+  e.output = output;
+  e.custom = rule;
+  record_entry(e, std::span<const Tensor>(&output, 1));
 }
 
 /// Pauses every tape on this thread for its lifetime.
@@ -89,19 +96,11 @@ void note_variable_read(const Variable& v, const Tensor& value) {
 
 void record_multi_output(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                          const MultiGradFn& rule) {
-  for (TapeState* tape : tape_stack) {
-    if (!tape->recording) continue;
-    if (std::none_of(inputs.begin(), inputs.end(),
-                     [&](const Tensor& t) { return tracks(*tape, t); }))
-      continue;
-    TapeEntry e;
-    e.inputs.assign(inputs.begin(), inputs.end());
-    e.outputs.assign(outputs.begin(), outputs.end());
-    e.multi = rule;
-    for (const Tensor& o : outputs)
-      if (is_floating(o.dtype())) tape->tracked.insert(o.impl().get());
-    tape->entries.push_back(std::move(e));
-  }
+  TapeEntry e;
+  e.inputs.assign(inputs.begin(), inputs.end());
+  e.outputs.assign(outputs.begin(), outputs.end());
+  e.multi = rule;
+  record_entry(e, outputs);
 }
 
 void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Tensor& output) {
