@@ -6,5 +6,6 @@
 #include "kiln/nn/dropout.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/losses.hpp"
+#include "kiln/nn/masking.hpp"
 #include "kiln/nn/recurrent.hpp"
 #include "kiln/nn/sequential.hpp"

@@ -197,54 +197,130 @@ Tensor reverse_time(const Tensor& seq) {
   })({seq});
 }
 
+/// The step indices 0, ..., T-1 (i64 [T]) of a time-major [time, ...] tensor whose time dim may
+/// be dynamic (a counting scan, as in reverse_time).
+Tensor step_indices(const Tensor& seq) {
+  if (!is_dynamic_dim(seq.dim(0))) return arange(seq.dim(0), DType::i64);
+  const auto count = [](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
+    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{{c[0] + 1}, {c[0]}};
+  };
+  return scan(count, {scalar(0.0, DType::i64)}, {stop_gradient(seq)}).second[0];
+}
+
+/// The checked mask of a call: undefined (no masking) or boolean [batch, time], from
+/// options.mask or options.sequence_lengths.
+Tensor mask_of(std::string_view op, const Module& layer, const Tensor& x,
+               const RecurrentCallOptions& options) {
+  const auto dims_agree = [](std::int64_t a, std::int64_t b) {
+    return a == b || is_dynamic_dim(a) || is_dynamic_dim(b);
+  };
+  if (options.mask.defined() && options.sequence_lengths.defined())
+    detail::fail(op, "{}: give a mask or sequence_lengths, not both", layer.path());
+  if (options.mask.defined()) {
+    const Tensor& m = options.mask;
+    if (m.dtype() != DType::boolean || m.ndim() != 2 || !dims_agree(m.dim(0), x.dim(0)) ||
+        !dims_agree(m.dim(1), x.dim(1)))
+      detail::fail(op,
+                   "{}: the mask must be bool [batch, time] = bool [{},{}] for the input {}, got "
+                   "{} {}",
+                   layer.path(), detail::dim_text(x.dim(0)), detail::dim_text(x.dim(1)), x.shape(),
+                   dtype_name(m.dtype()), m.shape());
+    return m;
+  }
+  if (!options.sequence_lengths.defined()) return {};
+  const Tensor& n = options.sequence_lengths;
+  if ((n.dtype() != DType::i32 && n.dtype() != DType::i64) || n.ndim() != 1 ||
+      !dims_agree(n.dim(0), x.dim(0)))
+    detail::fail(op, "{}: sequence_lengths must be i32 or i64 [batch] = [{}], got {} {}",
+                 layer.path(), detail::dim_text(x.dim(0)), dtype_name(n.dtype()), n.shape());
+  // [1, time] < [batch, 1]: step t of sequence b is real when t < n[b].
+  const Tensor steps = step_indices(stop_gradient(transpose(x, {1, 0, 2})));
+  return less(expand_dims(steps, 0), expand_dims(cast(n, DType::i64), 1));
+}
+
+/// A masked step: where m ([batch, 1]) is false, the state `prev` and the output `prev_out`
+/// carry through; else the step's new state `next` and output next[0]. Returns the state,
+/// then the output.
+std::vector<Tensor> masked_step(const Tensor& m, std::vector<Tensor> next,
+                                const std::vector<Tensor>& prev, const Tensor& prev_out) {
+  const Tensor out = where(m, next[0], prev_out);
+  for (std::size_t i = 0; i < next.size(); ++i) next[i] = where(m, next[i], prev[i]);
+  next.push_back(out);
+  return next;
+}
+
 /// The recurrence of a sequence layer over x [batch, time, features]: `projected(x)` is the
 /// input projection x @ kernel + bias of every step in one matmul, then `step` runs per time
-/// step, from `state` (empty: zeros, `state_size` tensors [batch, units]). Returns the final
-/// state followed by the output sequence [batch, time, units] (in processing order) when
-/// return_sequences.
+/// step, from `state` (empty: zeros, `state_size` tensors [batch, units]). `mask` is undefined
+/// or boolean [batch, time] (see "Padding and masking" in nn/recurrent.hpp). Returns the final
+/// state followed by the output: the output sequence [batch, time, units] (in processing
+/// order) with return_sequences, else the last step's output.
 std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tensor&)>& projected,
                           const Step& step, std::vector<Tensor> state, std::size_t state_size,
-                          std::int64_t units, bool unroll, bool go_backwards,
-                          bool return_sequences) {
+                          std::int64_t units, bool unroll, bool go_backwards, bool return_sequences,
+                          const Tensor& mask) {
+  const bool masked = mask.defined();
+  // A masked step needs the previous state to carry through, so it starts from explicit zeros
+  // (the batch may be dynamic); the output before the first real step is zeros.
+  if ((masked || !unroll) && state.empty())
+    state.assign(state_size, zeros({x.dim(0), units}, x.dtype()));
   if (unroll) {
     const std::int64_t steps = x.dim(1);
     const Tensor p = projected(x);  // [batch, time, n]
+    Tensor out = masked ? zeros({x.dim(0), units}, x.dtype()) : Tensor();
     std::vector<Tensor> outputs;
     for (std::int64_t k = 0; k < steps; ++k) {
       const std::int64_t t = go_backwards ? steps - 1 - k : k;
-      state = step(step_of(p, t), state);
-      if (return_sequences) outputs.push_back(state[0]);
+      std::vector<Tensor> next = step(step_of(p, t), state);
+      if (masked) {
+        next = masked_step(slice(mask, 1, t, t + 1), std::move(next), state, out);
+        out = next.back();
+        next.pop_back();
+      } else {
+        out = next[0];
+      }
+      state = std::move(next);
+      if (return_sequences) outputs.push_back(out);
     }
-    if (return_sequences) state.push_back(stack(outputs, 1));
+    state.push_back(return_sequences ? stack(outputs, 1) : out);
     return state;
   }
   // The scan runs over the leading axis: project the time-major input [time, batch, n].
   const Tensor p = projected(transpose(x, {1, 0, 2}));
-  if (state.empty())
-    state.assign(state_size, zeros({x.dim(0), units}, x.dtype()));  // the batch may be dynamic
-  const auto body = [step, return_sequences](const std::vector<Tensor>& carry,
-                                             const std::vector<Tensor>& xt) {
-    std::vector<Tensor> next = step(xt[0], carry);
+  std::vector<Tensor> xs{p};
+  if (masked) {
+    xs.push_back(transpose(mask, {1, 0}));                 // [time, batch]
+    state.push_back(zeros({x.dim(0), units}, x.dtype()));  // the previous output
+  }
+  const auto body = [step, return_sequences, masked, state_size](const std::vector<Tensor>& carry,
+                                                                 const std::vector<Tensor>& xt) {
+    std::vector<Tensor> next;
+    if (masked) {
+      const std::vector<Tensor> prev(carry.begin(), carry.begin() + state_size);
+      next = masked_step(expand_dims(xt[1], 1), step(xt[0], prev), prev, carry.back());
+    } else {
+      next = step(xt[0], carry);
+    }
     std::vector<Tensor> y;
-    if (return_sequences) y.push_back(next[0]);
+    if (return_sequences) y.push_back(masked ? next.back() : next[0]);
     return std::pair<std::vector<Tensor>, std::vector<Tensor>>{std::move(next), std::move(y)};
   };
-  auto [final_state, ys] = scan(body, state, {p}, {.reverse = go_backwards});
+  auto [final_state, ys] = scan(body, state, xs, {.reverse = go_backwards});
+  if (!masked) final_state.push_back(final_state[0]);  // the last output is h
   if (return_sequences) {
     // A reversed scan leaves each step's output at its input's position; Keras's go_backwards
     // sequence is in processing order.
     const Tensor seq = go_backwards ? reverse_time(ys[0]) : ys[0];
-    final_state.push_back(transpose(seq, {1, 0, 2}));
+    final_state.back() = transpose(seq, {1, 0, 2});
   }
   return final_state;
 }
 
 /// The layer's outputs from recur's result: {output} or, with return_state, {output, state...}.
 std::vector<Tensor> layer_outputs(std::vector<Tensor> result, std::size_t state_size,
-                                  bool return_sequences, bool return_state,
-                                  const std::vector<Variable>& carried) {
+                                  bool return_state, const std::vector<Variable>& carried) {
   for (std::size_t i = 0; i < carried.size(); ++i) carried[i].assign(result[i]);
-  Tensor output = return_sequences ? result[state_size] : result[0];
+  Tensor output = result[state_size];
   if (!return_state) return {output};
   result.resize(state_size);
   result.insert(result.begin(), output);
@@ -263,8 +339,19 @@ LSTM::LSTM(std::int64_t units, LSTMOptions options)
 Tensor LSTM::operator()(const Tensor& x) { return call(x).front(); }
 
 std::vector<Tensor> LSTM::call(const Tensor& x, const std::vector<Tensor>& initial_state) {
+  return call(x, RecurrentCallOptions{.initial_state = initial_state});
+}
+
+std::vector<Tensor> LSTM::call(const Tensor& x, const std::vector<Tensor>& initial_state,
+                               const Tensor& mask) {
+  return call(x, RecurrentCallOptions{.initial_state = initial_state, .mask = mask});
+}
+
+std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call_options) {
+  const std::vector<Tensor>& initial_state = call_options.initial_state;
   const std::int64_t features = input_size(lstm_op, x, 3);
   time_steps(lstm_op, *this, x, options_.unroll);
+  const Tensor mask = mask_of(lstm_op, *this, x, call_options);
   const DType dtype = x.dtype();
   const Variable kernel =
       input_weight(lstm_op, x, "kernel", {features, 4 * units_}, options_.kernel_initializer);
@@ -288,8 +375,8 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const std::vector<Tensor>& initi
   return layer_outputs(
       recur(
           x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 2, units_,
-          options_.unroll, options_.go_backwards, options_.return_sequences),
-      2, options_.return_sequences, options_.return_state, carried);
+          options_.unroll, options_.go_backwards, options_.return_sequences, mask),
+      2, options_.return_state, carried);
 }
 
 void LSTM::reset_states() {
@@ -311,8 +398,19 @@ GRU::GRU(std::int64_t units, GRUOptions options)
 Tensor GRU::operator()(const Tensor& x) { return call(x).front(); }
 
 std::vector<Tensor> GRU::call(const Tensor& x, const std::vector<Tensor>& initial_state) {
+  return call(x, RecurrentCallOptions{.initial_state = initial_state});
+}
+
+std::vector<Tensor> GRU::call(const Tensor& x, const std::vector<Tensor>& initial_state,
+                              const Tensor& mask) {
+  return call(x, RecurrentCallOptions{.initial_state = initial_state, .mask = mask});
+}
+
+std::vector<Tensor> GRU::call(const Tensor& x, const RecurrentCallOptions& call_options) {
+  const std::vector<Tensor>& initial_state = call_options.initial_state;
   const std::int64_t features = input_size(gru_op, x, 3);
   time_steps(gru_op, *this, x, options_.unroll);
+  const Tensor mask = mask_of(gru_op, *this, x, call_options);
   const DType dtype = x.dtype();
   const Variable kernel =
       input_weight(gru_op, x, "kernel", {features, 3 * units_}, options_.kernel_initializer);
@@ -340,8 +438,8 @@ std::vector<Tensor> GRU::call(const Tensor& x, const std::vector<Tensor>& initia
   return layer_outputs(
       recur(
           x, [&](const Tensor& in) { return matmul(in, k) + input_bias; }, step, std::move(state),
-          1, units_, options_.unroll, options_.go_backwards, options_.return_sequences),
-      1, options_.return_sequences, options_.return_state, carried);
+          1, units_, options_.unroll, options_.go_backwards, options_.return_sequences, mask),
+      1, options_.return_state, carried);
 }
 
 void GRU::reset_states() { zero_state(*this, "state_h"); }
@@ -360,8 +458,19 @@ SimpleRNN::SimpleRNN(std::int64_t units, SimpleRNNOptions options)
 Tensor SimpleRNN::operator()(const Tensor& x) { return call(x).front(); }
 
 std::vector<Tensor> SimpleRNN::call(const Tensor& x, const std::vector<Tensor>& initial_state) {
+  return call(x, RecurrentCallOptions{.initial_state = initial_state});
+}
+
+std::vector<Tensor> SimpleRNN::call(const Tensor& x, const std::vector<Tensor>& initial_state,
+                                    const Tensor& mask) {
+  return call(x, RecurrentCallOptions{.initial_state = initial_state, .mask = mask});
+}
+
+std::vector<Tensor> SimpleRNN::call(const Tensor& x, const RecurrentCallOptions& call_options) {
+  const std::vector<Tensor>& initial_state = call_options.initial_state;
   const std::int64_t features = input_size(rnn_op, x, 3);
   time_steps(rnn_op, *this, x, options_.unroll);
+  const Tensor mask = mask_of(rnn_op, *this, x, call_options);
   const DType dtype = x.dtype();
   const Variable kernel =
       input_weight(rnn_op, x, "kernel", {features, units_}, options_.kernel_initializer);
@@ -380,8 +489,8 @@ std::vector<Tensor> SimpleRNN::call(const Tensor& x, const std::vector<Tensor>& 
   return layer_outputs(
       recur(
           x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 1, units_,
-          options_.unroll, options_.go_backwards, options_.return_sequences),
-      1, options_.return_sequences, options_.return_state, carried);
+          options_.unroll, options_.go_backwards, options_.return_sequences, mask),
+      1, options_.return_state, carried);
 }
 
 void SimpleRNN::reset_states() { zero_state(*this, "state_h"); }

@@ -27,6 +27,19 @@
 /// a whole and split over the cores: see docs/performance.md). Both forms compute the same
 /// values and gradients up to rounding. A static time dim of 0 is an error; a dynamic one that
 /// is 0 when the function runs gives the initial state and an empty output sequence.
+///
+/// **Padding and masking** (Keras's semantics with its default zero_output_for_mask = false).
+/// `call(x, {.mask = m})` takes a boolean mask [batch, time] (true = a real step), or
+/// `call(x, {.sequence_lengths = n})` an i32/i64 [batch] vector of lengths (step t of sequence b
+/// is real when t < n[b]; the same as mask = nn::sequence_mask(n, time), but it also works with
+/// a dynamic time dim). At a masked step every state tensor is carried through unchanged
+/// (h = where(m, h_new, h_prev), m broadcast over the units), and the step's output is the
+/// previous step's output, zeros before the first real step. So padded steps after a
+/// sequence's length change neither its final state nor its last output, and (with
+/// return_sequences) repeat its last real output. The mask counts by position in the input, so
+/// with go_backwards padding at the end is skipped before the first real step (whose output
+/// sequence starts with zeros). There is no implicit mask propagation between layers: pass the
+/// mask explicitly, e.g. `lstm.call(masking(x), {.mask = masking.mask(x)})` (nn::Masking).
 
 #include <cstdint>
 #include <string>
@@ -36,6 +49,19 @@
 #include "kiln/nn/layer.hpp"
 
 namespace kiln::nn {
+
+/// The optional arguments of the sequence layers' call() (see "Padding and masking" in the file
+/// comment), e.g. `lstm.call(x, {.initial_state = {h, c}, .mask = m})`.
+struct RecurrentCallOptions {
+  /// Empty (zeros, or the carried state when stateful) or the layer's state tensors, each
+  /// [batch, units] ({h, c} for an LSTM, {h} otherwise).
+  std::vector<Tensor> initial_state = {};
+  /// Undefined (every step real) or boolean [batch, time]: true where a step is real.
+  Tensor mask = {};
+  /// Undefined or an i32/i64 [batch] vector: steps t >= sequence_lengths[b] are masked. At
+  /// most one of mask and sequence_lengths.
+  Tensor sequence_lengths = {};
+};
 
 /// Hidden and cell state of an LSTM step, each [batch, units].
 struct LSTMState {
@@ -107,6 +133,12 @@ class LSTM : public Layer {
   /// {output} or, with return_state, {output, h, c}. `initial_state` is empty (zeros, or the
   /// carried state when stateful) or {h, c}, each [batch, units].
   std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  /// As above with a boolean [batch, time] mask (true = a real step; see the file comment).
+  std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state,
+                           const Tensor& mask);
+  /// As above with any of initial_state, mask and sequence_lengths. (`call(x, {})` is
+  /// ambiguous; write `call(x)`.)
+  std::vector<Tensor> call(const Tensor& x, const RecurrentCallOptions& options);
   /// Zeroes the carried state of a stateful layer (nothing to do otherwise or before the first
   /// call).
   void reset_states();
@@ -150,6 +182,12 @@ class GRU : public Layer {
   Tensor operator()(const Tensor& x) override;
   /// {output} or, with return_state, {output, h}; `initial_state` is empty or {h}.
   std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  /// As above with a boolean [batch, time] mask (true = a real step; see the file comment).
+  std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state,
+                           const Tensor& mask);
+  /// As above with any of initial_state, mask and sequence_lengths. (`call(x, {})` is
+  /// ambiguous; write `call(x)`.)
+  std::vector<Tensor> call(const Tensor& x, const RecurrentCallOptions& options);
   /// Zeroes the carried state of a stateful layer.
   void reset_states();
 
@@ -196,6 +234,12 @@ class SimpleRNN : public Layer {
   Tensor operator()(const Tensor& x) override;
   /// {output} or, with return_state, {output, h}; `initial_state` is empty or {h}.
   std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state = {});
+  /// As above with a boolean [batch, time] mask (true = a real step; see the file comment).
+  std::vector<Tensor> call(const Tensor& x, const std::vector<Tensor>& initial_state,
+                           const Tensor& mask);
+  /// As above with any of initial_state, mask and sequence_lengths. (`call(x, {})` is
+  /// ambiguous; write `call(x)`.)
+  std::vector<Tensor> call(const Tensor& x, const RecurrentCallOptions& options);
   /// Zeroes the carried state of a stateful layer.
   void reset_states();
 
