@@ -7,6 +7,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "layer_test_support.hpp"
+
 using kiln::Shape;
 using kiln::Tensor;
 using kiln::Variable;
@@ -14,22 +16,11 @@ namespace nn = kiln::nn;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  return kiln::max(kiln::abs(kiln::cast(a, kiln::f64) - kiln::cast(b, kiln::f64))).item<double>();
-}
-
-std::vector<std::string> names_of(const std::vector<Variable>& vars) {
-  std::vector<std::string> out;
-  for (const auto& v : vars) out.push_back(v.name());
-  return out;
-}
+using kiln::test::max_diff;
+using kiln::test::names_of;
 
 kiln::FunctionOptions dynamic_batch(std::vector<kiln::TensorSpec> specs) {
-  kiln::FunctionOptions o;
-  o.name = "layers_test";
-  o.input_signature = std::move(specs);
-  return o;
+  return kiln::test::options_named("layers_test", std::move(specs));
 }
 
 /// d loss / d v by central differences, one element at a time (v must be f64).

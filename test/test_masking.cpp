@@ -11,21 +11,18 @@
 
 #include <kiln/kiln.hpp>
 
+#include "layer_test_support.hpp"
+
 using kiln::Shape;
 using kiln::Tensor;
 namespace nn = kiln::nn;
 
 namespace {
 
-constexpr double tol = 1e-10;
+using kiln::test::max_diff;
+using kiln::test::weighted_loss;
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.defined());
-  REQUIRE(b.defined());
-  REQUIRE(a.shape() == b.shape());
-  if (a.size() == 0) return 0;
-  return kiln::max(kiln::abs(kiln::cast(a, kiln::f64) - kiln::cast(b, kiln::f64))).item<double>();
-}
+constexpr double tol = 1e-10;
 
 struct LSTMKind {
   using Layer = nn::LSTM;
@@ -127,17 +124,6 @@ void check_kind_against_unpadded() {
         for (bool init : {false, true}) check_against_unpadded<K>(seq, back, unroll, init);
 }
 
-/// Loss on every output of a call, each weighted differently.
-Tensor loss_of(const std::vector<Tensor>& outputs) {
-  Tensor loss;
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const Tensor term = kiln::sum(kiln::square(outputs[i])) * static_cast<double>(i + 1) +
-                        kiln::sum(kiln::sin(outputs[i]));
-    loss = loss.defined() ? loss + term : term;
-  }
-  return loss;
-}
-
 /// Gradients of the masked batch's loss (final states and last output) with respect to the
 /// weights and x == the sum over the sequences of their unpadded runs' gradients (and zero for
 /// the padded steps of x). Eagerly and traced with dynamic batch and time (one trace), in both
@@ -153,7 +139,7 @@ void check_gradients(bool backwards, bool unroll) {
   const auto masked_grads = [&layer](const Tensor& in, const Tensor& m) {
     kiln::GradientTape tape({.persistent = true});
     tape.watch(in);
-    const Tensor loss = loss_of(layer.call(in, {}, m));
+    const Tensor loss = weighted_loss(layer.call(in, {}, m));
     std::vector<Tensor> g = tape.gradient(loss, layer.trainable_variables());
     g.push_back(tape.gradient(loss, std::vector<Tensor>{in})[0]);
     return g;
@@ -165,7 +151,7 @@ void check_gradients(bool backwards, bool unroll) {
     tape.watch(x);
     Tensor loss;
     for (std::int64_t b = 0; b < batch; ++b) {
-      const Tensor term = loss_of(layer.call(prefix(x, b, lengths[b])));
+      const Tensor term = weighted_loss(layer.call(prefix(x, b, lengths[b])));
       loss = loss.defined() ? loss + term : term;
     }
     want = tape.gradient(loss, layer.trainable_variables());

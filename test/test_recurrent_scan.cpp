@@ -17,6 +17,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "layer_test_support.hpp"
+
 using kiln::Shape;
 using kiln::Tensor;
 using kiln::Variable;
@@ -24,12 +26,9 @@ namespace nn = kiln::nn;
 
 namespace {
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.defined());
-  REQUIRE(b.defined());
-  REQUIRE(a.shape() == b.shape());
-  return kiln::max(kiln::abs(kiln::cast(a, kiln::f64) - kiln::cast(b, kiln::f64))).item<double>();
-}
+using kiln::test::max_diff;
+using kiln::test::names_of;
+using kiln::test::weighted_loss;
 
 void check_all_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want, double tol) {
   REQUIRE(got.size() == want.size());
@@ -39,17 +38,8 @@ void check_all_close(const std::vector<Tensor>& got, const std::vector<Tensor>& 
   }
 }
 
-std::vector<std::string> names_of(const std::vector<Variable>& vars) {
-  std::vector<std::string> out;
-  for (const auto& v : vars) out.push_back(v.name());
-  return out;
-}
-
 kiln::FunctionOptions signature(std::vector<kiln::TensorSpec> specs) {
-  kiln::FunctionOptions o;
-  o.name = "recurrent_scan_test";
-  o.input_signature = std::move(specs);
-  return o;
+  return kiln::test::options_named("recurrent_scan_test", std::move(specs));
 }
 
 /// The three layers with what the generic tests need about them.
@@ -71,17 +61,6 @@ struct SimpleRNNKind {
   static constexpr std::size_t states = 1;
   static constexpr const char* name = "SimpleRNN";
 };
-
-/// A scalar loss that weighs every output differently, so each output's gradient matters.
-Tensor weighted_loss(const std::vector<Tensor>& outputs) {
-  Tensor loss;
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const Tensor term = kiln::sum(kiln::square(outputs[i])) * static_cast<double>(i + 1) +
-                        kiln::sum(kiln::sin(outputs[i]));
-    loss = loss.defined() ? loss + term : term;
-  }
-  return loss;
-}
 
 /// The layer's outputs, then the gradients of weighted_loss with respect to its trainable
 /// variables, x and each initial state tensor.
