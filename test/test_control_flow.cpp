@@ -127,6 +127,16 @@ std::vector<ScanCase> scan_cases() {
                swap,
                {t<float>({9, 8}, {2})},
                {kiln::random::uniform({4, 2}, -1, 1, 14)}});
+  // Two carries trade places every step (each step reads one carry buffer and writes the
+  // other), and a y is a carry passed through.
+  const kiln::ScanBody trade = [](const Tensors& carry, const Tensors& x) {
+    return ScanResult{{carry[1], carry[0] + x[0]}, {carry[0], carry[1] * x[0]}};
+  };
+  for (std::int64_t steps : {1, 2, 5})
+    c.push_back({fmt::format("two carries trade places, {} steps", steps),
+                 trade,
+                 {t<float>({1, 2}, {2}), t<float>({-3, 4}, {2})},
+                 {kiln::random::uniform({steps, 2}, -1, 1, 17)}});
   // No xs: the trip count comes from options.length.
   const kiln::ScanBody counter = [](const Tensors& carry, const Tensors&) {
     Tensor k = carry[0] * 2 + 1;

@@ -62,6 +62,12 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides,
                                                  strides, offset, b.storage));
 }
 
+Tensor make_view(const Tensor& base, DType dtype, const Shape& shape, const Shape& strides,
+                 std::int64_t offset) {
+  return Tensor(std::allocate_shared<TensorImpl>(CachedAllocator<TensorImpl>{}, dtype, shape,
+                                                 strides, offset, base.impl()->storage));
+}
+
 Tensor tensor_from_bytes(const void* data, std::int64_t count, DType dtype, const Shape& shape,
                          bool shape_given) {
   const Shape s = shape_given ? shape : Shape{count};

@@ -58,6 +58,10 @@ Tensor empty(const Shape& shape, DType dtype, const char* op = "empty");
 Tensor empty_checked(const Shape& shape, const Shape& strides, DType dtype, std::size_t bytes);
 /// A view of `base`'s buffer with the given shape, strides and offset (in elements).
 Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, std::int64_t offset);
+/// A view of `base`'s buffer as elements of `dtype` (a compiled plan's arena, a byte tensor,
+/// seen as one of its values): shape, strides and offset in elements of dtype.
+Tensor make_view(const Tensor& base, DType dtype, const Shape& shape, const Shape& strides,
+                 std::int64_t offset);
 
 /// Typed pointer to the first element of an (eager) tensor.
 template <class T>

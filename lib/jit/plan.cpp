@@ -130,11 +130,10 @@ class PlanBuilder {
     plan_.steps.push_back(std::move(step));
   }
 
-  /// Result `node.index` of a control-flow node: an escape buffer its step hands over.
+  /// Result `node.index` of a control-flow node: a buffer of its own that the step writes (in
+  /// the arena, placed by the memory planner like any step's output, unless it escapes).
   void add_control_flow_result(std::int32_t id, const Node& node, const Shape& shape) {
-    Plan::Value value = fresh_value(node.dtype, shape);
-    plan_.roots[static_cast<std::size_t>(value.root)].kind = Plan::Root::Kind::escape;
-    plan_.values[static_cast<std::size_t>(id)] = value;
+    plan_.values[static_cast<std::size_t>(id)] = fresh_value(node.dtype, shape);
     Plan::Step& step = plan_.steps[static_cast<std::size_t>(
         region_step_[static_cast<std::size_t>(node.inputs[0])])];
     step.values.push_back(id);
@@ -226,11 +225,6 @@ class PlanBuilder {
     };
     for (auto o : g_.outputs) escape(o);
     for (auto s : g_.side_effects) escape(s);
-    // A region step hands its inputs to sub-plans as tensors: none lives in the arena.
-    for (const Plan::Step& step : plan_.steps)
-      if (step.kind == Plan::Step::Kind::region)
-        for (std::int32_t i = 0; i < step.num_inputs; ++i)
-          escape(step.values[static_cast<std::size_t>(i)]);
   }
 
   void mark_escape_allocations() {
@@ -238,10 +232,18 @@ class PlanBuilder {
     // epilogue has several), not at the start of the call, so it does not add to the peak while
     // earlier steps run.
     std::vector<bool> allocated(plan_.roots.size(), false);
+    const auto size_escape = [](Plan::Root& root) {
+      root.strides = contiguous_strides(root.shape);
+      root.bytes = root.shape.numel() * static_cast<std::int64_t>(dtype_size(root.dtype));
+    };
     for (Plan::Step& step : plan_.steps) {
-      if (step.kind == Plan::Step::Kind::region) {  // its results are the sub-plans' tensors
-        for (std::size_t i = static_cast<std::size_t>(step.num_inputs); i < step.values.size(); ++i)
-          allocated[root_of(step.values[i])] = true;
+      if (step.kind == Plan::Step::Kind::region) {  // allocates its escaping results itself
+        for (std::size_t i = static_cast<std::size_t>(step.num_inputs); i < step.values.size();
+             ++i) {
+          const std::size_t r = root_of(step.values[i]);
+          if (plan_.roots[r].kind == Plan::Root::Kind::escape) size_escape(plan_.roots[r]);
+          allocated[r] = true;
+        }
         continue;
       }
       const std::size_t r = root_of(step.values.back());
@@ -249,8 +251,7 @@ class PlanBuilder {
       if (root.kind == Plan::Root::Kind::escape && !allocated[r]) {
         step.allocate_escape = static_cast<std::int32_t>(r);
         allocated[r] = true;
-        root.strides = contiguous_strides(root.shape);
-        root.bytes = root.shape.numel() * static_cast<std::int64_t>(dtype_size(root.dtype));
+        size_escape(root);
       }
     }
   }
@@ -288,10 +289,26 @@ class PlanBuilder {
       buffer_bytes.push_back(root.shape.numel() *
                              static_cast<std::int64_t>(dtype_size(root.dtype)));
     }
-    std::vector<BufferStep> steps(plan_.steps.size());
-    for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
-      const Plan::Step& step = plan_.steps[s];
-      BufferStep& buffer_step = steps[s];
+    std::vector<BufferStep> steps;
+    steps.reserve(plan_.steps.size());
+    for (const Plan::Step& step : plan_.steps) {
+      if (step.kind == Plan::Step::Kind::region) {
+        // One buffer step per result, reading the inputs and the results before it: the
+        // results are written while the inputs are read, so none shares memory with an input
+        // or another result.
+        BufferStep reads;
+        for (std::int32_t i = 0; i < step.num_inputs; ++i)
+          reads.reads.push_back(buffer_of[root_of(step.values[static_cast<std::size_t>(i)])]);
+        if (step.values.size() == static_cast<std::size_t>(step.num_inputs)) steps.push_back(reads);
+        for (std::size_t i = static_cast<std::size_t>(step.num_inputs); i < step.values.size();
+             ++i) {
+          steps.push_back(reads);
+          steps.back().writes = buffer_of[root_of(step.values[i])];
+          reads.reads.push_back(steps.back().writes);
+        }
+        continue;
+      }
+      BufferStep& buffer_step = steps.emplace_back();
       buffer_step.writes = buffer_of[root_of(step.values.back())];
       for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
         buffer_step.reads.push_back(buffer_of[root_of(step.values[i])]);
@@ -411,7 +428,7 @@ struct RootBinding {
 
 void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
               const std::string& function_name, std::vector<Tensor>& outputs,
-              std::span<const Tensor> variable_values) {
+              std::span<const Tensor> variable_values, const RunBuffers* buffers) {
   // Per-thread scratch, one set per nesting level (a control-flow step runs its regions' plans
   // inside this one), emptied on exit so it keeps nothing alive between calls.
   struct Scratch {
@@ -440,12 +457,41 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   std::vector<RootBinding>& bound = scratch.bindings;
   bound.resize(plan.roots.size());
 
-  Tensor arena;
-  char* arena_base = nullptr;
-  if (plan.arena_bytes > 0) {
-    arena = empty(Shape{plan.arena_bytes}, DType::boolean);
-    arena_base = arena.impl()->data();
+  Tensor own_arena;
+  const Tensor* arena = buffers != nullptr ? buffers->arena : nullptr;
+  if (arena == nullptr && plan.arena_bytes > 0) {
+    own_arena = make_arena(plan.arena_bytes);
+    arena = &own_arena;
   }
+  char* arena_base = arena != nullptr ? arena->impl()->data() : nullptr;
+  const std::span<const Tensor> destinations =
+      buffers != nullptr ? buffers->destinations : std::span<const Tensor>{};
+  // The destination output `r` is computed in, if the caller gave one for an output that is
+  // the whole of escape root r (a moved output), else null.
+  const auto destination_of_root = [&](std::size_t r) -> const Tensor* {
+    for (std::size_t i = 0; i < destinations.size() && i < g.outputs.size(); ++i)
+      if (plan.moved_outputs[i] != 0 && destinations[i].defined() &&
+          plan.root_of(g.outputs[i]) == r)
+        return &destinations[i];
+    return nullptr;
+  };
+  // A fresh buffer for escape root r: its destination, if it has one.
+  const auto allocate_escape = [&](std::size_t r, RootBinding& b) {
+    const Plan::Root& root = plan.roots[r];
+    const Tensor* destination = destination_of_root(r);
+    if (destination != nullptr) {
+      const TensorImpl& d = *destination->impl();
+      if (d.dtype != root.dtype || d.shape != root.shape || !d.is_contiguous())
+        fail(function_name, "internal: output destination {} {} does not fit buffer {} {}",
+             dtype_name(d.dtype), d.shape, dtype_name(root.dtype), root.shape);
+      b.held = *destination;
+    } else {
+      b.held =
+          empty_checked(root.shape, root.strides, root.dtype, static_cast<std::size_t>(root.bytes));
+    }
+    b.tensor = &b.held;
+    b.address = b.held.impl()->data();
+  };
   for (std::size_t r = 0; r < plan.roots.size(); ++r) {
     const Plan::Root& root = plan.roots[r];
     RootBinding& b = bound[r];
@@ -490,11 +536,17 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
                 std::is_trivially_copy_constructible_v<ArrayRef>);
   alignas(ArrayRef) unsigned char small_refs[small * sizeof(ArrayRef)];
   std::vector<ArrayRef> many_refs;
-  // Hands out a value as a tensor: its root's tensor, or a view of it. Arena values never get
-  // here (mark_escapes moved every output and assigned value out of the arena).
+  // Hands out a value as a tensor: its root's tensor, or a view of it (of the arena's bytes for
+  // a region step's arena inputs and results; outputs and assigned values are never there).
   const auto tensor_of = [&](std::int32_t value) -> Tensor {
     const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
-    const Tensor& base = *bound[static_cast<std::size_t>(v.root)].tensor;
+    const RootBinding& b = bound[static_cast<std::size_t>(v.root)];
+    if (b.tensor == nullptr) {  // in the arena: a view of its bytes as the value's elements
+      const Plan::Root& root = plan.roots[static_cast<std::size_t>(v.root)];
+      return make_view(*arena, v.dtype, v.shape, v.strides,
+                       root.offset / static_cast<std::int64_t>(dtype_size(v.dtype)) + v.offset);
+    }
+    const Tensor& base = *b.tensor;
     const TensorImpl& impl = *base.impl();
     if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
     return make_view(base, v.shape, v.strides, impl.offset + v.offset);
@@ -505,27 +557,24 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
       ins.reserve(static_cast<std::size_t>(step.num_inputs));
       for (std::int32_t k = 0; k < step.num_inputs; ++k)
         ins.push_back(tensor_of(step.values[static_cast<std::size_t>(k)]));
-      std::vector<Tensor> results = run_control_flow(g.nodes[static_cast<std::size_t>(step.node)],
-                                                     step.region_plans, ins, function_name);
+      // Each result read later is written straight into its buffer: arena memory, or an
+      // escape buffer allocated here.
+      std::vector<Tensor> results;
       for (std::size_t k = static_cast<std::size_t>(step.num_inputs); k < step.values.size(); ++k) {
-        RootBinding& b = bound[static_cast<std::size_t>(
-            plan.values[static_cast<std::size_t>(step.values[k])].root)];
-        b.held = results[static_cast<std::size_t>(
-                             step.result_index[k - static_cast<std::size_t>(step.num_inputs)])]
-                     .contiguous();
-        b.tensor = &b.held;
-        b.address = b.held.impl()->data();
+        const std::size_t r = plan.root_of(step.values[k]);
+        if (plan.roots[r].kind == Plan::Root::Kind::escape) allocate_escape(r, bound[r]);
+        const auto index = static_cast<std::size_t>(
+            step.result_index[k - static_cast<std::size_t>(step.num_inputs)]);
+        if (results.size() <= index) results.resize(index + 1);
+        results[index] = tensor_of(step.values[k]);
       }
+      run_control_flow(g.nodes[static_cast<std::size_t>(step.node)], step.region_plans, ins,
+                       results, function_name);
       continue;
     }
     if (step.allocate_escape >= 0) {
       const auto r = static_cast<std::size_t>(step.allocate_escape);
-      const Plan::Root& root = plan.roots[r];
-      RootBinding& b = bound[r];
-      b.held =
-          empty_checked(root.shape, root.strides, root.dtype, static_cast<std::size_t>(root.bytes));
-      b.tensor = &b.held;
-      b.address = b.held.impl()->data();
+      allocate_escape(r, bound[r]);
     }
     const std::size_t count = step.values.size();
     if (step.kind == Plan::Step::Kind::flat) {
@@ -578,12 +627,22 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   outputs.clear();
   for (std::size_t i = 0; i < g.outputs.size(); ++i) {
     const std::int32_t o = g.outputs[i];
-    if (plan.moved_outputs[i] != 0)
-      outputs.push_back(std::move(
-          bound[static_cast<std::size_t>(plan.values[static_cast<std::size_t>(o)].root)].held));
-    else
+    RootBinding& b = bound[plan.root_of(o)];
+    if (i < destinations.size() && destinations[i].defined()) {
+      const Tensor& destination = destinations[i];
+      if (plan.moved_outputs[i] == 0 || b.held.impl() != destination.impl())
+        copy_strided(array_ref(tensor_of(o)), array_ref(destination));
+      outputs.push_back(destination);
+    } else if (plan.moved_outputs[i] != 0) {
+      outputs.push_back(std::move(b.held));
+    } else {
       outputs.push_back(tensor_of(o));
+    }
   }
+}
+
+Tensor make_arena(std::int64_t arena_bytes) {
+  return empty(Shape{arena_bytes}, DType::boolean, "arena");
 }
 
 }  // namespace kiln::detail

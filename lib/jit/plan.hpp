@@ -49,7 +49,8 @@ struct Plan {
       fused,   // run_fused(program) on refs
       copy,    // copy_strided(refs[0] -> refs[1]): a contiguous copy for a kernel's input
       region,  // a control-flow node: runs region_plans (values: its inputs, then the results
-               // read by output nodes, each an escape buffer the step hands over)
+               // read by output nodes, which it writes: arena buffers, or escape buffers it
+               // allocates first)
     };
     Kind kind = Kind::kernel;
     Prim prim = Prim::add;
@@ -114,20 +115,34 @@ Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes = nullptr,
                 const std::vector<std::int64_t>* dim_values = nullptr);
 
 /// Runs control-flow node `node` (scan, while_loop or cond) on its input tensors with the
-/// region plans built for it; returns every result (plan_regions.cpp).
-std::vector<Tensor> run_control_flow(const Node& node,
-                                     std::span<const std::shared_ptr<const Plan>> region_plans,
-                                     const std::vector<Tensor>& inputs,
-                                     const std::string& function_name);
+/// region plans built for it, writing result k into destinations[k] (plan_regions.cpp). A
+/// destination is a contiguous tensor of the result's type, or undefined when nothing reads
+/// that result. Destinations never overlap the inputs.
+void run_control_flow(const Node& node, std::span<const std::shared_ptr<const Plan>> region_plans,
+                      const std::vector<Tensor>& inputs, std::span<const Tensor> destinations,
+                      const std::string& function_name);
+
+/// Memory a caller hands to run_plan instead of having it allocated (a loop runs its body's
+/// plan many times): the arena (at least plan.arena_bytes, aligned to arena_alignment) and,
+/// per graph output, a contiguous tensor of the output's type to write it into (undefined: a
+/// fresh tensor as usual). A destination must not overlap an argument.
+struct RunBuffers {
+  const Tensor* arena = nullptr;  // a boolean tensor of the arena's bytes, or null
+  std::span<const Tensor> destinations;
+};
+
+/// A tensor of arena_bytes bytes for RunBuffers::arena.
+Tensor make_arena(std::int64_t arena_bytes);
 
 /// Runs the plan on the call's tensor arguments; fills `outputs` (cleared first). Variable reads
 /// are bound first (or taken from `variable_values`, one per variable slot, read by the caller:
 /// the halves of a batch split see one reading; such a graph assigns nothing); assignments are
 /// applied after every step succeeded, in program order. Outputs never share memory with the
-/// arena.
+/// arena. With `buffers`, the arena is the caller's and each output with a destination is
+/// written there (an output computed by a step is computed there directly) and returned as it.
 void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* const> args,
               const std::string& function_name, std::vector<Tensor>& outputs,
-              std::span<const Tensor> variable_values = {});
+              std::span<const Tensor> variable_values = {}, const RunBuffers* buffers = nullptr);
 
 /// Appends g's variables to `vars`, failing with a clear error if one was destroyed.
 void lock_variables(const GraphData& g, const std::string& function_name,

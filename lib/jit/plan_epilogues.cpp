@@ -53,9 +53,15 @@ void fuse_matmul_epilogues(Plan& plan) {
   std::vector<std::int32_t> producer(plan.roots.size(), -1);
   for (std::size_t s = 0; s < plan.steps.size(); ++s) {
     const Plan::Step& step = plan.steps[s];
-    for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
-      ++readers[plan.root_of(step.values[i])];
-    producer[plan.root_of(step.values.back())] = static_cast<std::int32_t>(s);
+    // A region step reads its inputs and writes every value after them; other steps write
+    // their last value.
+    const std::size_t reads = step.kind == Plan::Step::Kind::region
+                                  ? static_cast<std::size_t>(step.num_inputs)
+                                  : step.values.size() - 1;
+    for (std::size_t i = 0; i < reads; ++i) ++readers[plan.root_of(step.values[i])];
+    for (std::size_t i = std::max<std::size_t>(reads, step.values.size() - 1);
+         i < step.values.size(); ++i)
+      producer[plan.root_of(step.values[i])] = static_cast<std::int32_t>(s);
   }
   std::vector<bool> removed(plan.steps.size(), false);
   std::vector<std::pair<std::size_t, Plan::Step>> inserted;  // (before step index, step)
