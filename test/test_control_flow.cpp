@@ -324,6 +324,41 @@ TEST_CASE("scan traced is bit-identical to eager", "[control_flow]") {
   }
 }
 
+TEST_CASE("an unrolled scan traces one copy of the body per step, with the same values",
+          "[control_flow]") {
+  for (ScanCase c : scan_cases()) {
+    if (c.xs.empty()) continue;
+    INFO("case: " << c.name);
+    const ScanResult eager = kiln::scan(c.body, c.init, c.xs, c.options);
+    c.options.unroll = true;
+    auto looped = kiln::function([&c](const Tensors& init, const Tensors& xs) {
+      kiln::ScanOptions o = c.options;
+      o.unroll = false;
+      return kiln::scan(c.body, init, xs, o);
+    });
+    auto unrolled = kiln::function([&c](const Tensors& init, const Tensors& xs) {
+      return kiln::scan(c.body, init, xs, c.options);
+    });
+    CHECK_SAME_BITS(unrolled(c.init, c.xs), eager);
+    const std::string loop_graph = looped.get_concrete_function(c.init, c.xs).graph().to_dot();
+    const std::string unrolled_graph =
+        unrolled.get_concrete_function(c.init, c.xs).graph().to_dot();
+    CHECK(loop_graph.find("scan") != std::string::npos);
+    CHECK(unrolled_graph.find("scan") == std::string::npos);
+  }
+  // A dynamic number of steps cannot be unrolled.
+  kiln::FunctionOptions o;
+  o.input_signature = {kiln::TensorSpec({2}), kiln::TensorSpec({-1, 2})};
+  auto dynamic = kiln::function(
+      [](const Tensor& init, const Tensor& xs) {
+        return kiln::scan([](const Tensor& c, const Tensor& x) { return std::pair{c + x, c}; },
+                          init, xs, {.unroll = true});
+      },
+      o);
+  CHECK_THROWS_WITH(dynamic(kiln::zeros({2}), kiln::zeros({3, 2})),
+                    Catch::Contains("[scan] options.unroll needs a static number of steps"));
+}
+
 TEST_CASE("a zero-length scan returns init and ys with a leading dim of 0, traced",
           "[control_flow]") {
   const Tensor init = t<float>({1, 2, 3}, {3});

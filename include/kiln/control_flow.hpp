@@ -22,6 +22,11 @@ struct ScanOptions {
   std::int64_t length = -1;
   /// Run from the last step to the first. ys keep their step's position either way.
   bool reverse = false;
+  /// Inside a kiln::function, trace one copy of the body per step instead of one loop node (the
+  /// number of steps must then be static): for a few short steps, where the optimizer sees the
+  /// whole unrolled graph and can fuse across steps or split it over the cores. The graph then
+  /// grows with the number of steps. Eagerly it changes nothing.
+  bool unroll = false;
 };
 
 /// body(carry, x) -> (carry, y): carry and y are lists of tensors.

@@ -162,7 +162,10 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> scan(const ScanBody& body,
   check_all_defined(init, "scan", "init");
   check_all_defined(xs, "scan", "xs");
   const std::int64_t length = scan_length(xs, options);
-  if (detail::active_trace() != nullptr)
+  if (options.unroll && is_dynamic_dim(length))
+    fail("scan", "options.unroll needs a static number of steps, but xs 0 has {} steps",
+         detail::dim_text(length));
+  if (detail::active_trace() != nullptr && !(options.unroll && length > 0))
     return detail::traced_scan(body, init, xs, length, options.reverse);
   return eager_scan(body, init, xs, length, options.reverse);
 }
