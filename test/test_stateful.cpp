@@ -32,6 +32,7 @@ struct StatefulNet : kiln::Module {
   explicit StatefulNet(std::string name)
       : Module(std::move(name)),
         seq({nn::SimpleRNN(4, {.return_sequences = true, .stateful = true}),
+             nn::Bidirectional(nn::LSTM(2, {.return_sequences = true, .stateful = true})),
              nn::GRU(3, {.stateful = true}), nn::Dense(1)},
             "seq") {
     add_module("seq", seq);
@@ -94,6 +95,12 @@ void check_fit_against_by_hand(bool reset_at_epoch_end) {
     INFO(fitted.variables()[i].name());
     CHECK(max_diff(got_weights[i], want_weights[i]) < tol);
   }
+  CHECK(names_of(fitted.non_trainable_variables()) ==
+        std::vector<std::string>{
+            "fitted/seq/simple_rnn/state_h", "fitted/seq/bidirectional/forward_lstm/state_h",
+            "fitted/seq/bidirectional/forward_lstm/state_c",
+            "fitted/seq/bidirectional/backward_lstm/state_h",
+            "fitted/seq/bidirectional/backward_lstm/state_c", "fitted/seq/gru/state_h"});
   // The carried state is the last batch's (or zeros after the reset).
   const Tensor state = fitted.variable("seq/gru/state_h").value();
   CHECK(state.shape() == Shape{batch_size, 3});
