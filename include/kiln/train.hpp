@@ -7,6 +7,16 @@
 /// graph: forward, loss, metrics, backward (GradientTape inside the trace) and the optimizer's
 /// update. fit sets nn::learning_phase() to training inside its step; evaluate and predict run
 /// in inference mode. The functions live only for the call, so nothing stays cached after it.
+///
+/// **Stateful models** (a recurrent layer built with `stateful = true`, anywhere in the model;
+/// see nn::is_stateful). A stateful layer carries its final state over to the next batch, so
+/// sample i of each batch continues sample i of the batch before (Keras's semantics). Then the
+/// batch dim is static: the step is traced once with options.batch_size, which must divide the
+/// number of samples (else a kiln::Error naming train.fit and the batch size; Keras requires
+/// the same), and fit requires shuffle = false (shuffling would break the sequences apart, so
+/// it is an error rather than silently ignored). The state carries over from epoch to epoch and
+/// from one fit, evaluate or predict call to the next unless reset: nn::reset_states(model), or
+/// FitOptions::reset_states_at_epoch_end.
 
 #include <concepts>
 #include <cstdint>
@@ -53,6 +63,10 @@ struct FitOptions {
   /// otherwise. 2: one line per epoch. Output goes to standard output.
   int verbose = 1;
   std::vector<Metric> metrics = {};
+  /// After every epoch, zero the carried state of the model's stateful layers
+  /// (nn::reset_states), so each epoch starts its sequences afresh. Keras leaves this to a
+  /// callback; nothing to do for a model without stateful layers.
+  bool reset_states_at_epoch_end = false;
 };
 
 /// What fit returns: per-epoch averages (weighted by batch size) and counters.
@@ -101,9 +115,9 @@ concept Model = std::derived_from<M, Module> && requires(M& m, const Tensor& x) 
 };
 
 /// Trains `model` on (x, y) for options.epochs epochs of batches along dim 0 (the last batch
-/// may be smaller): per batch, loss(y, model(x)) is differentiated with respect to
-/// model.trainable_variables() and `optimizer` applies the gradients. Returns the history.
-/// x and y must have the same size along dim 0 (> 0).
+/// may be smaller, except for a stateful model: see the file comment): per batch, loss(y, model(x))
+/// is differentiated with respect to model.trainable_variables() and `optimizer` applies the
+/// gradients. Returns the history. x and y must have the same size along dim 0 (> 0).
 template <Model M>
 History fit(M& model, optim::Optimizer& optimizer, const LossFn& loss, const Tensor& x,
             const Tensor& y, const FitOptions& options = {}) {

@@ -91,4 +91,26 @@ Variable Layer::weight(std::string_view name, const Shape& shape,
   return add_variable(name, shape, initializer, trainable, dtype);
 }
 
+bool Layer::stateful() const {
+  for (const auto& child : children())
+    if (is_stateful(*child.second)) return true;
+  return false;
+}
+
+void Layer::reset_states() {
+  for (const auto& child : children()) nn::reset_states(*child.second);
+}
+
+bool is_stateful(const Module& root) {
+  if (const auto* layer = dynamic_cast<const Layer*>(&root)) return layer->stateful();
+  for (const auto& child : root.children())
+    if (is_stateful(*child.second)) return true;
+  return false;
+}
+
+void reset_states(Module& root) {
+  if (auto* layer = dynamic_cast<Layer*>(&root)) return layer->reset_states();
+  for (const auto& child : root.children()) reset_states(*child.second);
+}
+
 }  // namespace kiln::nn

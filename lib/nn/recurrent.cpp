@@ -11,6 +11,7 @@
 #include "kiln/control_flow.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
+#include "nn/time_reverse.hpp"
 #include "ops/dispatch.hpp"
 
 namespace kiln::nn {
@@ -177,25 +178,6 @@ std::vector<Tensor> initial_state_of(std::string_view op, Module& layer,
 /// empty for the zero state) -> the new state. It must not hold references to locals of the
 /// layer's call: a traced scan keeps it for the gradient, which may run after the call.
 using Step = std::function<std::vector<Tensor>(const Tensor& xt, const std::vector<Tensor>& s)>;
-
-/// Reverses the leading (time) axis of a [time, ...] tensor. A dynamic time dim cannot be
-/// sliced backwards while tracing, so there the indices T-1, ..., 0 come from a counting scan
-/// run backwards (step t of a reversed scan is its (T-1-t)-th) and gather picks the rows. The
-/// gradient is the same reversal of the output gradient (gather's own gradient needs the size
-/// of the gathered axis, which is unknown while tracing).
-Tensor reverse_time(const Tensor& seq) {
-  if (!is_dynamic_dim(seq.dim(0))) return slice(seq, 0, Slice::none, Slice::none, -1);
-  const auto count = [](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
-    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{{c[0] + 1}, {c[0]}};
-  };
-  const Tensor indices =
-      scan(count, {scalar(0.0, DType::i64)}, {stop_gradient(seq)}, {.reverse = true}).second[0];
-  const auto reverse = [indices](const Tensor& t) { return gather(t, indices, 0); };
-  return custom_gradient([reverse](const std::vector<Tensor>& v) {
-    return std::pair<Tensor, GradFn>{
-        reverse(v[0]), [reverse](const Tensor& g) { return std::vector<Tensor>{reverse(g)}; }};
-  })({seq});
-}
 
 /// The step indices 0, ..., T-1 (i64 [T]) of a time-major [time, ...] tensor whose time dim may
 /// be dynamic (a counting scan, as in reverse_time).

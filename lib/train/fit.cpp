@@ -2,10 +2,11 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <string>
 
 #include "core/fail.hpp"
-#include "core/tensor_impl.hpp"
 #include "core/hooks.hpp"
+#include "core/tensor_impl.hpp"
 #include "kiln/autodiff.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/function.hpp"
@@ -19,11 +20,35 @@ namespace kiln::train {
 
 namespace {
 
-/// x's signature with a dynamic batch dim (dim 0), so one trace serves every batch size.
-TensorSpec batch_spec(const Tensor& t) {
+/// t's signature with `batch` as its batch dim (dim 0): -1 (dynamic), so one trace serves every
+/// batch size, or a stateful model's static batch size.
+TensorSpec batch_spec(const Tensor& t, std::int64_t batch) {
   Shape shape = t.shape();
-  shape[0] = -1;
+  shape[0] = batch;
   return TensorSpec(shape, t.dtype());
+}
+
+/// The path of a stateful layer in `model` (the first, depth-first) for error messages.
+std::string stateful_layer_path(const Module& model) {
+  for (const auto& child : model.children())
+    if (nn::is_stateful(*child.second)) return stateful_layer_path(*child.second);
+  return model.path();
+}
+
+/// The batch dim of the steps' input_signature: dynamic (-1) for a model without state, else
+/// the static batch_size, which must divide the number of samples (a stateful layer's state
+/// variables are [batch, units], so every batch has the same size, as Keras requires).
+std::int64_t signature_batch(std::string_view op, const Module& model, std::int64_t samples,
+                             std::int64_t batch_size) {
+  if (!nn::is_stateful(model)) return -1;
+  if (samples % batch_size != 0)
+    kiln::detail::fail(op,
+                       "the model {} is stateful (the layer {} carries its state from one batch to "
+                       "the next), so every batch must have batch_size {} samples; {} samples are "
+                       "not a multiple of it (drop the last {} or choose another batch_size)",
+                       model.path(), stateful_layer_path(model), batch_size, samples,
+                       samples % batch_size);
+  return batch_size;
 }
 
 void check_data(std::string_view op, const Tensor& t, const char* what) {
@@ -137,9 +162,17 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   if (options.verbose < 0 || options.verbose > 2)
     kiln::detail::fail(op, "verbose must be 0, 1 or 2, got {}", options.verbose);
 
+  const std::int64_t batch = signature_batch(op, model.module, x.dim(0), options.batch_size);
+  if (batch != -1 && options.shuffle)
+    kiln::detail::fail(op,
+                       "the model {} is stateful (the layer {} carries its state from one batch to "
+                       "the next), so the samples must stay in order: batch i continues the "
+                       "sequences of batch i of the previous call; pass shuffle = false",
+                       model.module.path(), stateful_layer_path(model.module));
+
   FunctionOptions function_options;
   function_options.name = "train_step";
-  function_options.input_signature = {batch_spec(x), batch_spec(y)};
+  function_options.input_signature = {batch_spec(x, batch), batch_spec(y, batch)};
   auto step = kiln::function(
       [&](const Tensor& xb, const Tensor& yb) {
         nn::LearningPhaseScope phase(true);
@@ -181,6 +214,7 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.end_epoch(averages.loss, averages.metrics, seconds);
+    if (options.reset_states_at_epoch_end) nn::reset_states(model.module);
     history.loss.push_back(averages.loss);
     for (std::size_t i = 0; i < options.metrics.size(); ++i)
       history.metrics[options.metrics[i].name].push_back(averages.metrics[i]);
@@ -197,9 +231,10 @@ EvaluateResult evaluate(const ModelRef& model, const LossFn& loss, const Tensor&
   check_batch_size(op, options.batch_size);
   check_metrics(op, options.metrics);
   if (!loss) kiln::detail::fail(op, "the loss function is empty");
+  const std::int64_t batch = signature_batch(op, model.module, x.dim(0), options.batch_size);
   FunctionOptions function_options;
   function_options.name = "evaluate_step";
-  function_options.input_signature = {batch_spec(x), batch_spec(y)};
+  function_options.input_signature = {batch_spec(x, batch), batch_spec(y, batch)};
   auto step = kiln::function(
       [&](const Tensor& xb, const Tensor& yb) {
         nn::LearningPhaseScope phase(false);
@@ -228,9 +263,10 @@ Tensor predict(const ModelRef& model, const Tensor& x, const PredictOptions& opt
   constexpr std::string_view op = "train.predict";
   check_data(op, x, "x");
   check_batch_size(op, options.batch_size);
+  const std::int64_t batch = signature_batch(op, model.module, x.dim(0), options.batch_size);
   FunctionOptions function_options;
   function_options.name = "predict_step";
-  function_options.input_signature = {batch_spec(x)};
+  function_options.input_signature = {batch_spec(x, batch)};
   auto step = kiln::function(
       [&](const Tensor& xb) {
         nn::LearningPhaseScope phase(false);

@@ -57,6 +57,16 @@ class Layer : public Module {
   /// The layer's forward computation.
   virtual Tensor operator()(const Tensor& x) = 0;
 
+  /// Whether the layer carries state from one call to the next (a recurrent layer built with
+  /// `stateful = true`), or contains such a layer. The default asks the child modules
+  /// (nn::is_stateful), so containers like nn::Sequential and nn::Bidirectional answer for
+  /// their layers.
+  virtual bool stateful() const;
+  /// Zeroes the carried state of every stateful layer in it. The default resets the child
+  /// modules (nn::reset_states), so `sequential.reset_states()` resets each of its layers; the
+  /// stateful recurrent layers override it to zero their state variables.
+  virtual void reset_states();
+
  protected:
   /// `name` as given, or unique_name(default_name) when empty.
   Layer(std::string_view default_name, std::string name);
@@ -73,5 +83,14 @@ class Layer : public Module {
   /// last dim is static.
   std::int64_t input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const;
 };
+
+/// Whether the module tree rooted at `root` holds a stateful layer: root.stateful() for a layer,
+/// else whether any child is stateful (depth-first). For models that are plain kiln::Modules
+/// with layers as members; train::fit uses it to decide how to batch (see kiln/train.hpp).
+bool is_stateful(const Module& root);
+/// Zeroes the carried state of every stateful layer in the tree rooted at `root` (a layer's
+/// reset_states(), or each child's for a module that is not a layer). Layers that are not
+/// stateful, and stateful ones not called yet (no state variables yet), are left as they are.
+void reset_states(Module& root);
 
 }  // namespace kiln::nn

@@ -141,7 +141,9 @@ class LSTM : public Layer {
   std::vector<Tensor> call(const Tensor& x, const RecurrentCallOptions& options);
   /// Zeroes the carried state of a stateful layer (nothing to do otherwise or before the first
   /// call).
-  void reset_states();
+  void reset_states() override;
+  /// Whether the layer was built with `stateful = true`.
+  bool stateful() const override { return options_.stateful; }
 
   std::int64_t units() const { return units_; }
   const LSTMOptions& options() const { return options_; }
@@ -189,7 +191,9 @@ class GRU : public Layer {
   /// ambiguous; write `call(x)`.)
   std::vector<Tensor> call(const Tensor& x, const RecurrentCallOptions& options);
   /// Zeroes the carried state of a stateful layer.
-  void reset_states();
+  void reset_states() override;
+  /// Whether the layer was built with `stateful = true`.
+  bool stateful() const override { return options_.stateful; }
 
   std::int64_t units() const { return units_; }
   const GRUOptions& options() const { return options_; }
@@ -241,7 +245,9 @@ class SimpleRNN : public Layer {
   /// ambiguous; write `call(x)`.)
   std::vector<Tensor> call(const Tensor& x, const RecurrentCallOptions& options);
   /// Zeroes the carried state of a stateful layer.
-  void reset_states();
+  void reset_states() override;
+  /// Whether the layer was built with `stateful = true`.
+  bool stateful() const override { return options_.stateful; }
 
   std::int64_t units() const { return units_; }
   const SimpleRNNOptions& options() const { return options_; }
