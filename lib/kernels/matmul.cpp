@@ -36,6 +36,9 @@ constexpr std::int64_t small_gemm_limit = 128 * 128 * 128;
 /// between the cores.
 constexpr std::int64_t max_block_rows = 256;
 
+/// Multiply-adds above which a product run in blocks of rows spreads the blocks over the cores.
+constexpr std::int64_t spread_work = std::int64_t{1} << 24;
+
 /// Multiply-adds a parallel_for chunk should hold at least (smaller work stays inline).
 constexpr std::int64_t parallel_chunk_work = 1 << 17;
 
@@ -293,14 +296,19 @@ class FloatMatmul {
     if (merged_ && block_rows_ > 0) {
       const std::int64_t rows = walk_.count * m_;
       const std::int64_t blocks = (rows + block_rows_ - 1) / block_rows_;
-      parallel_for(blocks, grain_for(block_rows_ * n_ * k_),
-                   [&](std::int64_t begin, std::int64_t end) {
-                     for (std::int64_t i = begin; i < end; ++i) {
-                       const std::int64_t first = i * block_rows_;
-                       const FloatGemm<T>& gemm = first + block_rows_ <= rows ? gemm_ : *tail_;
-                       gemm(a_data + first * k_, b_data, out_data + first * n_);
-                     }
-                   });
+      // On one thread up to spread_work: the per-step products it replaces ran on one, and
+      // waiting for a pool thread that another process keeps off its core cost more than the
+      // second core gave (an RNN's [1600,64] x [64,64] on the busy 2-core VM: 2.4x the median
+      // call time of the forward and backward pass).
+      const std::int64_t grain =
+          rows * n_ * k_ < spread_work ? blocks : grain_for(block_rows_ * n_ * k_);
+      parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          const std::int64_t first = i * block_rows_;
+          const FloatGemm<T>& gemm = first + block_rows_ <= rows ? gemm_ : *tail_;
+          gemm(a_data + first * k_, b_data, out_data + first * n_);
+        }
+      });
       return;
     }
     if (merged_) {
@@ -338,9 +346,8 @@ class FloatMatmul {
     const std::int64_t rows = merged_ ? walk_.count * m_ : m_;
     // Too many rows for libxsmm while each matrix alone is small and b stays in cache (a scan's
     // input projection computed for all steps at once, lib/jit/loop_hoisting.cpp): libxsmm
-    // kernels over blocks of at least 64 rows, spread over the cores, instead of one BLAS call,
-    // which was slower on such tall, narrow products ([1600,64] x [64,64]: 114 us against
-    // 137 us on one core).
+    // kernels over blocks of at least 64 rows instead of one BLAS call, which was slower on such
+    // tall, narrow products ([1600,64] x [64,64]: 114 us against 137 us on one core).
     if (merged_ && !is_small(rows, n_, k_) && is_small(m_, n_, k_) &&
         n_ * k_ <= small_gemm_limit / 64) {
       block_rows_ = std::max(m_, std::min(max_block_rows, small_gemm_limit / (n_ * k_)));
