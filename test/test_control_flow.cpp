@@ -428,8 +428,10 @@ TEST_CASE("one trace serves every trip count: a dynamic time dim, and a dynamic 
     const auto [eh, eys] = rnn(h0, xs);
     CHECK(h.shape() == Shape{batch, 6});
     CHECK(ys.shape() == Shape{steps, batch});
-    CHECK_SAME_BITS(h, eh);
-    CHECK_SAME_BITS(ys, eys);
+    // x @ w runs as one product over all steps (loop hoisting), whose kernel may round
+    // differently from T products of B rows: equal to rounding, not bit for bit.
+    CHECK(kiln::max(kiln::abs(h - eh)).item<float>() <= 1e-5f);
+    CHECK(kiln::max(kiln::abs(ys - eys)).item<float>() <= 1e-5f);
     nodes.push_back(g.get_concrete_function(h0, xs).graph().num_nodes());
   }
   CHECK(g.tracing_count() == 1);

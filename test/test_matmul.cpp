@@ -189,6 +189,10 @@ TEST_CASE("matmul broadcasts batch dims", "[matmul]") {
       {{16, 40, 50}, {50, 60}, {16, 40, 60}},      // folded problem large: BLAS
       {{2, 100, 80}, {2, 80, 70}, {2, 100, 70}},   // per-matrix BLAS
       {{2, 2, 70, 80}, {2, 1, 80, 70}, {2, 2, 70, 70}},
+      {{50, 32, 64}, {64, 64}, {50, 32, 64}},    // folded too large: libxsmm blocks of 256 rows
+      {{6, 100, 64}, {64, 64}, {6, 100, 64}},    // the same, with a shorter last block
+      {{3, 300, 64}, {64, 64}, {3, 300, 64}},    // blocks of one matrix (300 rows)
+      {{40, 130, 64}, {64, 64}, {40, 130, 64}},  // blocks spread over the cores (2^24 and more)
   };
   for (DType dtype : all_dtypes)
     for (const Case& c : cases) check_matmul(c.a, c.b, dtype, c.out);

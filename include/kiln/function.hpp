@@ -50,6 +50,9 @@ struct FunctionOptions {
   bool fold_constants = true;    ///< evaluate subgraphs that depend only on constants
   bool simplify = true;          ///< x*1, x+0, transpose of transpose, reshape chains, ...
   bool fuse_elementwise = true;  ///< one kernel per tree of elementwise ops
+  /// Move loop-invariant work out of scan and while_loop bodies, and compute a scan's
+  /// per-step matmuls that do not need the carry (x_t @ W) as one product over all steps.
+  bool hoist_loop_invariants = true;
 };
 
 /// A traced graph (read-only view for introspection).

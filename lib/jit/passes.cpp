@@ -64,23 +64,41 @@ void prune_unused_scan_results(GraphData& graph) {
   }
 }
 
+/// Fuses the elementwise work of every region, at every depth (as new graphs: regions are
+/// shared).
+void fuse_regions(GraphData& graph) {
+  for (Node& node : graph.nodes)
+    for (auto& region : node.regions) {
+      auto fused = std::make_shared<GraphData>(*region);
+      fuse_regions(*fused);
+      fuse_elementwise(*fused);
+      region = std::move(fused);
+    }
+}
+
 }  // namespace
 
 void run_graph_passes(GraphData& graph, const FunctionOptions& options) {
   if (!options.optimize) return;
   prune_unused_scan_results(graph);
   // Control-flow regions first, each as a graph of its own (their parameters stay as they are).
+  // They are fused last, from the outermost call: loop hoisting first takes out what it moves,
+  // which fusion would otherwise have merged with the loop's own work.
+  FunctionOptions region_options = options;
+  region_options.fuse_elementwise = false;
   for (Node& node : graph.nodes) {
     for (auto& region : node.regions) {
       auto optimized = std::make_shared<GraphData>(*region);
-      run_graph_passes(*optimized, options);
+      run_graph_passes(*optimized, region_options);
       region = std::move(optimized);
     }
   }
+  if (options.hoist_loop_invariants) hoist_loop_invariants(graph);
   for (const GraphPass& pass : pipeline) {
     if (!pass.enabled(options)) continue;
     if (pass.run(graph) > 0 && pass.cse_after_change) eliminate_common_subexpressions(graph);
   }
+  if (options.fuse_elementwise) fuse_regions(graph);
 }
 
 }  // namespace kiln::detail

@@ -22,6 +22,12 @@ struct GraphPass {
   bool cse_after_change = false;
 };
 
+/// Moves work out of scan and while_loop regions into the enclosing graph: invariant nodes
+/// become new captures, and chains of per-step nodes with a matmul are computed for all steps
+/// at once as new xs (lib/jit/loop_hoisting.cpp). run_graph_passes runs it after optimizing the
+/// regions, before the pipeline. Returns how many region nodes now run outside their loop.
+std::size_t hoist_loop_invariants(GraphData& graph);
+
 /// The pipeline, in order.
 std::span<const GraphPass> graph_passes();
 

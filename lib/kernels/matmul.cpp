@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <type_traits>
 #include <unordered_map>
@@ -29,6 +30,14 @@ namespace {
 /// AVX2 machine (docs/performance.md): libxsmm beats OpenBLAS on every shape up to 128^3
 /// (also skewed ones such as 8x512x512) and they meet near 192^3.
 constexpr std::int64_t small_gemm_limit = 128 * 128 * 128;
+
+/// Rows per libxsmm call when a tall product runs in blocks (FloatMatmul): libxsmm ran 16- to
+/// 512-row blocks of [1600,64] x [64,64] equally fast here, and smaller blocks share better
+/// between the cores.
+constexpr std::int64_t max_block_rows = 256;
+
+/// Multiply-adds above which a product run in blocks of rows spreads the blocks over the cores.
+constexpr std::int64_t spread_work = std::int64_t{1} << 24;
 
 /// Multiply-adds a parallel_for chunk should hold at least (smaller work stays inline).
 constexpr std::int64_t parallel_chunk_work = 1 << 17;
@@ -284,6 +293,24 @@ class FloatMatmul {
   static T* element() { return nullptr; }
 
   void operator()(const T* a_data, const T* b_data, T* out_data) const {
+    if (merged_ && block_rows_ > 0) {
+      const std::int64_t rows = walk_.count * m_;
+      const std::int64_t blocks = (rows + block_rows_ - 1) / block_rows_;
+      // On one thread up to spread_work: the per-step products it replaces ran on one, and
+      // waiting for a pool thread that another process keeps off its core cost more than the
+      // second core gave (an RNN's [1600,64] x [64,64] on the busy 2-core VM: 2.4x the median
+      // call time of the forward and backward pass).
+      const std::int64_t grain =
+          rows * n_ * k_ < spread_work ? blocks : grain_for(block_rows_ * n_ * k_);
+      parallel_for(blocks, grain, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t i = begin; i < end; ++i) {
+          const std::int64_t first = i * block_rows_;
+          const FloatGemm<T>& gemm = first + block_rows_ <= rows ? gemm_ : *tail_;
+          gemm(a_data + first * k_, b_data, out_data + first * n_);
+        }
+      });
+      return;
+    }
     if (merged_) {
       gemm_(a_data, b_data, out_data);
       return;
@@ -316,13 +343,27 @@ class FloatMatmul {
     // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n].
     merged_ = !trans_a && walk_.count > 1 && walk_.b_shared() && walk_.a_dense(m_ * k_) &&
               walk_.count * m_ <= blas_max;
-    const auto rows = static_cast<int>(merged_ ? walk_.count * m_ : m_);
-    return FloatGemm<T>(GemmShape{rows, n, k, trans_a, lda, ldb, accumulate});
+    const std::int64_t rows = merged_ ? walk_.count * m_ : m_;
+    // Too many rows for libxsmm while each matrix alone is small and b stays in cache (a scan's
+    // input projection computed for all steps at once, lib/jit/loop_hoisting.cpp): libxsmm
+    // kernels over blocks of at least 64 rows instead of one BLAS call, which was slower on such
+    // tall, narrow products ([1600,64] x [64,64]: 114 us against 137 us on one core).
+    if (merged_ && !is_small(rows, n_, k_) && is_small(m_, n_, k_) &&
+        n_ * k_ <= small_gemm_limit / 64) {
+      block_rows_ = std::max(m_, std::min(max_block_rows, small_gemm_limit / (n_ * k_)));
+      if (const std::int64_t tail = rows % block_rows_; tail > 0)
+        tail_.emplace(GemmShape{static_cast<int>(tail), n, k, false, lda, ldb, accumulate});
+      return FloatGemm<T>(
+          GemmShape{static_cast<int>(block_rows_), n, k, false, lda, ldb, accumulate});
+    }
+    return FloatGemm<T>(GemmShape{static_cast<int>(rows), n, k, trans_a, lda, ldb, accumulate});
   }
 
   BatchWalk walk_;
   std::int64_t m_, n_, k_;
   bool merged_ = false;
+  std::int64_t block_rows_ = 0;       // merged products run in blocks of rows (0: whole)
+  std::optional<FloatGemm<T>> tail_;  // the last, shorter block
   FloatGemm<T> gemm_;
 };
 
