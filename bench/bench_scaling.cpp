@@ -346,9 +346,8 @@ int main(int argc, char** argv) {
     Model m(vs.front());
     m.create_weights(in.x.begin()->second);
     std::map<std::string, Tensor> arrays{{"y", in.y}};
-    const std::string prefix = m.lstm.path() + "/";
-    for (const auto& [name, var] : m.lstm.named_variables())
-      arrays[name.starts_with(prefix) ? name.substr(prefix.size()) : name] = var.value();
+    for (const auto& [name, var] : m.lstm.named_variables())  // ".../kernel" -> "kernel"
+      arrays[name.substr(name.rfind('/') + 1)] = var.value();
     for (const auto& [length, x] : in.x) {
       arrays[fmt::format("x_{}", length)] = x;
       arrays[fmt::format("forward_{}", length)] = ref_out.at(length);

@@ -173,6 +173,16 @@ def checks(result: dict) -> list[dict]:
                     "figure": f"tracing_count {sorted(traces)}"})
         out.append({"claim": f"{label}: the same graph for every T", "held": len(nodes) == 1,
                     "figure": f"nodes {sorted(nodes)}"})
+        later = rows[1:]
+        if later:
+            added = [r.get("plan_bytes_added", 0) for _, r in later]
+            out.append({"claim": f"{label}: a new T builds a new plan only (no retrace, one "
+                                 "concrete function)",
+                        "held": all(r.get("cache_size") == 1 for _, r in rows) and traces == {1}
+                        and all(b > 0 for b in added),
+                        "figure": "graph and plan bytes added by the first call at T=" + ", ".join(
+                            f"{t}: {r.get('plan_bytes_added', 0) / 1024:.1f} KiB"
+                            for t, r in later)})
         per_step = [r["median_s"] / t for t, r in rows if t >= 50]
         if len(per_step) > 1:
             spread = max(per_step) / min(per_step)

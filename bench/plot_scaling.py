@@ -71,12 +71,13 @@ def main() -> int:
     ax.set_title("kiln train step peak memory")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    for ax in axes:
+    for ax in axes[:2]:
         ax.set_xticks(lengths, [str(t) for t in lengths])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    when = results.get("date", "")
-    fig.suptitle(f"Sequence-length scaling (issue 17), bench/compare {when}"
-                 f"{', --quick: not a measurement' if results.get('quick') else ''}", fontsize=10)
+    load = results.get("machine", {}).get("load_start") or ["?"]
+    fig.suptitle(f"Sequence-length scaling (issue 17): bench/compare {results.get('date', '')}, "
+                 f"{results.get('threads', '?')} threads, load average {load[0]} at start"
+                 f"{'; --quick: not a measurement' if results.get('quick') else ''}", fontsize=10)
     fig.tight_layout()
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
