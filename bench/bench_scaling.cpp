@@ -49,12 +49,13 @@ struct Variant {
   Apply apply = [](kiln::nn::LSTM& layer, const Tensor& x) { return layer(x); };
 };
 
-/// The kiln forms measured. A checkpointed form is one more row here, e.g. an LSTMOptions field
-/// that keeps residuals every k steps, or an `apply` that wraps the layer's call in
-/// kiln::checkpoint; bench/compare and bench/plot_scaling.py show every row they find. A form too
-/// slow to trace at the longest lengths sets max_length and says why in skip_reason. (The
-/// unrolled form at T = 1000, a 10,002-node forward and 31,019-node train graph, traces and
-/// runs its first call in about 3 s: measured.)
+/// The kiln forms measured. A checkpointed form is one more row here, e.g. with an LSTMOptions
+/// field passing ScanOptions::checkpoint_every through (static time: that option applies to a
+/// static trip count), or an `apply` that wraps the layer's call in kiln::checkpoint;
+/// bench/compare and bench/plot_scaling.py show every row they find. A form too slow to trace
+/// at the longest lengths sets max_length and says why in skip_reason. (The unrolled form at
+/// T = 1000, a 10,002-node forward and 31,019-node train graph, traces and runs its first call
+/// in about 3 s: measured.)
 std::vector<Variant> variants() {
   return {
       {.key = "scan", .label = "kiln scan", .options = {}, .dynamic_time = true},

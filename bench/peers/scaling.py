@@ -101,9 +101,11 @@ def run(report: common.Report, variant: str, data: dict,
     framework's tensors) once per T, outside the timings. make_forward() returns fn(x) -> the last
     h (computed: it waits for the result); make_train() returns (step, restore): step(x, y) ->
     the loss (before the update it makes; float() of it works), restore() puts the initial
-    weights back (each T starts from them). Building the callable is timed with the first T's first call. A
-    callable with an attribute `traces` (a function of no arguments) reports it after each T's
-    first call: the framework's count of traces or compiled entries."""
+    weights back (each T starts from them). The makers build the model (untimed: kiln's layer
+    too exists before its first call) and wrap it lazily (tf.function, jax.jit), so the first
+    T's first call includes tracing and compiling. A callable with an attribute `traces` (a
+    function of no arguments) reports, after each T, the framework's count of traces or
+    compiled entries."""
     import numpy as np
     quick = report.args.quick
     lengths = sorted(data["x"])
@@ -116,9 +118,9 @@ def run(report: common.Report, variant: str, data: dict,
         fn = None
         for length in lengths:
             x = convert(data["x"][length])
-            start = time.perf_counter()
             if fn is None:
                 fn = make_forward()
+            start = time.perf_counter()
             out = fn(x)
             first = time.perf_counter() - start
             check_forward(data, variant, length, np.asarray(out))
@@ -131,11 +133,11 @@ def run(report: common.Report, variant: str, data: dict,
         step = restore = None
         for length in lengths:
             x = convert(data["x"][length])
-            if restore is not None:
-                restore()
-            start = time.perf_counter()
             if step is None:
                 step, restore = make_train()
+            else:
+                restore()
+            start = time.perf_counter()
             losses = [float(step(x, y))]
             first = time.perf_counter() - start
             start = time.perf_counter()
