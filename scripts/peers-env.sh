@@ -21,7 +21,7 @@ case "${1:-}" in
   --check) check_only=1 ;;
   "") ;;
   -h | --help)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
