@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Creates (once) the private Python virtual environment that bench/compare runs the peer
 # frameworks in, and installs each peer that is missing: PyTorch (the CPU-only build when its
-# wheel index answers, else PyPI's), TensorFlow (CPU), JAX and numpy. Idempotent: a second run
-# only checks that each one imports.
+# wheel index answers, else PyPI's), TensorFlow (CPU), JAX and numpy; and matplotlib, for
+# bench/plot_scaling.py. Idempotent: a second run only checks that each one imports.
 #
 #   scripts/peers-env.sh            # create/complete the venv, print its python's path last
 #   scripts/peers-env.sh --check    # install nothing; report what is there (exit 1 if a peer is missing)
@@ -49,7 +49,7 @@ pip() { "$vpy" -m pip "$@"; }
 probe() {
   TF_CPP_MIN_LOG_LEVEL=3 "$vpy" - 2>/dev/null <<'EOF'
 import importlib
-for name in ("numpy", "torch", "tensorflow", "jax"):
+for name in ("numpy", "torch", "tensorflow", "jax", "matplotlib"):
     try:
         print(name, importlib.import_module(name).__version__, flush=True)
     except Exception as error:  # a missing or broken peer is reported, not fatal
@@ -60,7 +60,7 @@ EOF
 # The peers that probe output $1 does not show with a version (all of them if the probe crashed).
 missing_in() {
   local name
-  for name in numpy torch tensorflow jax; do
+  for name in numpy torch tensorflow jax matplotlib; do
     grep -qE "^$name [0-9]" <<<"$1" || echo "$name"
   done
 }
@@ -98,6 +98,7 @@ if [ $check_only -eq 0 ] && [ ${#missing[@]} -gt 0 ]; then
     fi
   fi
   wants jax && specs+=("jax[cpu]")
+  wants matplotlib && specs+=(matplotlib)
   if [ ${#specs[@]} -gt 0 ] && ! pip install -q "${specs[@]}" >&2; then
     # One peer that cannot be installed must not keep the others out: try them one at a time.
     log "installing ${specs[*]} together failed; trying one at a time"
