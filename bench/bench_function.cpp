@@ -29,7 +29,9 @@
 namespace {
 
 using kiln::Tensor;
+using kiln::bench::BenchArgs;
 using kiln::bench::measure;
+using kiln::bench::parse_bench_args;
 using kiln::bench::TimingPlan;
 
 constexpr std::int64_t batch = 32, input = 10, hidden = 20, steps = 5;
@@ -305,22 +307,16 @@ void print_json(const std::vector<Result>& results, std::size_t lstm_nodes, bool
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, json = false;
   if (argc == 3 && std::string_view(argv[1]) == "--whole-lstm-server")
     return whole_lstm_server(std::string_view(argv[2]) == "--quick");
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      fmt::print(stderr,
-                 "usage: kiln_bench_function [--quick] [--json]\n  --quick  one short iteration "
-                 "of each benchmark (a smoke test)\n  --json   print the results as JSON\n");
-      return arg == "--help" || arg == "-h" ? 0 : 2;
-    }
+  const BenchArgs args = parse_bench_args(argc, argv);
+  if (args.bad()) {
+    fmt::print(stderr,
+               "usage: kiln_bench_function [--quick] [--json]\n  --quick  one short iteration "
+               "of each benchmark (a smoke test)\n  --json   print the results as JSON\n");
+    return args.unknown == "--help" || args.unknown == "-h" ? 0 : 2;
   }
+  const bool quick = args.quick, json = args.json;
   const TimingPlan plan = quick ? TimingPlan::quick() : TimingPlan{};
   if (!json)
     fmt::print("kiln_bench_function{}: median of {} samples\n\n", quick ? " --quick" : "",

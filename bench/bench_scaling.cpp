@@ -309,20 +309,10 @@ int usage(std::string_view arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, json = false;
-  std::string init_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--save-init" && i + 1 < argc) {
-      init_path = argv[++i];
-    } else {
-      return usage(arg);
-    }
-  }
+  const kiln::bench::BenchArgs args = kiln::bench::parse_bench_args(argc, argv, true);
+  if (args.bad()) return usage(args.unknown);
+  const bool quick = args.quick, json = args.json;
+  const std::string& init_path = args.init_path;
   const std::vector<std::int64_t> lengths =
       quick ? std::vector<std::int64_t>{3, 8} : std::vector<std::int64_t>{5, 50, 200, 1000};
   Inputs in;

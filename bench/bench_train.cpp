@@ -19,7 +19,9 @@
 namespace {
 
 using kiln::Tensor;
+using kiln::bench::BenchArgs;
 using kiln::bench::measure;
+using kiln::bench::parse_bench_args;
 using kiln::bench::TimingPlan;
 
 constexpr std::int64_t batch = 16, steps = 5, features = 10;
@@ -133,20 +135,10 @@ int usage(std::string_view arg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, json = false;
-  std::string init_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--json") {
-      json = true;
-    } else if (arg == "--save-init" && i + 1 < argc) {
-      init_path = argv[++i];
-    } else {
-      return usage(arg);
-    }
-  }
+  const BenchArgs args = parse_bench_args(argc, argv, true);
+  if (args.bad()) return usage(args.unknown);
+  const bool quick = args.quick, json = args.json;
+  const std::string& init_path = args.init_path;
   const TimingPlan plan = quick ? TimingPlan::quick() : TimingPlan{};
   if (!json)
     fmt::print("kiln_bench_train{}: median of {} samples\n\n", quick ? " --quick" : "",

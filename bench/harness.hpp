@@ -1,6 +1,6 @@
 #pragma once
 // A small timing harness for kiln's benchmarks: warm-up, calibrated repetitions, median and
-// spread; and the string quoting of their --json output.
+// spread; the command line they share; and the string quoting of their --json output.
 
 #include <algorithm>
 #include <chrono>
@@ -69,6 +69,35 @@ Timing measure(const TimingPlan& plan, Fn&& fn) {
   timing.p10 = percentile(0.1);
   timing.p90 = percentile(0.9);
   return timing;
+}
+
+/// The command line every benchmark takes: --quick (one short iteration of each measurement, a
+/// smoke test), --json (the results as JSON) and, where the benchmark writes initial weights for
+/// the peers, --save-init PATH.
+struct BenchArgs {
+  bool quick = false;
+  bool json = false;
+  std::string init_path;     // --save-init's PATH (empty: not given)
+  std::string_view unknown;  // the first argument not understood (then the rest is unread)
+  bool bad() const { return !unknown.empty(); }
+};
+
+inline BenchArgs parse_bench_args(int argc, char** argv, bool takes_save_init = false) {
+  BenchArgs args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick") {
+      args.quick = true;
+    } else if (arg == "--json") {
+      args.json = true;
+    } else if (takes_save_init && arg == "--save-init" && i + 1 < argc) {
+      args.init_path = argv[++i];
+    } else {
+      args.unknown = arg;
+      break;
+    }
+  }
+  return args;
 }
 
 /// `text` as a JSON string literal, quotes included.

@@ -25,8 +25,10 @@ namespace {
 
 using kiln::Shape;
 using kiln::Tensor;
+using kiln::bench::BenchArgs;
 using kiln::bench::json_string;
 using kiln::bench::measure;
+using kiln::bench::parse_bench_args;
 using kiln::bench::Timing;
 using kiln::bench::TimingPlan;
 
@@ -226,21 +228,15 @@ void print_json(const std::vector<Row>& rows, bool quick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      fmt::print(stderr,
-                 "usage: kiln_bench [--quick] [--json]\n  --quick  one short iteration of each "
-                 "benchmark (a smoke test, not a measurement)\n  --json   print the results as "
-                 "JSON instead of a table\n");
-      return arg == "--help" || arg == "-h" ? 0 : 2;
-    }
+  const BenchArgs args = parse_bench_args(argc, argv);
+  if (args.bad()) {
+    fmt::print(stderr,
+               "usage: kiln_bench [--quick] [--json]\n  --quick  one short iteration of each "
+               "benchmark (a smoke test, not a measurement)\n  --json   print the results as "
+               "JSON instead of a table\n");
+    return args.unknown == "--help" || args.unknown == "-h" ? 0 : 2;
   }
+  const bool quick = args.quick, json = args.json;
   const TimingPlan plan = quick ? TimingPlan::quick() : TimingPlan{};
   if (!json)
     fmt::print(
