@@ -203,3 +203,47 @@ TEST_CASE("a while_loop gradient inside kiln::function needs maximum_iterations"
                     Catch::Contains("[while_loop] a gradient through a while_loop inside "
                                     "kiln::function needs options.maximum_iterations"));
 }
+
+TEST_CASE("a weight used inside a scan and outside it gets both gradients, traced",
+          "[control_flow][autodiff]") {
+  // The weight's gradient is the scan's capture gradient (a result of the backward scan) plus a
+  // matmul product taken before that scan runs; a plan must not start the sum before the scan
+  // has written its part. Several variables and optimize on and off, as the plans differ.
+  kiln::Variable w(kiln::random::uniform({3, 4}, -0.5, 0.5, 1), "w");
+  kiln::Variable r(kiln::random::uniform({4, 4}, -0.5, 0.5, 3), "r");
+  const Tensor x = kiln::random::uniform({7, 2, 3}, -1, 1, 2);
+  for (int mode = 0; mode < 2; ++mode) {
+    const auto step = [&](const Tensor& in) {
+      kiln::GradientTape tape;
+      const Tensor k = w.value(), rk = r.value();
+      const auto rnn = [&](const V& c, const V& xt) {
+        return std::pair<V, V>{{kiln::tanh(xt[0] + kiln::matmul(c[0], rk))}, {}};
+      };
+      const auto projected = [&](const V& c, const V& xt) {
+        return rnn(c, {kiln::matmul(xt[0], k)});
+      };
+      V c = kiln::scan(projected, {kiln::zeros({2, 4})}, {kiln::slice(in, 0, 0, 6)}).first;
+      const Tensor tail = kiln::matmul(kiln::slice(in, 0, 6, 7), k);
+      Tensor loss;
+      if (mode == 0) {
+        loss = kiln::sum(kiln::square(c[0])) + kiln::sum(tail);
+      } else {
+        c = kiln::scan(rnn, c, {tail}).first;
+        loss = kiln::sum(kiln::square(c[0]));
+      }
+      return tape.gradient(loss, std::vector<kiln::Variable>{r, w});
+    };
+    const V eager = step(x);
+    for (bool optimize : {true, false}) {
+      INFO("mode " << mode << ", optimize " << optimize);
+      kiln::FunctionOptions o;
+      o.optimize = optimize;
+      auto f = kiln::function(step, o);
+      for (int call = 0; call < 2; ++call) {
+        const V traced = f(x);
+        for (std::size_t i = 0; i < eager.size(); ++i)
+          CHECK(kiln::max(kiln::abs(traced[i] - eager[i])).item<float>() < 1e-5f);
+      }
+    }
+  }
+}

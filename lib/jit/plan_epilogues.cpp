@@ -59,8 +59,10 @@ void fuse_matmul_epilogues(Plan& plan) {
                                   ? static_cast<std::size_t>(step.num_inputs)
                                   : step.values.size() - 1;
     for (std::size_t i = 0; i < reads; ++i) ++readers[plan.root_of(step.values[i])];
-    for (std::size_t i = std::max<std::size_t>(reads, step.values.size() - 1);
-         i < step.values.size(); ++i)
+    const std::size_t first_write = step.kind == Plan::Step::Kind::region
+                                        ? static_cast<std::size_t>(step.num_inputs)
+                                        : step.values.size() - 1;
+    for (std::size_t i = first_write; i < step.values.size(); ++i)
       producer[plan.root_of(step.values[i])] = static_cast<std::int32_t>(s);
   }
   std::vector<bool> removed(plan.steps.size(), false);
