@@ -405,3 +405,89 @@ TEST_CASE("checkpoint and checkpoint_every errors name the op and the argument",
   CHECK_THROWS_WITH(assigning(xs), Catch::Contains("[checkpoint] f assigns variable 'counter'"));
   CHECK(kiln::sum(v.value()).item<float>() == 0.0f);
 }
+
+TEST_CASE("recurrent layers with checkpoint_every match the plain layers", "[recompute][layers]") {
+  struct Case {
+    std::int64_t steps, k;
+    bool backwards, masked;
+  };
+  for (const Case c : {Case{7, 3, false, false}, Case{8, 4, true, false}, Case{9, 2, false, true},
+                       Case{5, 2, true, true}, Case{3, 4, false, false}}) {
+    for (bool traced : {false, true}) {
+      INFO("T " << c.steps << ", k " << c.k << ", go_backwards " << c.backwards << ", masked "
+                << c.masked << ", traced " << traced);
+      const Tensor x = input({2, c.steps, 3}, -1, 1, 81, kiln::f32);
+      const Tensor lengths = kiln::tensor(std::vector<std::int32_t>{
+                                              static_cast<std::int32_t>(c.steps), 2},
+                                          {2});
+      const auto run = [&](kiln::nn::Layer& layer, const auto& call) {
+        const auto step = [&](const Tensor& in) {
+          kiln::GradientTape tape;
+          const Tensor y = call(in);
+          const Tensor loss = kiln::sum(kiln::square(y));
+          V g = tape.gradient(loss, layer.trainable_variables());
+          g.push_back(y);
+          return g;
+        };
+        if (!traced) return step(x);
+        auto f = kiln::function(step);
+        return f(x);
+      };
+      kiln::nn::LSTM plain(4, {.return_sequences = true, .go_backwards = c.backwards});
+      kiln::nn::LSTM remat(
+          4, {.return_sequences = true, .go_backwards = c.backwards, .checkpoint_every = c.k});
+      kiln::nn::GRU gru_plain(3, {.go_backwards = c.backwards});
+      kiln::nn::GRU gru_remat(3, {.go_backwards = c.backwards, .checkpoint_every = c.k});
+      const auto call = [&](kiln::nn::Layer& layer) {
+        return [&](const Tensor& in) {
+          if (!c.masked) return layer(in);
+          if (auto* l = dynamic_cast<kiln::nn::LSTM*>(&layer))
+            return l->call(in, {.sequence_lengths = lengths})[0];
+          return dynamic_cast<kiln::nn::GRU&>(layer).call(in, {.sequence_lengths = lengths})[0];
+        };
+      };
+      for (kiln::nn::Layer* l : std::vector<kiln::nn::Layer*>{&plain, &remat, &gru_plain, &gru_remat})
+        (void)(*l)(x);  // build
+      remat.set_weights(plain.get_weights());
+      gru_remat.set_weights(gru_plain.get_weights());
+      const V want = run(plain, call(plain));
+      const V got = run(remat, call(remat));
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        INFO("result " << i);
+        CHECK(max_diff(got[i], want[i]) < 1e-5);
+      }
+      const V gru_want = run(gru_plain, call(gru_plain));
+      const V gru_got = run(gru_remat, call(gru_remat));
+      for (std::size_t i = 0; i < gru_want.size(); ++i)
+        CHECK(max_diff(gru_got[i], gru_want[i]) < 1e-5);
+    }
+  }
+  kiln::nn::LSTM zero(4, {.checkpoint_every = 0});
+  CHECK_THROWS_WITH(zero(kiln::ones({1, 3, 2})),
+                    Catch::Contains("checkpoint_every must be at least 1, got 0"));
+  kiln::nn::SimpleRNN unrolled(4, {.unroll = true, .checkpoint_every = 2});
+  CHECK_THROWS_WITH(unrolled(kiln::ones({1, 3, 2})),
+                    Catch::Contains("cannot be used with unroll = true"));
+}
+
+TEST_CASE("LSTM checkpoint_every lowers the peak memory of a traced train step",
+          "[recompute][memory][layers]") {
+  const Tensor x = input({16, 240, 32}, -1, 1, 91, kiln::f32);
+  const auto peak = [&](std::int64_t k) {
+    kiln::nn::LSTM lstm(64, {.checkpoint_every = k});
+    auto step = kiln::function([&](const Tensor& in) {
+      kiln::GradientTape tape;
+      const Tensor loss = kiln::mean(kiln::square(lstm(in)));
+      return tape.gradient(loss, lstm.trainable_variables());
+    });
+    (void)step(x);
+    kiln::reset_peak_bytes();
+    const std::int64_t before = kiln::memory_stats().live_bytes;
+    const V g = step(x);
+    return kiln::memory_stats().peak_bytes - before;
+  };
+  const std::int64_t plain = peak(1), segmented = peak(16);
+  INFO("peak bytes: plain " << plain << ", checkpoint_every 16: " << segmented);
+  CHECK(segmented * 3 < plain);
+}
