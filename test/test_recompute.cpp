@@ -82,8 +82,10 @@ std::vector<Row> rows() {
                [=](const V& a) { return block(a)[1] * a[0]; },
                {input({2, 3}, -1, 1, 6), input({3}, 0.5, 1.5, 7)}});
   const kiln::Checkpointed identity = kiln::checkpoint([](const Tensor& x) { return x; });
-  r.push_back({"checkpoint: f returns its input", [=](const V& a) { return identity(a[0]) * a[0]; },
-               [](const V& a) { return a[0] * a[0]; }, {input({4}, -1, 1, 8)}});
+  r.push_back({"checkpoint: f returns its input",
+               [=](const V& a) { return identity(a[0]) * a[0]; },
+               [](const V& a) { return a[0] * a[0]; },
+               {input({4}, -1, 1, 8)}});
   // A checkpoint in a scan body, and a scan in a checkpoint.
   const auto cell = [](const V& a) { return V{kiln::tanh(kiln::matmul(a[0], w) * a[2] + a[1])}; };
   const kiln::Checkpointed checked_cell = kiln::checkpoint(cell);
@@ -102,7 +104,8 @@ std::vector<Row> rows() {
                {input({2, 3}, -1, 1, 9), input({5, 2, 3}, -1, 1, 10), input({3}, 0.5, 1.5, 11)}});
   const kiln::Checkpointed checked_scan =
       kiln::checkpoint([=](const V& a) { return V{over_time(cell, a)}; });
-  r.push_back({"a scan inside a checkpoint", [=](const V& a) { return checked_scan(a)[0]; },
+  r.push_back({"a scan inside a checkpoint",
+               [=](const V& a) { return checked_scan(a)[0]; },
                [=](const V& a) { return over_time(cell, a); },
                {input({2, 3}, -1, 1, 12), input({4, 2, 3}, -1, 1, 13), input({3}, 0.5, 1.5, 14)}});
   r.push_back(scan_row("checkpoint_every 2 dividing T = 6", 6, 2, false));
@@ -120,7 +123,8 @@ std::vector<Row> rows() {
         {a[0], a[0] * 0.5}, {}, {.length = 7, .checkpoint_every = k});
     return kiln::concat({c[0], c[1], flat(ys[0])}, 0);
   };
-  r.push_back({"checkpoint_every 2 with no xs (length 7)", [=](const V& a) { return counter(a, 2); },
+  r.push_back({"checkpoint_every 2 with no xs (length 7)",
+               [=](const V& a) { return counter(a, 2); },
                [=](const V& a) { return counter(a, 1); },
                {input({3}, -1, 1, 15), input({3}, 0.5, 1.5, 16)}});
   return r;
@@ -295,8 +299,7 @@ TEST_CASE("checkpoint_every with a dynamic trip count gives the plain scan's gra
         },
         {kiln::zeros({2, 3}, kiln::f64)}, {xs}, {.checkpoint_every = k});
     const Tensor loss = kiln::sum(ys[0] * ys[0]) + kiln::sum(h[0]);
-    return V{loss, tape.gradient(loss, std::vector<kiln::Variable>{u})[0],
-             tape.gradient(loss, xs)};
+    return V{loss, tape.gradient(loss, std::vector<kiln::Variable>{u})[0], tape.gradient(loss, xs)};
   };
   const auto run_k = [&](std::int64_t k) {
     return kiln::function([&, k](const Tensor& xs) { return run(xs, k); },
@@ -381,9 +384,9 @@ TEST_CASE("checkpoint and checkpoint_every errors name the op and the argument",
   const Tensor xs = kiln::ones({4, 2});
   const auto body = [](const Tensor& c, const Tensor& x) { return std::pair{c + x, c}; };
   for (std::int64_t k : {0, -3}) {
-    CHECK_THROWS_WITH(kiln::scan(body, kiln::zeros({2}), xs, {.checkpoint_every = k}),
-                      "[scan] options.checkpoint_every must be at least 1, got " +
-                          std::to_string(k));
+    CHECK_THROWS_WITH(
+        kiln::scan(body, kiln::zeros({2}), xs, {.checkpoint_every = k}),
+        "[scan] options.checkpoint_every must be at least 1, got " + std::to_string(k));
   }
   CHECK_THROWS_WITH(kiln::checkpoint(std::function<V(const V&)>()), "[checkpoint] f is empty");
   CHECK_THROWS_WITH(kiln::checkpoint(std::function<Tensor(const Tensor&)>()),
@@ -417,9 +420,8 @@ TEST_CASE("recurrent layers with checkpoint_every match the plain layers", "[rec
       INFO("T " << c.steps << ", k " << c.k << ", go_backwards " << c.backwards << ", masked "
                 << c.masked << ", traced " << traced);
       const Tensor x = input({2, c.steps, 3}, -1, 1, 81, kiln::f32);
-      const Tensor lengths = kiln::tensor(std::vector<std::int32_t>{
-                                              static_cast<std::int32_t>(c.steps), 2},
-                                          {2});
+      const Tensor lengths =
+          kiln::tensor(std::vector<std::int32_t>{static_cast<std::int32_t>(c.steps), 2}, {2});
       const auto run = [&](kiln::nn::Layer& layer, const auto& call) {
         const auto step = [&](const Tensor& in) {
           kiln::GradientTape tape;
@@ -446,7 +448,8 @@ TEST_CASE("recurrent layers with checkpoint_every match the plain layers", "[rec
           return dynamic_cast<kiln::nn::GRU&>(layer).call(in, {.sequence_lengths = lengths})[0];
         };
       };
-      for (kiln::nn::Layer* l : std::vector<kiln::nn::Layer*>{&plain, &remat, &gru_plain, &gru_remat})
+      for (kiln::nn::Layer* l :
+           std::vector<kiln::nn::Layer*>{&plain, &remat, &gru_plain, &gru_remat})
         (void)(*l)(x);  // build
       remat.set_weights(plain.get_weights());
       gru_remat.set_weights(gru_plain.get_weights());

@@ -166,9 +166,9 @@ struct CheckpointedImpl {
       trace.commit();
     }
     CheckpointTrace* raw = t.get();  // the Compiled functions live inside *t
-    t->forward = std::make_shared<Compiled>(
-        Branch([raw](const Tensors& in) { return raw->run(in, {}); }),
-        FunctionOptions{.name = "checkpoint", .max_traces = 1});
+    t->forward =
+        std::make_shared<Compiled>(Branch([raw](const Tensors& in) { return raw->run(in, {}); }),
+                                   FunctionOptions{.name = "checkpoint", .max_traces = 1});
     std::lock_guard lock(mutex);
     auto [it, inserted] = cache.emplace(key, t);
     if (inserted) ++traces;

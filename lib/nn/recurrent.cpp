@@ -237,7 +237,8 @@ std::vector<Tensor> masked_step(const Tensor& m, std::vector<Tensor> next,
 std::int64_t segment_steps(std::string_view op, std::int64_t k, bool unroll) {
   if (k < 1) detail::fail(op, "checkpoint_every must be at least 1, got {}", k);
   if (k > 1 && unroll)
-    detail::fail(op, "checkpoint_every = {} needs the scan form; it cannot be used with unroll = true", k);
+    detail::fail(
+        op, "checkpoint_every = {} needs the scan form; it cannot be used with unroll = true", k);
   return k;
 }
 
@@ -248,8 +249,7 @@ std::int64_t segment_steps(std::string_view op, std::int64_t k, bool unroll) {
 /// a kiln::checkpoint.
 std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
     const ScanBody& body, const std::function<Tensor(const Tensor&)>& projected,
-    const std::vector<Tensor>& state, const std::vector<Tensor>& xs, std::int64_t k,
-    bool reverse) {
+    const std::vector<Tensor>& state, const std::vector<Tensor>& xs, std::int64_t k, bool reverse) {
   using Tensors = std::vector<Tensor>;
   const std::int64_t steps = xs[0].dim(0), segments = steps / k, rest = steps % k;
   const std::size_t ns = state.size();
@@ -299,8 +299,8 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
   if (rest == 0) return main;
   auto [final_state, tail_ys] = over_segments(main.first, reverse ? 0 : segments * k, 1, rest);
   for (std::size_t i = 0; i < tail_ys.size(); ++i)
-    main.second[i] = reverse ? concat({tail_ys[i], main.second[i]}, 0)
-                             : concat({main.second[i], tail_ys[i]}, 0);
+    main.second[i] =
+        reverse ? concat({tail_ys[i], main.second[i]}, 0) : concat({main.second[i], tail_ys[i]}, 0);
   return {final_state, main.second};
 }
 
@@ -433,11 +433,11 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
                                      : lstm_update(xt + matmul(s[0], r), s[1], false);
     return std::vector<Tensor>{next.h, next.c};
   };
-  return layer_outputs(
-      recur(
-          x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 2, units_,
-          options_.unroll, options_.go_backwards, options_.return_sequences, mask, options_.checkpoint_every),
-      2, options_.return_state, carried);
+  return layer_outputs(recur(
+                           x, [&](const Tensor& in) { return matmul(in, k) + b; }, step,
+                           std::move(state), 2, units_, options_.unroll, options_.go_backwards,
+                           options_.return_sequences, mask, options_.checkpoint_every),
+                       2, options_.return_state, carried);
 }
 
 void LSTM::reset_states() {
@@ -497,11 +497,11 @@ std::vector<Tensor> GRU::call(const Tensor& x, const RecurrentCallOptions& call_
     return std::vector<Tensor>{zero ? (1.0 - update_gate) * candidate
                                     : update_gate * s[0] + (1.0 - update_gate) * candidate};
   };
-  return layer_outputs(
-      recur(
-          x, [&](const Tensor& in) { return matmul(in, k) + input_bias; }, step, std::move(state),
-          1, units_, options_.unroll, options_.go_backwards, options_.return_sequences, mask, options_.checkpoint_every),
-      1, options_.return_state, carried);
+  return layer_outputs(recur(
+                           x, [&](const Tensor& in) { return matmul(in, k) + input_bias; }, step,
+                           std::move(state), 1, units_, options_.unroll, options_.go_backwards,
+                           options_.return_sequences, mask, options_.checkpoint_every),
+                       1, options_.return_state, carried);
 }
 
 void GRU::reset_states() { zero_state(*this, "state_h"); }
@@ -549,11 +549,11 @@ std::vector<Tensor> SimpleRNN::call(const Tensor& x, const RecurrentCallOptions&
   const Step step = [r, activation](const Tensor& xt, const std::vector<Tensor>& s) {
     return std::vector<Tensor>{activate(activation, s.empty() ? xt : xt + matmul(s[0], r))};
   };
-  return layer_outputs(
-      recur(
-          x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 1, units_,
-          options_.unroll, options_.go_backwards, options_.return_sequences, mask, options_.checkpoint_every),
-      1, options_.return_state, carried);
+  return layer_outputs(recur(
+                           x, [&](const Tensor& in) { return matmul(in, k) + b; }, step,
+                           std::move(state), 1, units_, options_.unroll, options_.go_backwards,
+                           options_.return_sequences, mask, options_.checkpoint_every),
+                       1, options_.return_state, carried);
 }
 
 void SimpleRNN::reset_states() { zero_state(*this, "state_h"); }
