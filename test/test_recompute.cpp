@@ -494,3 +494,29 @@ TEST_CASE("LSTM checkpoint_every lowers the peak memory of a traced train step",
   INFO("peak bytes: plain " << plain << ", checkpoint_every 16: " << segmented);
   CHECK(segmented * 3 < plain);
 }
+
+TEST_CASE("an eager scan with checkpoint_every keeps segment carries on the tape",
+          "[recompute][memory]") {
+  const Tensor h0 = input({128, 128}, -1, 1, 101, kiln::f32);  // 64 KiB
+  const Tensor xs = input({64, 1, 128}, -1, 1, 102, kiln::f32);
+  const auto body = [](const Tensor& c, const Tensor& x) {
+    Tensor h = c;
+    for (int i = 0; i < 4; ++i) h = kiln::tanh(h * 0.9f + x);
+    return std::pair{h, kiln::sum(h, {0})};
+  };
+  const auto kept = [&](std::int64_t k) {
+    kiln::GradientTape tape;
+    tape.watch(h0);
+    const std::int64_t before = kiln::memory_stats().live_bytes;
+    auto [h, ys] = kiln::scan(body, h0, xs, {.checkpoint_every = k});
+    const std::int64_t held = kiln::memory_stats().live_bytes - before;
+    return std::pair{held, tape.gradient(kiln::sum(h) + kiln::sum(ys), h0)};
+  };
+  const auto [plain_bytes, plain_grad] = kept(1);
+  const auto [checked_bytes, checked_grad] = kept(8);
+  INFO("bytes held after the forward: plain " << plain_bytes << ", checkpoint_every 8 "
+                                              << checked_bytes);
+  CHECK(plain_bytes >= 64 * 4 * 65536);  // every op of every step
+  CHECK(checked_bytes * 8 < plain_bytes);
+  CHECK(max_diff(checked_grad, plain_grad) < 1e-4);
+}
