@@ -66,9 +66,9 @@ bool has_control_flow(const GraphData& g) {
 struct CheckpointTrace {
   std::shared_ptr<const GraphData> graph;
   std::size_t num_args = 0;
-  std::vector<std::shared_ptr<VariableImpl>> variables;  // by slot
-  std::vector<std::shared_ptr<VariableImpl>> owned;      // created by the trace
-  std::vector<std::int32_t> floating_constants;          // node indices
+  std::vector<std::weak_ptr<VariableImpl>> variables;  // by slot
+  std::vector<std::shared_ptr<VariableImpl>> owned;    // created by the trace
+  std::vector<std::int32_t> floating_constants;        // node indices
   std::vector<bool> floating_results;
   std::shared_ptr<Compiled> forward;  // (args, variable values) -> results
 
@@ -153,11 +153,7 @@ struct CheckpointedImpl {
              "the new value and assign it outside)",
              g.variable_names[static_cast<std::size_t>(
                  g.nodes[static_cast<std::size_t>(g.side_effects[0])].index)]);
-      for (std::size_t slot = 0; slot < g.variables.size(); ++slot) {
-        auto v = g.variables[slot].lock();
-        if (!v) fail("checkpoint", "internal: variable '{}' is gone", g.variable_names[slot]);
-        t->variables.push_back(std::move(v));
-      }
+      t->variables = g.variables;
       for (std::size_t i = 0; i < g.nodes.size(); ++i)
         if (g.nodes[i].kind == Node::Kind::constant && floating(g.nodes[i].constant))
           t->floating_constants.push_back(static_cast<std::int32_t>(i));
@@ -198,7 +194,13 @@ Tensors traced_checkpoint(const Branch& f, const Tensors& args) {
 Tensors eager_checkpoint(CheckpointedImpl& impl, const Tensors& args) {
   const std::shared_ptr<CheckpointTrace> t = impl.trace_for(args);
   Tensors values;  // read while the tapes record: the reads gradients reach
-  for (const auto& v : t->variables) values.push_back(Variable(v).value());
+  for (std::size_t slot = 0; slot < t->variables.size(); ++slot) {
+    auto v = t->variables[slot].lock();
+    if (!v)
+      fail("checkpoint", "variable '{}' that f reads was destroyed",
+           t->graph->variable_names[slot]);
+    values.push_back(Variable(std::move(v)).value());
+  }
   Tensors results;
   {
     PauseAllTapes pause;
