@@ -388,6 +388,8 @@ TEST_CASE("checkpoint and checkpoint_every errors name the op and the argument",
         kiln::scan(body, kiln::zeros({2}), xs, {.checkpoint_every = k}),
         "[scan] options.checkpoint_every must be at least 1, got " + std::to_string(k));
   }
+  CHECK_THROWS_WITH(kiln::scan(body, kiln::zeros({2}), xs, {.unroll = true, .checkpoint_every = 2}),
+                    Catch::Contains("[scan] options.checkpoint_every = 2 needs the loop form"));
   CHECK_THROWS_WITH(kiln::checkpoint(std::function<V(const V&)>()), "[checkpoint] f is empty");
   CHECK_THROWS_WITH(kiln::checkpoint(std::function<Tensor(const Tensor&)>()),
                     "[checkpoint] f is empty");
