@@ -27,6 +27,15 @@ struct ScanOptions {
   /// whole unrolled graph and can fuse across steps or split it over the cores. The graph then
   /// grows with the number of steps. Eagerly it changes nothing.
   bool unroll = false;
+  /// Gradient checkpointing: under a gradient tape keep the carry only every this many steps,
+  /// and in the backward pass recompute each segment's carries from its saved one (memory for
+  /// T / k + k carries instead of T, for about one more forward pass). It runs as a scan over
+  /// segments whose body scans k steps, then a plain scan over the T % k remaining steps.
+  /// Eagerly each segment is a kiln::checkpoint (traced and compiled once per scan call), so the
+  /// tape keeps segment carries, not every op. A trip count that is a dynamic dim, or one of at
+  /// most k steps, runs as a plain scan (every carry kept). 1 keeps every step's carry; it must
+  /// be at least 1, and 1 with unroll.
+  std::int64_t checkpoint_every = 1;
 };
 
 /// body(carry, x) -> (carry, y): carry and y are lists of tensors.

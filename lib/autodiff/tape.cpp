@@ -55,24 +55,6 @@ void record_custom(std::span<const Tensor> inputs, const Tensor& output, const G
   record_entry(e, std::span<const Tensor>(&output, 1));
 }
 
-/// Pauses every tape on this thread for its lifetime.
-class PauseAllTapes {
- public:
-  PauseAllTapes() {
-    for (TapeState* t : tape_stack) {
-      was_.push_back(t->recording);
-      set_recording(*t, false);
-    }
-  }
-  ~PauseAllTapes() {
-    for (std::size_t i = 0; i < tape_stack.size() && i < was_.size(); ++i)
-      set_recording(*tape_stack[i], was_[i]);
-  }
-
- private:
-  std::vector<bool> was_;
-};
-
 }  // namespace
 
 namespace {
@@ -87,6 +69,23 @@ void track_variable_read(TapeState& tape, const Variable& v, const Tensor& value
   reads->second.push_back(value);
 }
 }  // namespace
+
+PauseAllTapes::PauseAllTapes() {
+  for (TapeState* t : tape_stack) {
+    was_.push_back(t->recording);
+    set_recording(*t, false);
+  }
+}
+
+PauseAllTapes::~PauseAllTapes() {
+  for (std::size_t i = 0; i < tape_stack.size() && i < was_.size(); ++i)
+    set_recording(*tape_stack[i], was_[i]);
+}
+
+bool any_recording_tape_tracks(const Tensor& t) {
+  return std::any_of(tape_stack.begin(), tape_stack.end(),
+                     [&](const TapeState* tape) { return tape->recording && tracks(*tape, t); });
+}
 
 void note_variable_read(const Variable& v, const Tensor& value) {
   for (TapeState* tape : tape_stack)

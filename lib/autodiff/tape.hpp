@@ -63,6 +63,22 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& entry, const Tensor& output_g
 /// variables track `value` as a read of v.
 void note_variable_read(const Variable& v, const Tensor& value);
 
+/// Pauses every tape on this thread for its lifetime (what custom_gradient's forward and
+/// kiln::checkpoint's recomputed forward run under).
+class PauseAllTapes {
+ public:
+  PauseAllTapes();
+  ~PauseAllTapes();
+  PauseAllTapes(const PauseAllTapes&) = delete;
+  PauseAllTapes& operator=(const PauseAllTapes&) = delete;
+
+ private:
+  std::vector<bool> was_;
+};
+
+/// True when some recording tape on this thread tracks t.
+bool any_recording_tape_tracks(const Tensor& t);
+
 /// True for primitives that carry gradients (at least to one input).
 bool is_differentiable(Prim p);
 

@@ -165,6 +165,16 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> scan(const ScanBody& body,
   if (options.unroll && is_dynamic_dim(length))
     fail("scan", "options.unroll needs a static number of steps, but xs 0 has {} steps",
          detail::dim_text(length));
+  if (options.checkpoint_every < 1)
+    fail("scan", "options.checkpoint_every must be at least 1, got {}", options.checkpoint_every);
+  if (options.checkpoint_every > 1 && options.unroll)
+    fail("scan",
+         "options.checkpoint_every = {} needs the loop form; it cannot be combined with "
+         "options.unroll",
+         options.checkpoint_every);
+  if (options.checkpoint_every > 1 && length > options.checkpoint_every &&
+      detail::any_tape_recording())
+    return detail::segmented_scan(body, init, xs, length, options);
   if (detail::active_trace() != nullptr && !(options.unroll && length > 0))
     return detail::traced_scan(body, init, xs, length, options.reverse);
   return eager_scan(body, init, xs, length, options.reverse);

@@ -5,12 +5,15 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "kiln/control_flow.hpp"
 
 namespace kiln::detail {
+
+struct GraphData;
 
 using Tensors = std::vector<Tensor>;
 using Branch = std::function<Tensors(const Tensors&)>;
@@ -35,5 +38,31 @@ Tensors traced_while_loop(const std::function<Tensor(const Tensors&)>& cond_fn, 
                           const Tensors& init, std::int64_t maximum_iterations);
 Tensors traced_cond(const Tensor& pred, const Branch& true_fn, const Branch& false_fn,
                     const Tensors& operands);
+
+/// Values for a graph's inputs other than its parameters when it is replayed: its variable
+/// reads (by variable slot) and chosen constants (by node index).
+struct ReplayBindings {
+  Tensors variables;
+  std::unordered_map<std::int32_t, Tensor> constants;
+};
+
+/// Applies graph g's nodes again, in the trace being recorded (or eagerly, for a graph of
+/// primitives only), on `args` (one per parameter, by parameter index); returns its outputs.
+/// A region graph needs no bindings; a function's graph needs them for its variable reads.
+Tensors replay(const GraphData& g, const Tensors& args, const ReplayBindings* bindings = nullptr);
+
+/// In the trace being recorded: the gradients of sum_k <fn(args)_k, cotangents_k> (undefined
+/// cotangents count as zero) with respect to args and to `captures` (tensors of an enclosing
+/// trace that fn uses, directly or through the region's captured tensors). Non-floating ones
+/// get zeros.
+Tensors region_vjp(const Branch& fn, const Tensors& args, const Tensors& captures,
+                   const Tensors& cotangents);
+
+/// kiln::scan with options.checkpoint_every = k > 1 under a gradient tape and a static trip
+/// count above k (lib/jit/recompute.cpp): a scan over segments of k steps whose body is a scan of
+/// k steps (eagerly each segment is a kiln::checkpoint), then a plain scan over the remainder.
+std::pair<Tensors, Tensors> segmented_scan(const ScanBody& body, const Tensors& init,
+                                           const Tensors& xs, std::int64_t length,
+                                           const ScanOptions& options);
 
 }  // namespace kiln::detail

@@ -90,12 +90,8 @@ const Node& output_node(const GraphData& g, std::size_t k) {
   return g.nodes[static_cast<std::size_t>(g.outputs[k])];
 }
 
-Tensors replay(const GraphData& g, const Tensors& args);
+}  // namespace
 
-/// In the trace being recorded: the gradients of sum_k <fn(args)_k, cotangents_k> (undefined
-/// cotangents count as zero) with respect to args and to `captures` (tensors of an enclosing
-/// trace that fn uses, directly or through the region's captured tensors). Non-floating ones
-/// get zeros.
 Tensors region_vjp(const Branch& fn, const Tensors& args, const Tensors& captures,
                    const Tensors& cotangents) {
   auto* region = dynamic_cast<TraceContext*>(active_trace());
@@ -132,6 +128,8 @@ Tensors region_vjp(const Branch& fn, const Tensors& args, const Tensors& capture
   }
   return result;
 }
+
+namespace {
 
 std::pair<Tensors, Tensors> add_scan(TraceContext& trace,
                                      const std::shared_ptr<const GraphData>& body, std::size_t nc,
@@ -358,9 +356,9 @@ Tensors replay_control_flow(const Node& node, const Tensors& inputs) {
   }
 }
 
-/// Applies region graph g's nodes in the trace being recorded, on `args` (one per parameter,
-/// by parameter index); returns its outputs.
-Tensors replay(const GraphData& g, const Tensors& args) {
+}  // namespace
+
+Tensors replay(const GraphData& g, const Tensors& args, const ReplayBindings* bindings) {
   Tensors values(g.nodes.size());
   std::vector<Tensors> results(g.nodes.size());  // control-flow nodes' results
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
@@ -373,6 +371,10 @@ Tensors replay(const GraphData& g, const Tensors& args) {
         break;
       case Node::Kind::constant:
         values[i] = n.constant;
+        if (bindings != nullptr) {
+          auto bound = bindings->constants.find(static_cast<std::int32_t>(i));
+          if (bound != bindings->constants.end()) values[i] = bound->second;
+        }
         break;
       case Node::Kind::primitive:
         values[i] = apply(n.prim, std::span<const Tensor>(ins), n.attrs, n.dtype, n.shape);
@@ -387,6 +389,11 @@ Tensors replay(const GraphData& g, const Tensors& args) {
         results[i] = replay_control_flow(n, ins);
         break;
       case Node::Kind::variable:
+        if (bindings != nullptr) {
+          values[i] = bindings->variables.at(static_cast<std::size_t>(n.index));
+          break;
+        }
+        [[fallthrough]];
       case Node::Kind::assign:
       case Node::Kind::fused:
         fail("gradient", "internal: a region graph has a {} node",
@@ -397,8 +404,6 @@ Tensors replay(const GraphData& g, const Tensors& args) {
   for (auto o : g.outputs) out.push_back(values[static_cast<std::size_t>(o)]);
   return out;
 }
-
-}  // namespace
 
 std::pair<Tensors, Tensors> traced_scan(const ScanBody& body, const Tensors& init,
                                         const Tensors& xs, std::int64_t length, bool reverse) {

@@ -79,6 +79,7 @@ Tensor TraceContext::add_parameter(DType dtype, const Shape& shape, std::int32_t
 std::int32_t TraceContext::capture(const Tensor& outer, const char* what) {
   const TensorImpl& impl = *outer.impl();
   if (impl.trace_id == id_) return impl.node;
+  if (!impl.is_symbolic()) return node_of(outer, what);  // an eager tensor: a constant
   if (parent_ == nullptr)
     fail(function_name_,
          "{} is a symbolic tensor of another trace (a tensor from inside a traced function or a "
@@ -136,6 +137,10 @@ std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
            "instead",
            what);
     return impl.node;
+  }
+  if (parent_ != nullptr && outermost().lift_constants_ && is_floating(impl.dtype)) {
+    TraceContext& top = outermost();
+    return capture(top.symbolic(top.node_of(t, what)), what);
   }
   // An eager tensor used while tracing is captured by value: a constant of the graph.
   auto it = constants_.find(&impl);

@@ -64,6 +64,10 @@ class TraceContext final : public TraceHooks {
   /// The trace succeeded: its on_failure actions are dropped, and the provisional variables it
   /// created or used are kept.
   void commit();
+  /// With on, floating eager tensors that control-flow bodies in this (outermost) trace use
+  /// become constants of this trace, captured into the regions, instead of constants of the
+  /// regions: kiln::checkpoint then finds them all at the top and can bind them when it replays.
+  void set_lift_constants(bool on) { lift_constants_ = on; }
   /// Marks t (an output of the traced function) and returns its node.
   std::int32_t node_of(const Tensor& t, const char* what);
 
@@ -95,6 +99,7 @@ class TraceContext final : public TraceHooks {
   std::uint64_t id_;
   std::string function_name_;
   bool allow_variable_creation_;
+  bool lift_constants_ = false;
   std::int64_t num_symbols_ = 0;
   GraphData graph_;
   std::unordered_map<const TensorImpl*, std::int32_t> constants_;

@@ -7,7 +7,9 @@
 #include <functional>
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
 #include "kiln/autodiff.hpp"
+#include "kiln/checkpointing.hpp"
 #include "kiln/control_flow.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
@@ -231,6 +233,77 @@ std::vector<Tensor> masked_step(const Tensor& m, std::vector<Tensor> next,
   return next;
 }
 
+/// checkpoint_every of a layer's options, checked.
+std::int64_t segment_steps(std::string_view op, std::int64_t k, bool unroll) {
+  if (k < 1) detail::fail(op, "checkpoint_every must be at least 1, got {}", k);
+  if (k > 1 && unroll)
+    detail::fail(
+        op, "checkpoint_every = {} needs the scan form; it cannot be used with unroll = true", k);
+  return k;
+}
+
+/// recur's scan in segments of k steps (static time above k): a scan over segments whose body
+/// projects the segment's raw inputs (xs[0], time-major) in one matmul and scans them, then one
+/// segment of the remaining steps. Traced under a tape the outer scan keeps one state per
+/// segment; its gradient replays a segment's projection and inner scan. Eagerly each segment is
+/// a kiln::checkpoint.
+std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
+    const ScanBody& body, const std::function<Tensor(const Tensor&)>& projected,
+    const std::vector<Tensor>& state, const std::vector<Tensor>& xs, std::int64_t k, bool reverse) {
+  using Tensors = std::vector<Tensor>;
+  const std::int64_t steps = xs[0].dim(0), segments = steps / k, rest = steps % k;
+  const std::size_t ns = state.size();
+  const auto run = [&](const Tensors& s, Tensors x) {
+    x[0] = projected(x[0]);
+    return scan(body, s, x, {.reverse = reverse});
+  };
+  // Steps [from, from + count * size) of xs as `count` segments of `size` steps, run from s.
+  const auto over_segments = [&](const Tensors& s, std::int64_t from, std::int64_t count,
+                                 std::int64_t size) {
+    Tensors seg_xs;
+    for (const Tensor& x : xs) {
+      Shape shape{count, size};
+      for (std::size_t d = 1; d < x.shape().size(); ++d) shape.push_back(x.shape()[d]);
+      seg_xs.push_back(reshape(slice(x, 0, from, from + count * size), shape));
+    }
+    std::pair<Tensors, Tensors> out;
+    if (detail::active_trace() != nullptr) {
+      out = scan(run, s, seg_xs, {.reverse = reverse});
+    } else {
+      const Checkpointed segment = checkpoint([&](const Tensors& a) {
+        auto [next, ys] = run(Tensors(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(ns)),
+                              Tensors(a.begin() + static_cast<std::ptrdiff_t>(ns), a.end()));
+        next.insert(next.end(), ys.begin(), ys.end());
+        return next;
+      });
+      out = scan(
+          [&](const Tensors& c, const Tensors& x) {
+            Tensors in = c;
+            in.insert(in.end(), x.begin(), x.end());
+            Tensors r = segment(in);
+            Tensors ys(r.begin() + static_cast<std::ptrdiff_t>(ns), r.end());
+            r.resize(ns);
+            return std::pair<Tensors, Tensors>{r, ys};
+          },
+          s, seg_xs, {.reverse = reverse});
+    }
+    for (Tensor& y : out.second) {
+      Shape shape{count * size};
+      for (std::size_t d = 2; d < y.shape().size(); ++d) shape.push_back(y.shape()[d]);
+      y = reshape(y, shape);
+    }
+    return out;
+  };
+  // Reversed, the remainder is at the front (it runs last).
+  auto main = over_segments(state, reverse ? rest : 0, segments, k);
+  if (rest == 0) return main;
+  auto [final_state, tail_ys] = over_segments(main.first, reverse ? 0 : segments * k, 1, rest);
+  for (std::size_t i = 0; i < tail_ys.size(); ++i)
+    main.second[i] =
+        reverse ? concat({tail_ys[i], main.second[i]}, 0) : concat({main.second[i], tail_ys[i]}, 0);
+  return {final_state, main.second};
+}
+
 /// The recurrence of a sequence layer over x [batch, time, features]: `projected(x)` is the
 /// input projection x @ kernel + bias of every step in one matmul, then `step` runs per time
 /// step, from `state` (empty: zeros, `state_size` tensors [batch, units]). `mask` is undefined
@@ -240,7 +313,7 @@ std::vector<Tensor> masked_step(const Tensor& m, std::vector<Tensor> next,
 std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tensor&)>& projected,
                           const Step& step, std::vector<Tensor> state, std::size_t state_size,
                           std::int64_t units, bool unroll, bool go_backwards, bool return_sequences,
-                          const Tensor& mask) {
+                          const Tensor& mask, std::int64_t checkpoint_every) {
   const bool masked = mask.defined();
   // A masked step needs the previous state to carry through, so it starts from explicit zeros
   // (the batch may be dynamic); the output before the first real step is zeros.
@@ -267,9 +340,12 @@ std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tens
     state.push_back(return_sequences ? stack(outputs, 1) : out);
     return state;
   }
-  // The scan runs over the leading axis: project the time-major input [time, batch, n].
-  const Tensor p = projected(transpose(x, {1, 0, 2}));
-  std::vector<Tensor> xs{p};
+  // The scan runs over the leading axis: project the time-major input [time, batch, n] (per
+  // segment when checkpointing).
+  const std::int64_t time = x.dim(1);
+  const bool segmented = checkpoint_every > 1 && !is_dynamic_dim(time) && time > checkpoint_every;
+  const Tensor time_major = transpose(x, {1, 0, 2});
+  std::vector<Tensor> xs{segmented ? time_major : projected(time_major)};
   if (masked) {
     xs.push_back(transpose(mask, {1, 0}));                 // [time, batch]
     state.push_back(zeros({x.dim(0), units}, x.dtype()));  // the previous output
@@ -287,7 +363,9 @@ std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tens
     if (return_sequences) y.push_back(masked ? next.back() : next[0]);
     return std::pair<std::vector<Tensor>, std::vector<Tensor>>{std::move(next), std::move(y)};
   };
-  auto [final_state, ys] = scan(body, state, xs, {.reverse = go_backwards});
+  auto [final_state, ys] =
+      segmented ? segmented_recurrence(body, projected, state, xs, checkpoint_every, go_backwards)
+                : scan(body, state, xs, {.reverse = go_backwards});
   if (!masked) final_state.push_back(final_state[0]);  // the last output is h
   if (return_sequences) {
     // A reversed scan leaves each step's output at its input's position; Keras's go_backwards
@@ -333,6 +411,7 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
   const std::vector<Tensor>& initial_state = call_options.initial_state;
   const std::int64_t features = input_size(lstm_op, x, 3);
   time_steps(lstm_op, *this, x, options_.unroll);
+  segment_steps(lstm_op, options_.checkpoint_every, options_.unroll);
   const Tensor mask = mask_of(lstm_op, *this, x, call_options);
   const DType dtype = x.dtype();
   const Variable kernel =
@@ -354,11 +433,11 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
                                      : lstm_update(xt + matmul(s[0], r), s[1], false);
     return std::vector<Tensor>{next.h, next.c};
   };
-  return layer_outputs(
-      recur(
-          x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 2, units_,
-          options_.unroll, options_.go_backwards, options_.return_sequences, mask),
-      2, options_.return_state, carried);
+  return layer_outputs(recur(
+                           x, [&](const Tensor& in) { return matmul(in, k) + b; }, step,
+                           std::move(state), 2, units_, options_.unroll, options_.go_backwards,
+                           options_.return_sequences, mask, options_.checkpoint_every),
+                       2, options_.return_state, carried);
 }
 
 void LSTM::reset_states() {
@@ -392,6 +471,7 @@ std::vector<Tensor> GRU::call(const Tensor& x, const RecurrentCallOptions& call_
   const std::vector<Tensor>& initial_state = call_options.initial_state;
   const std::int64_t features = input_size(gru_op, x, 3);
   time_steps(gru_op, *this, x, options_.unroll);
+  segment_steps(gru_op, options_.checkpoint_every, options_.unroll);
   const Tensor mask = mask_of(gru_op, *this, x, call_options);
   const DType dtype = x.dtype();
   const Variable kernel =
@@ -417,11 +497,11 @@ std::vector<Tensor> GRU::call(const Tensor& x, const RecurrentCallOptions& call_
     return std::vector<Tensor>{zero ? (1.0 - update_gate) * candidate
                                     : update_gate * s[0] + (1.0 - update_gate) * candidate};
   };
-  return layer_outputs(
-      recur(
-          x, [&](const Tensor& in) { return matmul(in, k) + input_bias; }, step, std::move(state),
-          1, units_, options_.unroll, options_.go_backwards, options_.return_sequences, mask),
-      1, options_.return_state, carried);
+  return layer_outputs(recur(
+                           x, [&](const Tensor& in) { return matmul(in, k) + input_bias; }, step,
+                           std::move(state), 1, units_, options_.unroll, options_.go_backwards,
+                           options_.return_sequences, mask, options_.checkpoint_every),
+                       1, options_.return_state, carried);
 }
 
 void GRU::reset_states() { zero_state(*this, "state_h"); }
@@ -452,6 +532,7 @@ std::vector<Tensor> SimpleRNN::call(const Tensor& x, const RecurrentCallOptions&
   const std::vector<Tensor>& initial_state = call_options.initial_state;
   const std::int64_t features = input_size(rnn_op, x, 3);
   time_steps(rnn_op, *this, x, options_.unroll);
+  segment_steps(rnn_op, options_.checkpoint_every, options_.unroll);
   const Tensor mask = mask_of(rnn_op, *this, x, call_options);
   const DType dtype = x.dtype();
   const Variable kernel =
@@ -468,11 +549,11 @@ std::vector<Tensor> SimpleRNN::call(const Tensor& x, const RecurrentCallOptions&
   const Step step = [r, activation](const Tensor& xt, const std::vector<Tensor>& s) {
     return std::vector<Tensor>{activate(activation, s.empty() ? xt : xt + matmul(s[0], r))};
   };
-  return layer_outputs(
-      recur(
-          x, [&](const Tensor& in) { return matmul(in, k) + b; }, step, std::move(state), 1, units_,
-          options_.unroll, options_.go_backwards, options_.return_sequences, mask),
-      1, options_.return_state, carried);
+  return layer_outputs(recur(
+                           x, [&](const Tensor& in) { return matmul(in, k) + b; }, step,
+                           std::move(state), 1, units_, options_.unroll, options_.go_backwards,
+                           options_.return_sequences, mask, options_.checkpoint_every),
+                       1, options_.return_state, carried);
 }
 
 void SimpleRNN::reset_states() { zero_state(*this, "state_h"); }

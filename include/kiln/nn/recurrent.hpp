@@ -115,6 +115,14 @@ struct LSTMOptions {
   /// Unroll the time steps into one step per time step instead of running a kiln::scan (the
   /// time dim must then be static).
   bool unroll = false;
+  /// Gradient checkpointing over time: with k > 1 and a static time dim above k, the scan runs
+  /// as segments of k steps, each projecting its own inputs (x @ kernel) in one matmul. Under a
+  /// gradient tape inside kiln::function only the state entering each segment (and x) is kept
+  /// for the backward pass, which recomputes a segment's projection and states: memory for
+  /// T / k + k states instead of T states and the [time, batch, 4 units] projection, for about
+  /// one more forward pass. Eagerly each segment is a kiln::checkpoint. 1 (the default): one
+  /// projection over all steps, every state kept. Not with unroll.
+  std::int64_t checkpoint_every = 1;
   /// Initialize the forget gate's bias to 1 (as LSTMCellOptions::unit_forget_bias).
   bool unit_forget_bias = true;
   init::Initializer kernel_initializer = init::glorot_uniform();
@@ -168,6 +176,8 @@ struct GRUOptions {
   bool stateful = false;
   /// As for LSTMOptions::unroll.
   bool unroll = false;
+  /// As for LSTMOptions::checkpoint_every.
+  std::int64_t checkpoint_every = 1;
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();
@@ -220,6 +230,8 @@ struct SimpleRNNOptions {
   bool stateful = false;
   /// As for LSTMOptions::unroll.
   bool unroll = false;
+  /// As for LSTMOptions::checkpoint_every.
+  std::int64_t checkpoint_every = 1;
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();
