@@ -68,6 +68,25 @@ class TraceSuspension {
   TraceHooks* previous_;
 };
 
+/// While one is alive, scans traced on this thread keep their per-step work inside the loop: the
+/// optimizer's loop hoisting (jit/loop_hoisting.cpp) moves only invariant work out of them, never
+/// a value per step stacked over all steps. For scans whose point is to hold little per step: a
+/// gradient's backward scan and a checkpointed scan's segments.
+class StepWorkStaysInside {
+ public:
+  StepWorkStaysInside() { ++depth(); }
+  ~StepWorkStaysInside() { --depth(); }
+  StepWorkStaysInside(const StepWorkStaysInside&) = delete;
+  StepWorkStaysInside& operator=(const StepWorkStaysInside&) = delete;
+  static bool active() { return depth() > 0; }
+
+ private:
+  static int& depth() {
+    thread_local int d = 0;
+    return d;
+  }
+};
+
 /// Number of gradient tapes recording on this thread (autodiff/ keeps it).
 extern __attribute__((tls_model("initial-exec"))) thread_local int recording_tapes;
 inline bool any_tape_recording() { return recording_tapes > 0; }

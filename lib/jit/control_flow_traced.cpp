@@ -177,6 +177,9 @@ struct ScanGradient {
         carry.push_back(floating(captures[k]) ? cb[nc + k] + g[nc + nx + k] : cb[nc + k]);
       return std::pair<Tensors, Tensors>{carry, part(g, nc, nx)};
     };
+    // Per step it recomputes the forward step and its vjp: stacking that work over all steps
+    // would hold a value per step the forward never kept.
+    const StepWorkStaysInside keep;
     auto [final_b, dxs] = kiln::scan(backward, carry_b, xs_b, {.reverse = !reverse});
     Tensors grads;
     for (std::size_t i = 0; i < nc; ++i) grads.push_back(floating(init[i]) ? final_b[i] : Tensor());
@@ -224,7 +227,8 @@ std::pair<Tensors, Tensors> add_scan(TraceContext& trace,
   add_inputs(trace, node, xs, "xs");
   add_inputs(trace, node, captures, "capture");
   node.attrs.ints = {static_cast<std::int64_t>(nc), static_cast<std::int64_t>(xs.size()),
-                     reverse ? 1 : 0, save_residuals ? static_cast<std::int64_t>(nc) : 0};
+                     reverse ? 1 : 0, save_residuals ? static_cast<std::int64_t>(nc) : 0,
+                     StepWorkStaysInside::active() ? 1 : 0};
   node.attrs.axis = xs.empty() ? length : -1;
   node.regions = {region};
   const Tensors out = trace.add_control_flow(std::move(node), results.dtypes, results.shapes);

@@ -142,7 +142,7 @@ std::vector<std::int32_t> drop_unread_captures(GraphData& region, std::size_t fi
 /// nothing moves.
 HoistedRegion hoist_region(const GraphData& body, std::size_t varying, std::size_t per_step,
                            const std::vector<std::int32_t>& param_outer, std::int64_t steps,
-                           std::vector<Node>& outer) {
+                           std::vector<Node>& outer, bool stack_per_step = true) {
   const std::size_t n = body.nodes.size();
   const std::vector<Dependence> dep = classify(body, varying, per_step);
   std::vector<std::vector<std::int32_t>> users(n);
@@ -157,7 +157,7 @@ HoistedRegion hoist_region(const GraphData& body, std::size_t varying, std::size
   // nodes; the chain moves when it holds a matmul.
   std::vector<bool> stacked(n, false);
   for (std::size_t r = n; r-- > 0;) {
-    if (dep[r] != Dependence::per_step || !is_compute(node(r))) continue;
+    if (!stack_per_step || dep[r] != Dependence::per_step || !is_compute(node(r))) continue;
     const bool read_by_loop = std::any_of(users[r].begin(), users[r].end(), [&](std::int32_t u) {
       return dep[static_cast<std::size_t>(u)] == Dependence::varying;
     });
@@ -288,7 +288,10 @@ std::size_t hoist_scan(Node& scan, std::vector<Node>& outer) {
   const auto nx = static_cast<std::size_t>(scan.attrs.ints[1]);
   const std::int64_t steps =
       nx > 0 ? outer[static_cast<std::size_t>(scan.inputs[nc])].shape[0] : scan.attrs.axis;
-  HoistedRegion h = hoist_region(*scan.regions[0], nc, nx, scan.inputs, steps, outer);
+  // ints[4]: traced under StepWorkStaysInside (core/hooks.hpp), invariant work only.
+  const bool stack_per_step = scan.attrs.ints.size() < 5 || scan.attrs.ints[4] == 0;
+  HoistedRegion h =
+      hoist_region(*scan.regions[0], nc, nx, scan.inputs, steps, outer, stack_per_step);
   if (!h.region) return 0;
   std::vector<std::int32_t> inputs = part(scan.inputs, 0, nc + nx);
   append(inputs, h.new_xs);

@@ -311,6 +311,7 @@ std::pair<Tensors, Tensors> segmented_scan(const ScanBody& body, const Tensors& 
     return kiln::scan(body, carry, x, {.length = has_xs ? -1 : k, .reverse = reverse});
   };
   const ScanOptions outer{.length = xs.empty() ? segments : -1, .reverse = reverse};
+  const StepWorkStaysInside keep;  // a segment's work stacked over segments is every step's
   std::pair<Tensors, Tensors> main;
   if (active_trace() != nullptr) {
     // The outer scan keeps one carry per segment; its gradient replays the inner scan, which

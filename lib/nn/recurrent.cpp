@@ -267,6 +267,8 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
       seg_xs.push_back(reshape(slice(x, 0, from, from + count * size), shape));
     }
     std::pair<Tensors, Tensors> out;
+    // Each segment projects its own inputs: hoisting that out would hold every step's again.
+    const detail::StepWorkStaysInside keep;
     if (detail::active_trace() != nullptr) {
       out = scan(run, s, seg_xs, {.reverse = reverse});
     } else {
