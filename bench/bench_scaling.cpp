@@ -63,6 +63,11 @@ std::vector<Variant> variants() {
        .label = "kiln unrolled",
        .options = {.unroll = true},
        .dynamic_time = false},
+      // Keeps the carries of every 32nd step only; the split into segments needs a static T.
+      {.key = "scan_checkpoint",
+       .label = "kiln scan, remat 32",
+       .options = {.checkpoint_every = 32},
+       .dynamic_time = false},
   };
 }
 

@@ -20,6 +20,7 @@ PEER_SCRIPTS = {  # peer (as bench/compare's PEERS): script in bench/peers, the 
 }
 BATCH, FEATURES, UNITS = 64, 128, 256  # as bench_scaling.cpp and bench/peers/scaling.py
 REFERENCE = "scan"  # the kiln form the ratio column divides by
+CHECKPOINTED = "scan_checkpoint"  # the form the checkpointing claim compares with REFERENCE
 WORKLOADS = (("forward", "forward"), ("train", "train step"))
 
 
@@ -205,4 +206,18 @@ def checks(result: dict) -> list[dict]:
                     "held": worst <= 0.05 * train[-1][1],
                     "figure": f"{slope / 1024:.0f} KiB per step; " + ", ".join(
                         f"T={t}: {_mib(b)}" for t, b in train)})
+    remat = next((f for f in series(result) if f["kiln"] and f["key"] == CHECKPOINTED), None)
+    if remat is not None:
+        longest = max((t for (w, t) in reference["rows"] if w == "train"), default=None)
+        plain = reference["rows"].get(("train", longest), {})
+        kept = remat["rows"].get(("train", longest), {})
+        if "peak_bytes" in plain and "peak_bytes" in kept and "median_s" in kept:
+            lower = plain["peak_bytes"] / kept["peak_bytes"]
+            slower = kept["median_s"] / plain["median_s"]
+            out.append({"claim": f"checkpointed train step at T = {longest}: at least 3x lower "
+                                 "peak at no more than 1.4x the time",
+                        "held": lower >= 3 and slower <= 1.4,
+                        "figure": f"peak {_mib(kept['peak_bytes'])} against "
+                                  f"{_mib(plain['peak_bytes'])} ({lower:.1f}x lower), time "
+                                  f"{slower:.2f}x"})
     return out
