@@ -45,12 +45,13 @@ bool static_shape(const Shape& s) {
   return std::none_of(s.begin(), s.end(), [](std::int64_t d) { return is_dynamic_dim(d); });
 }
 
+/// True when constant node n is all zeros (any size: a weight-shaped accumulator's zeros are
+/// large). Checked once per candidate, eagerly.
 bool all_zero_constant(const Node& n) {
-  if (n.kind != Node::Kind::constant || !static_shape(n.shape)) return false;
-  constexpr std::int64_t max_checked = 4096;
-  if (n.constant.size() > max_checked) return false;
-  const std::vector<double> values = cast(n.constant, DType::f64).to_vector<double>();
-  return std::all_of(values.begin(), values.end(), [](double v) { return v == 0.0; });
+  if (n.kind != Node::Kind::constant || !static_shape(n.shape) || !is_floating(n.dtype))
+    return false;
+  if (n.constant.size() == 0) return true;
+  return max(abs(cast(n.constant, DType::f64))).item<double>() == 0.0;
 }
 
 /// One hoisted term of an accumulator: transpose(P) @ B, with P and B read per step.
