@@ -53,6 +53,10 @@ struct FunctionOptions {
   /// Move loop-invariant work out of scan and while_loop bodies, and compute a scan's
   /// per-step matmuls that do not need the carry (x_t @ W) as one product over all steps.
   bool hoist_loop_invariants = true;
+  /// Turn a scan carry that sums per-step products transpose(P_t) @ B_t (a scan gradient's
+  /// accumulator for a weight used in a matmul) into one product over all steps after the
+  /// loop (static step counts only).
+  bool hoist_accumulators = true;
 };
 
 /// A traced graph (read-only view for introspection).

@@ -94,6 +94,7 @@ void run_graph_passes(GraphData& graph, const FunctionOptions& options) {
     }
   }
   if (options.hoist_loop_invariants) hoist_loop_invariants(graph);
+  if (options.hoist_accumulators) hoist_accumulators(graph);
   for (const GraphPass& pass : pipeline) {
     if (!pass.enabled(options)) continue;
     if (pass.run(graph) > 0 && pass.cse_after_change) eliminate_common_subexpressions(graph);

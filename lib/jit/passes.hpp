@@ -28,6 +28,13 @@ struct GraphPass {
 /// regions, before the pipeline. Returns how many region nodes now run outside their loop.
 std::size_t hoist_loop_invariants(GraphData& graph);
 
+/// Moves the per-step sums acc' = acc + transpose(P_t) @ B_t that a scan carries (a scan
+/// gradient's accumulator of a weight used as a matmul operand) out of the loop: P and B
+/// become stacked ys and the carry becomes one product over all steps after the scan
+/// (lib/jit/accumulator_hoisting.cpp). Runs right after hoist_loop_invariants. Returns how
+/// many products moved.
+std::size_t hoist_accumulators(GraphData& graph);
+
 /// The pipeline, in order.
 std::span<const GraphPass> graph_passes();
 
