@@ -88,7 +88,7 @@ std::size_t body_matmuls_of_shape(const std::string& listing, const Shape& shape
 
 }  // namespace
 
-TEST_CASE("a scan RNN's weight gradients are one product after the backward scan",
+TEST_CASE("a scan RNN's weight gradients stay in the backward scan, which stacks nothing new",
           "[accumulator_hoisting]") {
   for (bool reverse : {false, true}) {
     INFO("reverse " << reverse);
@@ -113,14 +113,14 @@ TEST_CASE("a scan RNN's weight gradients are one product after the backward scan
     const std::string gp =
         plain.get_concrete_function(a[0], a[1], a[2], a[3], a[4]).graph().to_string();
     INFO(g);
-    // Without the pass the backward body computes h^T dz [units, units] and x^T dz
-    // [features, units] every step; with it neither, and the scans carry two values fewer.
+    // The backward body computes h^T dz [units, units] and x^T dz [features, units] every
+    // step. Hoisting them would stack dz over all steps, a value per step the backward scan
+    // does not otherwise hold (it is traced under StepWorkStaysInside), so both stay. An LSTM's
+    // dz is a y of its backward scan already: there they move (the nn::LSTM case below).
     CHECK(body_matmuls_of_shape(gp, {units, units}) == 1);
     CHECK(body_matmuls_of_shape(gp, {features, units}) == 1);
-    CHECK(body_matmuls_of_shape(g, {units, units}) == 0);
-    CHECK(body_matmuls_of_shape(g, {features, units}) == 0);
-    CHECK(matmuls_of_shape(g, {units, units}, false) == 1);
-    CHECK(matmuls_of_shape(g, {features, units}, false) == 1);
+    CHECK(body_matmuls_of_shape(g, {units, units}) == 1);
+    CHECK(body_matmuls_of_shape(g, {features, units}) == 1);
   }
 }
 

@@ -76,7 +76,7 @@ std::vector<bool> depends_on(const GraphData& body, std::size_t param) {
 
 /// Matches carry k of `body` (see the file comment); returns no terms when it does not match.
 Accumulator match_carry(const GraphData& body, std::size_t k, std::size_t nc, std::size_t nx,
-                        const std::vector<std::int32_t>& uses) {
+                        const std::vector<std::int32_t>& uses, bool only_stacked) {
   Accumulator acc{k, {}};
   std::int32_t param = -1;
   for (std::size_t i = 0; i < body.nodes.size(); ++i)
@@ -105,10 +105,14 @@ Accumulator match_carry(const GraphData& body, std::size_t k, std::size_t nc, st
     }
   }
   bool saw_param = false;
+  // Stacked over the steps already: an x slice, or a y (a result after the carries).
   const auto is_x_slice = [&](std::int32_t i) {
     const Node& n = node(i);
-    return n.kind == Node::Kind::parameter && static_cast<std::size_t>(n.index) >= nc &&
-           static_cast<std::size_t>(n.index) < nc + nx;
+    if (n.kind == Node::Kind::parameter && static_cast<std::size_t>(n.index) >= nc &&
+        static_cast<std::size_t>(n.index) < nc + nx)
+      return true;
+    return std::find(body.outputs.begin() + static_cast<std::ptrdiff_t>(nc), body.outputs.end(),
+                     i) != body.outputs.end();
   };
   std::int64_t stacked_floats = 0;  // per step, of the new ys
   for (auto leaf : leaves) {
@@ -137,7 +141,8 @@ Accumulator match_carry(const GraphData& body, std::size_t k, std::size_t nc, st
                       (is_x_slice(t.b) ? 0 : rhs.shape[0] * rhs.shape[1]);
     acc.terms.push_back(t);
   }
-  if (!saw_param || stacked_floats > shape[0] * shape[1]) acc.terms.clear();
+  if (!saw_param || stacked_floats > shape[0] * shape[1] || (only_stacked && stacked_floats > 0))
+    acc.terms.clear();
   return acc;
 }
 
@@ -182,7 +187,10 @@ ScanRewrite hoist_scan_accumulators(Node scan, std::vector<Node>& outer, std::si
       for (auto in : n.inputs) ++uses[static_cast<std::size_t>(in)];
     for (auto o : body.outputs) ++uses[static_cast<std::size_t>(o)];
     for (std::size_t k = 0; k < nc; ++k) {
-      Accumulator a = match_carry(body, k, nc, nx, uses);
+      // A scan traced under StepWorkStaysInside (attrs.ints[4], core/hooks.hpp) holds nothing
+      // new per step: only operands already stacked (x slices, ys) qualify there.
+      const bool only_stacked = scan.attrs.ints.size() > 4 && scan.attrs.ints[4] != 0;
+      Accumulator a = match_carry(body, k, nc, nx, uses, only_stacked);
       if (!a.terms.empty()) accs.push_back(std::move(a));
     }
   }
@@ -204,6 +212,8 @@ ScanRewrite hoist_scan_accumulators(Node scan, std::vector<Node>& outer, std::si
     if (n.kind == Node::Kind::parameter && static_cast<std::size_t>(n.index) >= nc &&
         static_cast<std::size_t>(n.index) < nc + nx)
       return Stacked{true, static_cast<std::size_t>(n.index)};
+    for (std::size_t r = nc; r < region->outputs.size(); ++r)  // a y already: its stack
+      if (region->outputs[r] == id) return Stacked{false, r};
     region->outputs.push_back(id);
     return Stacked{false, region->outputs.size() - 1};
   };
