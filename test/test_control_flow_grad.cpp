@@ -9,6 +9,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "finite_difference.hpp"
+
 using kiln::Tensor;
 
 namespace {
@@ -121,23 +123,13 @@ TEST_CASE("control flow gradients match finite differences", "[control_flow][aut
     const Tensor weights = input(probe.shape(), 0.5, 1.5, 99);
     const V analytic = gradient(row, weights, /*traced=*/false);
     REQUIRE(analytic.size() == row.args.size());
-    const double eps = 1e-6;
     for (std::size_t i = 0; i < row.args.size(); ++i) {
       INFO("input " << i);
-      std::vector<double> values = row.args[i].to_vector<double>();
       const std::vector<double> g = analytic[i].to_vector<double>();
-      for (std::size_t j = 0; j < values.size(); ++j) {
-        V plus = row.args, minus = row.args;
-        std::vector<double> vp = values, vm = values;
-        vp[j] += eps;
-        vm[j] -= eps;
-        plus[i] = kiln::tensor(vp, row.args[i].shape());
-        minus[i] = kiln::tensor(vm, row.args[i].shape());
-        const double numeric = (kiln::sum(row.f(plus) * weights).item<double>() -
-                                kiln::sum(row.f(minus) * weights).item<double>()) /
-                               (2 * eps);
-        CHECK(g[j] == Approx(numeric).margin(1e-6).epsilon(1e-5));
-      }
+      const std::vector<double> numeric = kiln::test::numeric_gradient(
+          [&](const V& a) { return kiln::sum(row.f(a) * weights).item<double>(); }, row.args, i);
+      for (std::size_t j = 0; j < g.size(); ++j)
+        CHECK(g[j] == Approx(numeric[j]).margin(1e-6).epsilon(1e-5));
     }
   }
 }

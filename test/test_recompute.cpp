@@ -12,6 +12,8 @@
 
 #include <kiln/kiln.hpp>
 
+#include "finite_difference.hpp"
+
 using kiln::Tensor;
 
 namespace {
@@ -176,23 +178,13 @@ TEST_CASE("checkpointed gradients match finite differences", "[recompute][autodi
     INFO("row: " << row.name);
     const Tensor weights = input(row.without(row.args).shape(), 0.5, 1.5, 99);
     const V analytic = gradient(row.with, row.args, weights, false);
-    const double eps = 1e-6;
     for (std::size_t i = 0; i < row.args.size(); ++i) {
       INFO("input " << i);
-      const std::vector<double> values = row.args[i].to_vector<double>();
       const std::vector<double> g = analytic[i].to_vector<double>();
-      for (std::size_t j = 0; j < values.size(); ++j) {
-        V plus = row.args, minus = row.args;
-        std::vector<double> vp = values, vm = values;
-        vp[j] += eps;
-        vm[j] -= eps;
-        plus[i] = kiln::tensor(vp, row.args[i].shape());
-        minus[i] = kiln::tensor(vm, row.args[i].shape());
-        const double numeric = (kiln::sum(row.with(plus) * weights).item<double>() -
-                                kiln::sum(row.with(minus) * weights).item<double>()) /
-                               (2 * eps);
-        CHECK(g[j] == Approx(numeric).margin(1e-6).epsilon(1e-5));
-      }
+      const std::vector<double> numeric = kiln::test::numeric_gradient(
+          [&](const V& a) { return kiln::sum(row.with(a) * weights).item<double>(); }, row.args, i);
+      for (std::size_t j = 0; j < g.size(); ++j)
+        CHECK(g[j] == Approx(numeric[j]).margin(1e-6).epsilon(1e-5));
     }
   }
 }
