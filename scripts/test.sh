@@ -120,6 +120,8 @@ for variant in release asan; do
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
+  # T = 40, checkpoint_every 8, one repeat, 16 units, batch 4, 8 features: a smoke run.
+  check "$variant-remat-memory-example" "$dir/examples/remat_memory" 40 8 1 16 4 8
   for example in tensors tracing variables nothing_grows; do
     check "$variant-$example-example" bash -c 'cd "$(mktemp -d)" && "$0" && rm -rf "$PWD"' \
       "$PWD/$dir/examples/$example"
