@@ -6,6 +6,7 @@
 
 #include <kiln/kiln.hpp>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,26 @@ inline Tensor weighted_loss(const std::vector<Tensor>& outputs) {
   }
   return loss;
 }
+
+/// The three sequence layers with what the generic layer tests need about them: the layer and
+/// options types, the number of state tensors, and a name for messages.
+struct LSTMKind {
+  using Layer = nn::LSTM;
+  using Options = nn::LSTMOptions;
+  static constexpr std::size_t states = 2;
+  static constexpr const char* name = "LSTM";
+};
+struct GRUKind {
+  using Layer = nn::GRU;
+  using Options = nn::GRUOptions;
+  static constexpr std::size_t states = 1;
+  static constexpr const char* name = "GRU";
+};
+struct SimpleRNNKind {
+  using Layer = nn::SimpleRNN;
+  using Options = nn::SimpleRNNOptions;
+  static constexpr std::size_t states = 1;
+  static constexpr const char* name = "SimpleRNN";
+};
 
 }  // namespace kiln::test

@@ -11,6 +11,7 @@
 #include <kiln/kiln.hpp>
 
 #include "elementwise_op_table.hpp"
+#include "finite_difference.hpp"
 
 using kiln::Shape;
 using kiln::Tensor;
@@ -42,24 +43,17 @@ std::vector<std::vector<double>> check_gradient(const std::string& name, const F
   const Tensor loss = kiln::sum(f(args) * w);
   const std::vector<Tensor> grads = tape.gradient(loss, args);
   REQUIRE(grads.size() == args.size());
-  const double eps = 1e-6;
   std::vector<std::vector<double>> all_analytic;
   for (std::size_t i = 0; i < args.size(); ++i) {
     INFO("input " << i << " of shape " << args[i].shape().to_string());
     REQUIRE(grads[i].shape() == args[i].shape());
-    std::vector<double> values = args[i].to_vector<double>();
     const std::vector<double> analytic = grads[i].to_vector<double>();
     all_analytic.push_back(analytic);
-    for (std::size_t j = 0; j < values.size(); ++j) {
-      std::vector<Tensor> plus = args, minus = args;
-      std::vector<double> vp = values, vm = values;
-      vp[j] += eps;
-      vm[j] -= eps;
-      plus[i] = kiln::tensor(vp, args[i].shape());
-      minus[i] = kiln::tensor(vm, args[i].shape());
-      const double numeric = (weighted(f, plus, w) - weighted(f, minus, w)) / (2 * eps);
+    const std::vector<double> numeric = kiln::test::numeric_gradient(
+        [&](const std::vector<Tensor>& a) { return weighted(f, a, w); }, args, i);
+    for (std::size_t j = 0; j < analytic.size(); ++j) {
       INFO("element " << j);
-      CHECK(analytic[j] == Approx(numeric).margin(tolerance).epsilon(1e-5));
+      CHECK(analytic[j] == Approx(numeric[j]).margin(tolerance).epsilon(1e-5));
     }
   }
   return all_analytic;

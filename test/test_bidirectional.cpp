@@ -24,24 +24,9 @@ using kiln::test::max_diff;
 using kiln::test::names_of;
 using kiln::test::weighted_loss;
 
-struct LSTMKind {
-  using Layer = nn::LSTM;
-  using Options = nn::LSTMOptions;
-  static constexpr std::size_t states = 2;
-  static constexpr const char* name = "lstm";
-};
-struct GRUKind {
-  using Layer = nn::GRU;
-  using Options = nn::GRUOptions;
-  static constexpr std::size_t states = 1;
-  static constexpr const char* name = "gru";
-};
-struct SimpleRNNKind {
-  using Layer = nn::SimpleRNN;
-  using Options = nn::SimpleRNNOptions;
-  static constexpr std::size_t states = 1;
-  static constexpr const char* name = "simple_rnn";
-};
+using kiln::test::GRUKind;
+using kiln::test::LSTMKind;
+using kiln::test::SimpleRNNKind;
 
 constexpr std::int64_t batch = 3, steps = 6, features = 4, units = 5;
 constexpr double tol = 1e-12;

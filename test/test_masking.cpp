@@ -24,24 +24,9 @@ using kiln::test::weighted_loss;
 
 constexpr double tol = 1e-10;
 
-struct LSTMKind {
-  using Layer = nn::LSTM;
-  using Options = nn::LSTMOptions;
-  static constexpr std::size_t states = 2;
-  static constexpr const char* name = "LSTM";
-};
-struct GRUKind {
-  using Layer = nn::GRU;
-  using Options = nn::GRUOptions;
-  static constexpr std::size_t states = 1;
-  static constexpr const char* name = "GRU";
-};
-struct SimpleRNNKind {
-  using Layer = nn::SimpleRNN;
-  using Options = nn::SimpleRNNOptions;
-  static constexpr std::size_t states = 1;
-  static constexpr const char* name = "SimpleRNN";
-};
+using kiln::test::GRUKind;
+using kiln::test::LSTMKind;
+using kiln::test::SimpleRNNKind;
 
 constexpr std::int64_t batch = 3, steps = 6, features = 4, units = 5;
 const std::vector<std::int64_t> lengths{6, 3, 1};

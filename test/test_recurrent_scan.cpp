@@ -42,25 +42,9 @@ kiln::FunctionOptions signature(std::vector<kiln::TensorSpec> specs) {
   return kiln::test::options_named("recurrent_scan_test", std::move(specs));
 }
 
-/// The three layers with what the generic tests need about them.
-struct LSTMKind {
-  using Layer = nn::LSTM;
-  using Options = nn::LSTMOptions;
-  static constexpr std::size_t states = 2;
-  static constexpr const char* name = "LSTM";
-};
-struct GRUKind {
-  using Layer = nn::GRU;
-  using Options = nn::GRUOptions;
-  static constexpr std::size_t states = 1;
-  static constexpr const char* name = "GRU";
-};
-struct SimpleRNNKind {
-  using Layer = nn::SimpleRNN;
-  using Options = nn::SimpleRNNOptions;
-  static constexpr std::size_t states = 1;
-  static constexpr const char* name = "SimpleRNN";
-};
+using kiln::test::GRUKind;
+using kiln::test::LSTMKind;
+using kiln::test::SimpleRNNKind;
 
 /// The layer's outputs, then the gradients of weighted_loss with respect to its trainable
 /// variables, x and each initial state tensor.
