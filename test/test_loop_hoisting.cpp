@@ -82,6 +82,15 @@ Tensors rnn_arguments(std::uint64_t seed) {
           kiln::random::normal({units}, 0, 0.1, seed + 4)};
 }
 
+/// fn traced as a kiln::function of the five RNN arguments (optimized, so hoisted), called on a.
+Tensors traced(const Fn& fn, const Tensors& a) {
+  auto f = kiln::function(
+      [&](const Tensor& h0, const Tensor& xs, const Tensor& w, const Tensor& u, const Tensor& b) {
+        return fn({h0, xs, w, u, b});
+      });
+  return f(a[0], a[1], a[2], a[3], a[4]);
+}
+
 const Fn rnn_fn = [](const Tensors& a) {
   auto [h, ys] = rnn(a[0], a[1], a[2], a[3], a[4]);
   return Tensors{h, ys};
@@ -211,11 +220,7 @@ TEST_CASE("invariant work in a body runs once, before the loop", "[loop_hoisting
   CHECK(scan.inputs.size() == 2 + 3);  // carry, x, then W*2, W^T*3 and U's sums as captures
 
   const Tensors a = rnn_arguments(70);
-  auto f = kiln::function(
-      [&](const Tensor& h0, const Tensor& xs, const Tensor& w, const Tensor& u, const Tensor& b) {
-        return fn({h0, xs, w, u, b});
-      });
-  const Tensors r = f(a[0], a[1], a[2], a[3], a[4]);
+  const Tensors r = traced(fn, a);
   const Tensors e = fn(a);
   CHECK(max_diff(r[0], e[0]) <= 1e-6);
   CHECK(max_diff(r[1], e[1]) <= 1e-6);
@@ -297,11 +302,7 @@ TEST_CASE("work hoisted out of an inner scan moves out of the outer one too", "[
 
   Tensors a = rnn_arguments(90);
   a[1] = kiln::random::normal({outer_steps, steps, batch, features}, 0, 1, 91);
-  auto f = kiln::function(
-      [&](const Tensor& h0, const Tensor& xs, const Tensor& w, const Tensor& u, const Tensor& b) {
-        return fn({h0, xs, w, u, b});
-      });
-  const Tensors r = f(a[0], a[1], a[2], a[3], a[4]);
+  const Tensors r = traced(fn, a);
   const Tensors e = fn(a);
   CHECK(max_diff(r[0], e[0]) <= 1e-6);
   CHECK(max_diff(r[1], e[1]) <= 1e-5);
@@ -330,11 +331,7 @@ TEST_CASE("a while_loop's invariant work runs once, before the loop", "[loop_hoi
   CHECK(loops[0]->attrs.ints[2] == 1);
 
   const Tensors a = rnn_arguments(100);
-  auto f = kiln::function(
-      [&](const Tensor& h0, const Tensor& xs, const Tensor& w, const Tensor& u, const Tensor& b) {
-        return fn({h0, xs, w, u, b});
-      });
-  const Tensors r = f(a[0], a[1], a[2], a[3], a[4]);
+  const Tensors r = traced(fn, a);
   const Tensors e = fn(a);
   CHECK(r[0].item<float>() == 5.f);
   CHECK(max_diff(r[1], e[1]) <= 1e-6);
