@@ -64,6 +64,15 @@ def limit_threads(threads: int) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
+def limit_jax_threads(threads: int) -> None:
+    """JAX on the CPU with XLA's thread pool (Eigen) of `threads` threads (the machine's core
+    count otherwise): call before importing jax. XLA_FLAGS holds the setting."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_cpu_multi_thread_eigen=true"
+                               f" intra_op_parallelism_threads={threads}").strip()
+
+
 @dataclass
 class TimingPlan:
     """Like kiln's bench/harness.hpp: warm up, then samples of calibrated length."""

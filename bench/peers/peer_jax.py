@@ -10,11 +10,7 @@ import common  # noqa: E402
 
 args = common.parse_args(__doc__)
 common.limit_threads(args.threads)
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# XLA's CPU thread pool (Eigen) size; the machine's core count is the default otherwise.
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_cpu_multi_thread_eigen=true"
-                           f" intra_op_parallelism_threads={args.threads}").strip()
+common.limit_jax_threads(args.threads)
 
 import numpy as np  # noqa: E402
 import jax  # noqa: E402

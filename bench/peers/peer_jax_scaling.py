@@ -14,10 +14,7 @@ import scaling  # noqa: E402
 
 args = scaling.parse_args(__doc__)
 common.limit_threads(args.threads)
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           f" --xla_cpu_multi_thread_eigen=true"
-                           f" intra_op_parallelism_threads={args.threads}").strip()
+common.limit_jax_threads(args.threads)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
