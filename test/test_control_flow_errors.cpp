@@ -298,60 +298,6 @@ TEST_CASE("cond's pred must be a boolean scalar; traced branches must agree", "[
   CHECK(shapes.cache_size() == 0);
 }
 
-TEST_CASE("assigning a variable inside a traced body is an error", "[control_flow]") {
-  kiln::Variable v(kiln::zeros({2}), "cf/assigned");
-  kiln::FunctionOptions o;
-  o.name = "assigns";
-  const std::string message =
-      "[assigns] variable 'cf/assigned' is assigned inside a scan, while_loop or cond body";
-  auto in_scan = kiln::function(
-      [&](const Tensor& xs) {
-        return kiln::scan(
-                   [&](const Tensor& c, const Tensor& x) {
-                     v.assign(c + x);
-                     return std::pair<Tensor, Tensor>{c + x, x};
-                   },
-                   kiln::zeros({2}), xs)
-            .first;
-      },
-      o);
-  const Tensor xs = kiln::ones({3, 2});
-  CHECK_KILN_ERROR(in_scan(xs), message);
-  CHECK(in_scan.cache_size() == 0);
-  auto in_while = kiln::function(
-      [&](const Tensor& x) {
-        return kiln::while_loop([](const Tensors& w) { return kiln::sum(w[0]) < 10.f; },
-                                [&](const Tensors& w) {
-                                  v.assign_add(w[0]);
-                                  return Tensors{w[0] * 2.f};
-                                },
-                                {x})[0];
-      },
-      o);
-  CHECK_KILN_ERROR(in_while(kiln::ones({2})), message);
-  auto in_cond = kiln::function(
-      [&](const Tensor& x) {
-        return kiln::cond(
-            kiln::sum(x) > 0.f, [](const Tensors& w) { return w; },
-            [&](const Tensors& w) {
-              v.assign(w[0]);
-              return w;
-            },
-            {x})[0];
-      },
-      o);
-  CHECK_KILN_ERROR(in_cond(kiln::ones({2})), message);
-  CHECK(v.value().to_vector<float>() == std::vector<float>{0, 0});
-  // Eagerly a body is plain C++: the assignments happen.
-  kiln::scan(
-      [&](const Tensor& c, const Tensor& x) {
-        v.assign(c + x);
-        return std::pair<Tensor, Tensor>{c + x, x};
-      },
-      kiln::zeros({2}), xs);
-  CHECK(v.value().to_vector<float>() == std::vector<float>{3, 3});
-}
-
 TEST_CASE("a symbolic tensor escaping a body is an error where it is used", "[control_flow]") {
   kiln::FunctionOptions o;
   o.name = "leaky";

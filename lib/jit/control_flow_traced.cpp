@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "autodiff/tape.hpp"
@@ -18,6 +20,7 @@
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
+#include "state/variable_impl.hpp"
 
 namespace kiln::detail {
 
@@ -57,15 +60,39 @@ TraceContext& current_trace(const char* op) {
   return *trace;
 }
 
+using VariableList = std::vector<std::shared_ptr<VariableImpl>>;
+
+/// A region just traced, before the variables its body assigned are bound (bind_variables).
+struct TracedRegion {
+  struct Touched {  // a variable the body read or assigned
+    std::shared_ptr<VariableImpl> variable;
+    std::int32_t entry = -1;        // the parameter node of its value on entry, or -1
+    std::size_t entry_capture = 0;  // that parameter's position in captures
+    std::int32_t final_value = -1;  // the node of its value at the end, if the body assigned it
+  };
+  std::shared_ptr<GraphData> graph;
+  Tensors captures;
+  std::size_t num_arguments = 0;  // parameters before the captures
+  std::vector<Touched> variables;
+
+  VariableList assigned() const {
+    VariableList out;
+    for (const auto& t : variables)
+      if (t.final_value >= 0) out.push_back(t.variable);
+    return out;
+  }
+};
+
 /// Traces fn once on parameters of the given types into a region of `parent`; `check` sees
 /// fn's results before they become the region's outputs.
-Region trace_region(TraceContext& parent, const Types& params, const Branch& fn,
-                    const std::function<void(const Tensors&)>& check) {
+TracedRegion trace_region(TraceContext& parent, const Types& params, const Branch& fn,
+                          const std::function<void(const Tensors&)>& check) {
   TraceContext child(parent);
   Tensors args;
   for (std::size_t i = 0; i < params.dtypes.size(); ++i)
     args.push_back(
         child.add_parameter(params.dtypes[i], params.shapes[i], static_cast<std::int32_t>(i)));
+  TracedRegion region;
   {
     TraceScope scope(&child);
     const Tensors results = fn(args);
@@ -74,9 +101,107 @@ Region trace_region(TraceContext& parent, const Types& params, const Branch& fn,
       const std::string what = fmt::format("result {} of the body", k);
       child.graph().outputs.push_back(child.node_of(results[k], what.c_str()));
     }
+    for (const auto& r : child.region_variables()) {
+      TracedRegion::Touched t;
+      t.variable = r.variable;
+      t.entry = r.entry;
+      t.entry_capture = r.entry_capture;
+      if (r.assigned) {
+        const std::string what =
+            fmt::format("the value assigned to variable '{}'", r.variable->name);
+        t.final_value = child.node_of(r.current, what.c_str());
+      }
+      region.variables.push_back(std::move(t));
+    }
   }
   child.commit();
-  return Region{std::make_shared<GraphData>(std::move(child.graph())), child.captures()};
+  region.graph = std::make_shared<GraphData>(std::move(child.graph()));
+  region.captures = child.captures();
+  region.num_arguments = params.dtypes.size();
+  return region;
+}
+
+/// The variables any of the regions assigned, in the order first touched.
+VariableList assigned_in(std::initializer_list<const TracedRegion*> regions) {
+  VariableList out;
+  for (const TracedRegion* r : regions)
+    for (const auto& v : r->assigned())
+      if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  return out;
+}
+
+/// Makes `vars` parameters [at, at + n) of the region, moving the parameters from `at` on
+/// up: each variable's entry value (taken out of the captures, or a new parameter if the body
+/// never read it). With `results_at`, their values at the end of the body (the entry value
+/// where the body did not assign one) become the region's outputs [*results_at, ... + n).
+Region bind_variables(TracedRegion r, const VariableList& vars, std::size_t at,
+                      std::optional<std::size_t> results_at) {
+  if (vars.empty()) return Region{std::move(r.graph), std::move(r.captures)};
+  GraphData& g = *r.graph;
+  const std::size_t nv = vars.size(), na = r.num_arguments;
+  std::vector<std::int32_t> entry(nv, -1), final_value(nv, -1);
+  std::vector<bool> moved(r.captures.size(), false);
+  for (std::size_t k = 0; k < nv; ++k) {
+    for (const auto& t : r.variables)
+      if (t.variable == vars[k]) {
+        entry[k] = t.entry;
+        final_value[k] = t.final_value;
+        if (t.entry >= 0) moved[t.entry_capture] = true;
+      }
+    if (entry[k] < 0) {
+      Node n;
+      n.kind = Node::Kind::parameter;
+      n.dtype = vars[k]->dtype;
+      n.shape = vars[k]->shape;
+      g.nodes.push_back(std::move(n));
+      ++g.num_parameters;
+      entry[k] = static_cast<std::int32_t>(g.nodes.size() - 1);
+    }
+  }
+  std::vector<std::size_t> position(r.captures.size());  // old capture -> new one
+  Tensors captures;
+  for (std::size_t p = 0; p < r.captures.size(); ++p)
+    if (!moved[p]) {
+      position[p] = captures.size();
+      captures.push_back(r.captures[p]);
+    }
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind != Node::Kind::parameter) continue;
+    const auto index = static_cast<std::size_t>(n.index);
+    if (std::find(entry.begin(), entry.end(), static_cast<std::int32_t>(i)) != entry.end())
+      continue;
+    n.index = static_cast<std::int32_t>(index < at   ? index
+                                        : index < na ? index + nv
+                                                     : na + nv + position[index - na]);
+  }
+  for (std::size_t k = 0; k < nv; ++k)
+    g.nodes[static_cast<std::size_t>(entry[k])].index = static_cast<std::int32_t>(at + k);
+  if (results_at)
+    for (std::size_t k = 0; k < nv; ++k)
+      g.outputs.insert(g.outputs.begin() + static_cast<std::ptrdiff_t>(*results_at + k),
+                       final_value[k] >= 0 ? final_value[k] : entry[k]);
+  return Region{std::move(r.graph), std::move(captures)};
+}
+
+/// A region whose body may not assign variables (a gradient rule's, or a while_loop's cond).
+Region unbound(TracedRegion r, const char* op, const char* body) {
+  const VariableList assigned = r.assigned();
+  if (!assigned.empty())
+    fail(op, "{} assigns variable '{}'; it may only read variables", body, assigned[0]->name);
+  return bind_variables(std::move(r), {}, 0, std::nullopt);
+}
+
+/// Aliases of the variables' values in `trace` (a scan's carries or a cond's operands).
+Tensors entry_values(TraceContext& trace, const VariableList& vars) {
+  Tensors out;
+  for (const auto& v : vars) out.push_back(trace.variable_alias(v));
+  return out;
+}
+
+/// Assigns each variable the value the op computed for it, in `trace`.
+void assign_results(TraceContext& trace, const VariableList& vars, const Tensors& values) {
+  for (std::size_t k = 0; k < vars.size(); ++k) trace.assign_variable(vars[k], values[k]);
 }
 
 void add_inputs(TraceContext& trace, Node& node, const Tensors& ts, const char* what) {
@@ -283,8 +408,10 @@ struct CondGradient {
     Types params;
     for (const Tensor& a : args) params.add(a);
     TraceContext& trace = current_trace("cond");
-    const Region t = trace_region(trace, params, branch(true), [](const Tensors&) {});
-    const Region f = trace_region(trace, params, branch(false), [](const Tensors&) {});
+    const Region t = unbound(trace_region(trace, params, branch(true), [](const Tensors&) {}),
+                             "cond", "a gradient");
+    const Region f = unbound(trace_region(trace, params, branch(false), [](const Tensors&) {}),
+                             "cond", "a gradient");
     Tensors g = add_cond(trace, pred, t, f, args);
     const Tensors inputs = joined(joined(operands, on_true.captures), on_false.captures);
     for (std::size_t i = 0; i < g.size(); ++i)
@@ -420,7 +547,7 @@ std::pair<Tensors, Tensors> traced_scan(const ScanBody& body, const Tensors& ini
     params.add(x.dtype(), slice);
   }
   const std::size_t nc = init.size();
-  const Region region = trace_region(
+  TracedRegion traced = trace_region(
       trace, params,
       [&](const Tensors& args) {
         auto [next, y] = body(part(args, 0, nc), part(args, nc, args.size() - nc));
@@ -430,8 +557,16 @@ std::pair<Tensors, Tensors> traced_scan(const ScanBody& body, const Tensors& ini
         return joined(next, y);
       },
       [](const Tensors&) {});
-  return add_scan(trace, region.graph, nc, init, xs, region.captures, length, reverse,
-                  any_tape_recording());
+  // Variables the body assigns become carries after the user's (their value on entry to each
+  // step in, their value at its end out), assigned once after the loop.
+  const VariableList vars = traced.assigned();
+  const Region region = bind_variables(std::move(traced), vars, nc, nc);
+  auto [carry, ys] =
+      add_scan(trace, region.graph, nc + vars.size(), joined(init, entry_values(trace, vars)), xs,
+               region.captures, length, reverse, any_tape_recording());
+  assign_results(trace, vars, part(carry, nc, vars.size()));
+  carry.resize(nc);
+  return {carry, ys};
 }
 
 Tensors traced_while_loop(const std::function<Tensor(const Tensors&)>& cond_fn, const Branch& body,
@@ -469,7 +604,7 @@ Tensors traced_while_loop(const std::function<Tensor(const Tensors&)>& cond_fn, 
   TraceContext& trace = current_trace("while_loop");
   Types params;
   for (const Tensor& v : init) params.add(v);
-  const Region cond_region = trace_region(
+  TracedRegion cond_traced = trace_region(
       trace, params, [&](const Tensors& args) { return Tensors{cond_fn(args)}; },
       [](const Tensors& r) {
         if (!r[0].defined()) fail("while_loop", "the result of cond is an undefined tensor");
@@ -477,19 +612,30 @@ Tensors traced_while_loop(const std::function<Tensor(const Tensors&)>& cond_fn, 
           fail("while_loop", "the result of cond must be a boolean scalar, got {}",
                type_text(r[0]));
       });
-  const Region body_region = trace_region(trace, params, body, [&](const Tensors& r) {
+  TracedRegion traced_body = trace_region(trace, params, body, [&](const Tensors& r) {
     check_same_types(init, r, "while_loop", "value", "the body");
   });
+  // Variables the body assigns become loop values after the user's; cond sees them too.
+  if (const VariableList in_cond = cond_traced.assigned(); !in_cond.empty())
+    fail("while_loop", "cond assigns variable '{}'; it may only read variables", in_cond[0]->name);
+  const std::size_t nv = init.size();
+  const VariableList vars = traced_body.assigned();
+  const Region cond_region = bind_variables(std::move(cond_traced), vars, nv, std::nullopt);
+  const Region body_region = bind_variables(std::move(traced_body), vars, nv, nv);
+  for (const auto& v : vars) params.add(v->dtype, v->shape);
   Node node;
   node.kind = Node::Kind::while_loop;
-  add_inputs(trace, node, init, "init");
+  add_inputs(trace, node, joined(init, entry_values(trace, vars)), "init");
   add_inputs(trace, node, cond_region.captures, "capture");
   add_inputs(trace, node, body_region.captures, "capture");
-  node.attrs.ints = {static_cast<std::int64_t>(init.size()),
+  node.attrs.ints = {static_cast<std::int64_t>(nv + vars.size()),
                      static_cast<std::int64_t>(cond_region.captures.size()),
                      static_cast<std::int64_t>(body_region.captures.size()), maximum_iterations};
   node.regions = {cond_region.graph, body_region.graph};
-  return trace.add_control_flow(std::move(node), params.dtypes, params.shapes);
+  Tensors values = trace.add_control_flow(std::move(node), params.dtypes, params.shapes);
+  assign_results(trace, vars, part(values, nv, vars.size()));
+  values.resize(nv);
+  return values;
 }
 
 Tensors traced_cond(const Tensor& pred, const Branch& true_fn, const Branch& false_fn,
@@ -500,14 +646,24 @@ Tensors traced_cond(const Tensor& pred, const Branch& true_fn, const Branch& fal
   Types params;
   for (const Tensor& v : operands) params.add(v);
   Tensors true_results;
-  const Region on_true = trace_region(trace, params, true_fn, [&](const Tensors& r) {
+  TracedRegion traced_true = trace_region(trace, params, true_fn, [&](const Tensors& r) {
     check_all_defined(r, "cond", "result of true_fn");
     true_results = r;
   });
-  const Region on_false = trace_region(trace, params, false_fn, [&](const Tensors& r) {
+  TracedRegion traced_false = trace_region(trace, params, false_fn, [&](const Tensors& r) {
     check_same_types(true_results, r, "cond", "result", "false_fn (against true_fn)");
   });
-  return add_cond(trace, pred, on_true, on_false, operands);
+  // Variables either branch assigns become operands and results after the user's; a branch
+  // that does not assign one passes its value through.
+  const std::size_t no = operands.size(), nr = true_results.size();
+  const VariableList vars = assigned_in({&traced_true, &traced_false});
+  const Region on_true = bind_variables(std::move(traced_true), vars, no, nr);
+  const Region on_false = bind_variables(std::move(traced_false), vars, no, nr);
+  Tensors results =
+      add_cond(trace, pred, on_true, on_false, joined(operands, entry_values(trace, vars)));
+  assign_results(trace, vars, part(results, nr, vars.size()));
+  results.resize(nr);
+  return results;
 }
 
 }  // namespace kiln::detail

@@ -199,13 +199,40 @@ std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v)
   return slot;
 }
 
+Tensor TraceContext::variable_alias(const std::shared_ptr<VariableImpl>& v) {
+  Tensor alias = symbolic(node_of(read_variable(v), "a variable's value"));
+  if (any_tape_recording()) tape_hooks.note_variable_read(Variable(v), alias);
+  return alias;
+}
+
+TraceContext::RegionVariable& TraceContext::region_variable(
+    const std::shared_ptr<VariableImpl>& v) {
+  for (auto& r : region_variables_)
+    if (r.variable == v) return r;
+  RegionVariable r;
+  r.variable = v;
+  region_variables_.push_back(std::move(r));
+  return region_variables_.back();
+}
+
 Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
   if (parent_) {
-    // The enclosing trace's read, captured. Tapes see it as a read of v too, so a gradient
-    // with respect to v reaches the control-flow node that captured it.
-    Tensor outer = parent_->read_variable(v);
-    if (any_tape_recording()) tape_hooks.note_variable_read(Variable(v), outer);
-    return captured(outer, "a variable's value");
+    // A parameter standing for the value on entry, bound to an alias of the enclosing trace's
+    // value. Tapes see the alias as a read of v too, so a gradient with respect to v reaches
+    // the control-flow node that takes it.
+    RegionVariable& r = region_variable(v);
+    if (r.current.defined()) return r.current;
+    Tensor outer = parent_->variable_alias(v);
+    Node n;
+    n.kind = Node::Kind::parameter;
+    n.dtype = v->dtype;
+    n.shape = v->shape;
+    n.index = static_cast<std::int32_t>(graph_.num_parameters++);
+    r.entry = add_node(std::move(n));
+    r.entry_capture = captures_.size();
+    captures_.push_back(std::move(outer));
+    r.current = symbolic(r.entry);
+    return r.current;
   }
   const std::int32_t slot = variable_slot(v);
   auto& cur = current_value_[static_cast<std::size_t>(slot)];
@@ -223,11 +250,12 @@ Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
 }
 
 void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) {
-  if (parent_)
-    fail(function_name_,
-         "variable '{}' is assigned inside a scan, while_loop or cond body; assign it outside "
-         "(return the new value from the body)",
-         v->name);
+  if (parent_) {
+    RegionVariable& r = region_variable(v);
+    r.current = value;
+    r.assigned = true;
+    return;
+  }
   const std::int32_t slot = variable_slot(v);
   Node n;
   n.kind = Node::Kind::assign;
@@ -238,7 +266,9 @@ void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const
   const std::int32_t id = add_node(std::move(n));
   graph_.side_effects.push_back(id);
   current_value_[static_cast<std::size_t>(slot)] = id;
-  current_tensor_[static_cast<std::size_t>(slot)] = Tensor();
+  // Reads from now on return the assigned tensor itself, as eagerly (where the variable then
+  // holds that tensor): a gradient tape follows a read after an assignment back to the value.
+  current_tensor_[static_cast<std::size_t>(slot)] = value;
 }
 
 }  // namespace kiln::detail

@@ -43,10 +43,28 @@ class TraceContext final : public TraceHooks {
   /// Records prim applied to inputs; returns the symbolic output.
   Tensor record_op(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType dtype,
                    const Shape& shape) override;
-  /// The value of a variable inside this trace (a read node, or the last value assigned).
+  /// The value of a variable inside this trace (a read node, or the last value assigned). In a
+  /// region trace: the value assigned in the body, or a parameter for its value on entry.
   Tensor read_variable(const std::shared_ptr<VariableImpl>& v) override;
-  /// Records an assignment of `value` to v.
+  /// Records an assignment of `value` to v. In a region trace the body's reads see `value`
+  /// from then on, and the control-flow op makes v's final value a result and assigns it in
+  /// the enclosing trace (see RegionVariable).
   void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) override;
+
+  /// In a region trace: a variable its body read or assigned, in the order first touched.
+  /// Reading gives the region a parameter for the variable's value on entry: a capture of its
+  /// own (never shared with other captures of the same value, so it can become a loop carry).
+  struct RegionVariable {
+    std::shared_ptr<VariableImpl> variable;
+    std::int32_t entry = -1;        // parameter node of the value on entry, or -1
+    std::size_t entry_capture = 0;  // its position in captures()
+    Tensor current;                 // what reads in the body return now
+    bool assigned = false;
+  };
+  const std::vector<RegionVariable>& region_variables() const { return region_variables_; }
+  /// A new symbolic tensor (an alias the tape tells apart from other reads) of v's value in
+  /// this trace now, noted on recording tapes as a read of v.
+  Tensor variable_alias(const std::shared_ptr<VariableImpl>& v);
   /// Variables this trace created, and provisional ones of other unfinished traces that it
   /// used: the concrete function keeps them alive (released if the trace fails).
   std::vector<std::shared_ptr<VariableImpl>>& owned_variables() { return owned_; }
@@ -111,6 +129,8 @@ class TraceContext final : public TraceHooks {
   std::vector<std::shared_ptr<VariableImpl>> owned_;
   std::vector<VariableImpl*> claimed_;  // provisional variables this trace holds a claim on
   std::vector<std::function<void()>> undo_;
+  std::vector<RegionVariable> region_variables_;  // region traces: see region_variables()
+  RegionVariable& region_variable(const std::shared_ptr<VariableImpl>& v);
 };
 
 /// The trace being recorded on this thread, or null (every TraceHooks is a TraceContext).
