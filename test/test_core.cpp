@@ -1,6 +1,8 @@
 // Core: shapes, tensor handles, views made by dispatch, strided copies, memory accounting.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+
 #include <kiln/kiln.hpp>
 
 #include "core/tensor_impl.hpp"
@@ -148,6 +150,30 @@ TEST_CASE("memory_stats counts live tensors and bytes and returns to baseline", 
   CHECK(after.live_tensors == before.live_tensors);
   CHECK(after.live_buffers == before.live_buffers);
   CHECK(after.live_bytes == before.live_bytes);
+}
+
+TEST_CASE("a large buffer just freed is kept for reuse, the oldest kept ones make room",
+          "[core]") {
+  // The cache is bounded (1 GiB unless KILN_CACHED_BYTES_LIMIT says otherwise). A buffer freed
+  // when the cache is full must push out older ones, not be unmapped itself: a plan's arena is
+  // freed and asked for again by every call, and unmapping it costs a page fault per 4 KiB.
+  if (std::getenv("KILN_CACHED_BYTES_LIMIT") != nullptr) return;
+  kiln::release_cached_memory();
+  const std::int64_t mib = std::int64_t{1} << 20;
+  {  // three 300 MiB buffers (never touched, so never resident), freed: 900 MiB cached
+    std::vector<Tensor> old;
+    for (int i = 0; i < 3; ++i) old.push_back(detail::empty(Shape{300 * mib}, kiln::boolean));
+  }
+  CHECK(kiln::memory_stats().cached_bytes >= 900 * mib);
+  { Tensor arena = detail::empty(Shape{400 * mib}, kiln::boolean); }
+  const auto kept = kiln::memory_stats().cached_bytes;
+  CHECK(kept <= std::int64_t{1} << 30);
+  {
+    Tensor again = detail::empty(Shape{400 * mib}, kiln::boolean);  // from the cache
+    CHECK(kiln::memory_stats().cached_bytes <= kept - 400 * mib);
+  }
+  kiln::release_cached_memory();
+  CHECK(kiln::memory_stats().cached_bytes == 0);
 }
 
 TEST_CASE("Empty shapes whose other dims overflow are rejected, not given overflowing strides",

@@ -1,5 +1,6 @@
 #include "core/storage.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <map>
@@ -153,10 +154,15 @@ constexpr std::size_t large_threshold = std::size_t{128} << 10;
 constexpr std::size_t page = 4096;
 
 struct LargeBlockCache {
+  struct Block {
+    void* p;
+    std::uint64_t kept_at;  // when it was kept: the oldest goes first when the cache is full
+  };
   std::mutex mutex;
-  std::multimap<std::size_t, void*> blocks;  // size -> block
+  std::multimap<std::size_t, Block> blocks;  // size -> block
   std::size_t bytes = 0;
   std::size_t limit = 0;
+  std::uint64_t clock = 0;
 
   LargeBlockCache() {
     limit = std::size_t{1} << 30;
@@ -169,22 +175,32 @@ struct LargeBlockCache {
     std::lock_guard lock(mutex);
     auto it = blocks.lower_bound(size);
     if (it == blocks.end() || it->first > size + size / 4) return nullptr;
-    void* p = it->second;
+    void* p = it->second.p;
     bytes -= it->first;
     blocks.erase(it);
     return p;
   }
-  /// Keeps p for reuse, or returns false when the cache is full.
+  /// Keeps p for reuse, making room by freeing the blocks kept longest ago (a block just freed
+  /// is the likeliest to be asked for again: a plan's arena, every call); returns false for a
+  /// block larger than the whole limit.
   bool keep(void* p, std::size_t size) {
     std::lock_guard lock(mutex);
-    if (bytes + size > limit) return false;
-    blocks.emplace(size, p);
+    if (size > limit) return false;
+    while (bytes + size > limit) {
+      auto oldest = std::min_element(
+          blocks.begin(), blocks.end(),
+          [](const auto& a, const auto& b) { return a.second.kept_at < b.second.kept_at; });
+      std::free(oldest->second.p);
+      bytes -= oldest->first;
+      blocks.erase(oldest);
+    }
+    blocks.emplace(size, Block{p, ++clock});
     bytes += size;
     return true;
   }
   void release() {
     std::lock_guard lock(mutex);
-    for (auto& [size, p] : blocks) std::free(p);
+    for (auto& [size, block] : blocks) std::free(block.p);
     blocks.clear();
     bytes = 0;
   }
