@@ -2,7 +2,7 @@
 # Installs kiln's build dependencies from Debian's packages (idempotent; needs root or sudo).
 set -euo pipefail
 packages=(g++ meson ninja-build pkg-config cmake
-          libfmt-dev xtensor-dev libxsimd-dev catch2 libopenblas-dev libxsmm-dev
+          libfmt-dev xtensor-dev libxsimd-dev catch2 libopenblas-dev libxsmm-dev libdnnl-dev
           nlohmann-json3-dev libzip-dev zlib1g-dev
           doxygen graphviz  # the API reference (scripts/api-docs.sh) and graph rendering
           clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtime: scripts/fuzz.sh

@@ -1,0 +1,391 @@
+// GEMM backends and the choice between them (see gemm.hpp and docs/performance.md, "GEMM
+// backends").
+#include "kernels/gemm.hpp"
+
+#include <cblas.h>
+#include <libxsmm.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <string_view>
+#include <unordered_map>
+
+#if KILN_HAVE_DNNL
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+#include "core/fail.hpp"
+#include "kernels/elementwise_table.hpp"
+#include "kernels/parallel.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+/// Problems with m*n*k up to this many multiply-adds run as one libxsmm kernel, on one thread.
+/// libxsmm beat OpenBLAS on every shape up to 128^3 (also skewed ones such as 8x512x512) on
+/// both machines measured.
+constexpr std::int64_t small_gemm_limit = 128 * 128 * 128;
+
+/// Multiply-adds below which a tiled product stays on the calling thread: waiting for a pool
+/// thread that another process keeps off its core cost more than the second core gave on the
+/// busy 2-core VM (an RNN's [1600,64] x [64,64]: 2.4x the median call time).
+constexpr std::int64_t spread_work = std::int64_t{1} << 23;
+
+/// Tile limits for the xsmm backend: a B panel of k x tile_n floats should stay in a core's L2
+/// while the row tiles stream past it, and a row tile is short enough that its C block stays
+/// in L1/L2 between the kernel's passes.
+constexpr std::int64_t panel_bytes = 384 << 10;
+constexpr int max_tile_m = 128;
+constexpr int min_tile_n = 64;
+
+bool is_small(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return n <= small_gemm_limit && k <= small_gemm_limit && m <= small_gemm_limit / (n * k);
+}
+
+/// libxsmm generates code for the CPU it runs on; when KILN_SIMD lowers kiln's level, it
+/// generates for that level instead (unless LIBXSMM_TARGET chose a target): AVX2 for avx2, and
+/// nothing for sse2, where every product goes to OpenBLAS (OpenBLAS chooses its kernels when
+/// it is loaded, from OPENBLAS_CORETYPE or the CPU).
+void ensure_xsmm_initialized() {
+  static const bool initialized = [] {
+    libxsmm_init();
+    if (std::getenv("LIBXSMM_TARGET") == nullptr && simd_level() != cpu_simd_level()) {
+      const int cap = simd_level() == SimdLevel::sse2 ? LIBXSMM_X86_GENERIC : LIBXSMM_X86_AVX2;
+      if (libxsmm_get_target_archid() > cap) libxsmm_set_target_archid(cap);
+    }
+    return true;
+  }();
+  (void)initialized;
+}
+
+bool xsmm_runs() { return simd_level() != SimdLevel::sse2; }
+
+/// kiln's pool is the only one that runs GEMM work: the libraries run single-threaded kernels
+/// on tiles of C that the pool shares out (Gemm::plan_tiles). A library's own team waits at
+/// barriers for a thread that another process may keep off its core (oneDNN's OpenMP team ran
+/// a [64,256] x [256,1024] product at 4 GFLOP/s instead of 113 while a compile ran), where the
+/// pool's caller runs a chunk itself instead of waiting; and two pools on two cores would
+/// oversubscribe them.
+void ensure_library_threads() {
+  static const bool set = [] {
+    openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)set;
+}
+
+template <class T>
+struct XsmmTraits;
+template <>
+struct XsmmTraits<float> {
+  using Kernel = libxsmm_smmfunction;
+  static Kernel dispatch(int m, int n, int k, int lda, int ldb, int ldc, bool trans_b,
+                         bool accumulate) {
+    const float alpha = 1, beta = accumulate ? 1 : 0;
+    const int prefetch = LIBXSMM_PREFETCH_NONE;
+    const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
+    return libxsmm_smmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
+  }
+};
+template <>
+struct XsmmTraits<double> {
+  using Kernel = libxsmm_dmmfunction;
+  static Kernel dispatch(int m, int n, int k, int lda, int ldb, int ldc, bool trans_b,
+                         bool accumulate) {
+    const double alpha = 1, beta = accumulate ? 1 : 0;
+    const int prefetch = LIBXSMM_PREFETCH_NONE;
+    const int flags = trans_b ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
+    return libxsmm_dmmdispatch(m, n, k, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
+  }
+};
+
+struct ShapeHash {
+  std::size_t operator()(const GemmShape& s) const {
+    std::size_t h = 0;
+    for (int v : {s.m, s.n, s.k, s.lda, s.ldb, s.c_stride()})
+      h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(v);
+    h = h * 4 + (s.trans_a ? 1 : 0) + (s.accumulate ? 2 : 0);
+    return h ^ (h >> 29);
+  }
+};
+
+/// Thread-safe cache of libxsmm kernels for row-major C[m,n] (+)= op(A) B, one per GemmShape.
+/// A null entry records that libxsmm offers no kernel.
+template <class T>
+class XsmmKernelCache {
+ public:
+  using Kernel = typename XsmmTraits<T>::Kernel;
+
+  static XsmmKernelCache& instance() {
+    static XsmmKernelCache cache;
+    return cache;
+  }
+
+  Kernel get(GemmShape key) {
+    key.ldc = key.c_stride();
+    {
+      std::shared_lock lock(mutex_);
+      if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    }
+    ensure_xsmm_initialized();
+    std::unique_lock lock(mutex_);
+    if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
+    // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m]; a
+    // transposed A is libxsmm's transposed second operand.
+    Kernel kernel = XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.ldc,
+                                            key.trans_a, key.accumulate);
+    kernels_.emplace(key, kernel);
+    return kernel;
+  }
+
+ private:
+  std::shared_mutex mutex_;
+  std::unordered_map<GemmShape, Kernel, ShapeHash> kernels_;
+};
+
+std::atomic<int> forced{-1};  // -1: not read yet
+
+GemmBackend backend_from_environment() {
+  const char* env = std::getenv("KILN_GEMM");
+  if (env == nullptr) return GemmBackend::automatic;
+  const std::string_view v(env);
+  for (GemmBackend b :
+       {GemmBackend::automatic, GemmBackend::xsmm, GemmBackend::dnnl, GemmBackend::openblas})
+    if (v == gemm_backend_name(b)) return b;
+  return GemmBackend::automatic;  // unknown values are ignored, like KILN_SIMD's
+}
+
+bool can_run(GemmBackend b, std::size_t element_size) {
+  switch (b) {
+    case GemmBackend::xsmm:
+      return xsmm_runs();
+    case GemmBackend::dnnl:
+      return KILN_HAVE_DNNL && element_size == sizeof(float);
+    case GemmBackend::openblas:
+      return true;
+    case GemmBackend::automatic:
+      return false;
+  }
+  return false;
+}
+
+/// The automatic choice, from the calibration in docs/performance.md ("GEMM backends"):
+/// libxsmm up to mid sizes (alone when small, tiled on the pool above), where it ran at the
+/// core's peak while the libraries' blocking and threading cost more than they gave; for large
+/// problems oneDNN for f32 (AVX-512 on CPUs that have it), OpenBLAS for f64.
+GemmBackend choose(const GemmShape& s, std::size_t element_size) {
+  if (xsmm_runs()) {
+    if (is_small(s.m, s.n, s.k)) return GemmBackend::xsmm;
+    // Tiled libxsmm wins while one of the dims is short: a batch's rows (an RNN step's
+    // [64, U] x [U, 4U]), a narrow output, or a short contraction (a hoisted projection).
+    const int shortest = std::min({s.m, s.n, s.k});
+    if (shortest <= 256) return GemmBackend::xsmm;
+  }
+  return can_run(GemmBackend::dnnl, element_size) ? GemmBackend::dnnl : GemmBackend::openblas;
+}
+
+void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
+              1.0f, a, g.lda, b, g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
+}
+void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g) {
+  cblas_dgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
+              1.0, a, g.lda, b, g.ldb, g.accumulate ? 1.0 : 0.0, c, g.c_stride());
+}
+
+void dnnl_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
+#if KILN_HAVE_DNNL
+  // One thread: nthreads-var is per thread in OpenMP, so set it on each thread that calls.
+  if (omp_get_max_threads() != 1) omp_set_num_threads(1);
+  const dnnl_status_t status = dnnl_sgemm(g.trans_a ? 'T' : 'N', 'N', g.m, g.n, g.k, 1.0f, a, g.lda,
+                                          b, g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
+  if (status != dnnl_success)
+    fail("matmul", "oneDNN's sgemm failed on [{},{}] x [{},{}] (status {})", g.m, g.k, g.k, g.n,
+         static_cast<int>(status));
+#else
+  (void)a, (void)b, (void)c, (void)g;
+  fail("matmul", "internal: oneDNN is not built in");
+#endif
+}
+void dnnl_gemm(const double*, const double*, double*, const GemmShape&) {
+  fail("matmul", "internal: oneDNN has no f64 GEMM");
+}
+
+}  // namespace
+
+const char* gemm_backend_name(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::automatic:
+      return "auto";
+    case GemmBackend::xsmm:
+      return "xsmm";
+    case GemmBackend::dnnl:
+      return "dnnl";
+    case GemmBackend::openblas:
+      return "openblas";
+  }
+  return "?";
+}
+
+GemmBackend forced_gemm_backend() {
+  int v = forced.load(std::memory_order_acquire);
+  if (v < 0) {
+    int expected = -1;
+    forced.compare_exchange_strong(expected, static_cast<int>(backend_from_environment()));
+    v = forced.load(std::memory_order_acquire);
+  }
+  return static_cast<GemmBackend>(v);
+}
+
+void set_gemm_backend(GemmBackend b) { forced.store(static_cast<int>(b)); }
+
+std::vector<GemmBackend> available_gemm_backends(std::size_t element_size) {
+  std::vector<GemmBackend> out;
+  for (GemmBackend b : {GemmBackend::xsmm, GemmBackend::dnnl, GemmBackend::openblas})
+    if (can_run(b, element_size)) out.push_back(b);
+  return out;
+}
+
+template <class T>
+Gemm<T>::Gemm(const GemmShape& shape) : shape_(shape) {
+  ensure_library_threads();
+  const GemmBackend wanted = forced_gemm_backend();
+  backend_ = can_run(wanted, sizeof(T)) ? wanted : choose(shape, sizeof(T));
+  if (backend_ == GemmBackend::xsmm && !plan_xsmm())
+    backend_ = can_run(GemmBackend::dnnl, sizeof(T)) ? GemmBackend::dnnl : GemmBackend::openblas;
+  if (backend_ != GemmBackend::xsmm) plan_library_tiles();
+}
+
+template <class T>
+int Gemm<T>::threads_for() const {
+  const std::int64_t work = std::int64_t{shape_.m} * shape_.n * shape_.k;
+  return work >= spread_work ? num_threads() : 1;
+}
+
+template <class T>
+void Gemm<T>::set_tiles(int tile_m, int tile_n, int threads) {
+  tile_m_ = tile_m;
+  tile_n_ = tile_n;
+  row_tiles_ = (shape_.m + tile_m - 1) / tile_m;
+  tiles_ = row_tiles_ * ((shape_.n + tile_n - 1) / tile_n);
+  grain_ = threads > 1 ? 1 : tiles_;
+}
+
+/// Tiles of C for the xsmm backend: column panels of tile_n (a B panel within panel_bytes),
+/// each cut into row tiles of up to max_tile_m; at least as many tiles as threads when the
+/// work is worth spreading. One libxsmm kernel per tile shape (full, right edge, bottom edge,
+/// corner). False when libxsmm offers no kernel for one of them.
+template <class T>
+bool Gemm<T>::plan_xsmm() {
+  const GemmShape& s = shape_;
+  int tile_m = s.m, tile_n = s.n;
+  const int threads = threads_for();
+  if (!is_small(s.m, s.n, s.k)) {
+    const std::int64_t panel_cols = panel_bytes / (static_cast<std::int64_t>(sizeof(T)) * s.k);
+    tile_n = static_cast<int>(std::clamp<std::int64_t>(panel_cols / 16 * 16, min_tile_n, s.n));
+    tile_m = std::min(s.m, max_tile_m);
+    // Too few tiles to share: halve the columns (then the rows) until each thread has one.
+    const auto count = [&] {
+      return std::int64_t{(s.m + tile_m - 1) / tile_m} * ((s.n + tile_n - 1) / tile_n);
+    };
+    while (count() < threads && tile_n >= 2 * min_tile_n) tile_n = (tile_n / 2 + 15) / 16 * 16;
+    while (count() < threads && tile_m >= 16) tile_m /= 2;
+  }
+  set_tiles(tile_m, tile_n, is_small(s.m, s.n, s.k) ? 1 : threads);
+  const int edge_m = s.m % tile_m, edge_n = s.n % tile_n;
+  auto& cache = XsmmKernelCache<T>::instance();
+  const auto kernel = [&](int m, int n) {
+    GemmShape t = s;
+    t.m = m;
+    t.n = n;
+    t.ldc = s.c_stride();
+    return reinterpret_cast<Kernel>(cache.get(t));
+  };
+  full_ = kernel(tile_m, tile_n);
+  right_ = edge_n > 0 ? kernel(tile_m, edge_n) : full_;
+  bottom_ = edge_m > 0 ? kernel(edge_m, tile_n) : full_;
+  corner_ = edge_m > 0 && edge_n > 0 ? kernel(edge_m, edge_n) : edge_m > 0 ? bottom_ : right_;
+  return full_ != nullptr && right_ != nullptr && bottom_ != nullptr && corner_ != nullptr;
+}
+
+/// oneDNN and OpenBLAS run one single-threaded call per thread: C cut into as many panels as
+/// threads along its longer side (columns in multiples of 16, rows of 8), or whole when the
+/// work is not worth spreading.
+template <class T>
+void Gemm<T>::plan_library_tiles() {
+  const GemmShape& s = shape_;
+  const int threads = threads_for();
+  const auto part = [&](int extent, int unit) {
+    return std::max(unit, (extent + threads * unit - 1) / (threads * unit) * unit);
+  };
+  if (threads <= 1)
+    set_tiles(s.m, s.n, 1);
+  else if (s.n >= s.m)
+    set_tiles(s.m, std::min(s.n, part(s.n, 16)), threads);
+  else
+    set_tiles(std::min(s.m, part(s.m, 8)), s.n, threads);
+}
+
+template <class T>
+void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end) const {
+  using Xsmm = typename XsmmTraits<T>::Kernel;
+  const GemmShape& s = shape_;
+  const std::int64_t ldc = s.c_stride();
+  for (std::int64_t t = begin; t < end; ++t) {
+    // Row tiles of one column panel are consecutive, so a thread's chunk keeps its panels.
+    const std::int64_t panel = t / row_tiles_, row_tile = t % row_tiles_;
+    const std::int64_t i = row_tile * tile_m_, j = panel * tile_n_;
+    const T* a_tile = s.trans_a ? a + i : a + i * s.lda;
+    T* c_tile = c + i * ldc + j;
+    if (backend_ == GemmBackend::xsmm) {
+      const bool last_row = i + tile_m_ > s.m, last_col = j + tile_n_ > s.n;
+      const Kernel k = last_row ? (last_col ? corner_ : bottom_) : (last_col ? right_ : full_);
+      reinterpret_cast<Xsmm>(k)(b + j, a_tile, c_tile);
+      continue;
+    }
+    GemmShape tile = s;
+    tile.m = static_cast<int>(std::min<std::int64_t>(tile_m_, s.m - i));
+    tile.n = static_cast<int>(std::min<std::int64_t>(tile_n_, s.n - j));
+    tile.ldc = static_cast<int>(ldc);
+    if (backend_ == GemmBackend::dnnl)
+      dnnl_gemm(a_tile, b + j, c_tile, tile);
+    else
+      blas_gemm(a_tile, b + j, c_tile, tile);
+  }
+}
+
+template <class T>
+void Gemm<T>::operator()(const T* a, const T* b, T* c) const {
+  if (tiles_ == 1) {
+    run_tiles(a, b, c, 0, 1);
+    return;
+  }
+  parallel_for(tiles_, grain_,
+               [&](std::int64_t begin, std::int64_t end) { run_tiles(a, b, c, begin, end); });
+}
+
+template class Gemm<float>;
+template class Gemm<double>;
+
+const char* matmul_jit_target() {
+  ensure_xsmm_initialized();
+  return libxsmm_get_target_arch();
+}
+
+void transpose_matrix(void* out, const void* in, std::size_t element_size, std::int64_t rows,
+                      std::int64_t cols, std::int64_t in_stride) {
+  ensure_xsmm_initialized();
+  // libxsmm is column-major: `in` is a [rows x cols] column-major matrix with leading dim
+  // in_stride, `out` its [cols x rows] transpose with leading dim cols.
+  libxsmm_otrans(out, in, static_cast<unsigned int>(element_size),
+                 static_cast<libxsmm_blasint>(rows), static_cast<libxsmm_blasint>(cols),
+                 static_cast<libxsmm_blasint>(in_stride), static_cast<libxsmm_blasint>(cols));
+}
+
+}  // namespace kiln::detail

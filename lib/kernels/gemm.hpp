@@ -1,0 +1,77 @@
+#pragma once
+// Dense GEMM on three libraries, one chosen per problem shape (lib/kernels/gemm.cpp):
+// libxsmm's JIT kernels, alone for small problems and over tiles of C for mid-sized ones;
+// oneDNN's sgemm (AVX-512 where the CPU has it, chosen by oneDNN at run time) for large f32
+// problems; OpenBLAS otherwise. Every backend runs single-threaded calls on tiles of C that
+// kiln's thread pool shares out, so KILN_NUM_THREADS governs all of them. The choice table and the
+// calibration that set it are in docs/performance.md ("GEMM backends").
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln::detail {
+
+/// One GEMM problem: row-major C[m,n] (+)= op(A) B. A's rows are lda elements apart (or, with
+/// trans_a, A is stored as [k,m] with rows lda apart), B's rows ldb apart, C's rows ldc apart.
+struct GemmShape {
+  int m, n, k;
+  bool trans_a;
+  int lda, ldb;
+  bool accumulate = false;  // C += A B instead of C = A B
+  int ldc = 0;              // 0: n (C tight)
+  bool operator==(const GemmShape&) const = default;
+  int c_stride() const { return ldc > 0 ? ldc : n; }
+};
+
+enum class GemmBackend : std::uint8_t {
+  automatic,  // chosen per shape (the table in gemm.cpp)
+  xsmm,       // libxsmm kernels, over tiles of C on kiln's pool when the problem is large
+  dnnl,       // oneDNN dnnl_sgemm (f32 only; OpenMP threads)
+  openblas,   // OpenBLAS cblas_?gemm (its own threads)
+};
+
+/// "auto", "xsmm", "dnnl", "openblas".
+const char* gemm_backend_name(GemmBackend b);
+
+/// The backend forced for every product (automatic unless set): the environment variable
+/// KILN_GEMM=auto|xsmm|dnnl|openblas read on first use, or set_gemm_backend. A forced backend
+/// that cannot run a product (dnnl for f64, xsmm at KILN_SIMD=sse2, a library not built in)
+/// gives way to the automatic choice for it.
+GemmBackend forced_gemm_backend();
+/// Forces a backend for products planned from now on (tests and calibration benchmarks).
+void set_gemm_backend(GemmBackend b);
+/// The backends this build and CPU can run for the dtype's products (f32: sizeof 4).
+std::vector<GemmBackend> available_gemm_backends(std::size_t element_size);
+
+/// A GEMM kernel for one fixed GemmShape and element type (float or double), chosen once.
+template <class T>
+class Gemm {
+ public:
+  explicit Gemm(const GemmShape& shape);
+
+  GemmBackend backend() const { return backend_; }
+  /// Whether the product spreads itself over the pool (callers then do not run several at once
+  /// on it).
+  bool spreads_itself() const { return grain_ < tiles_; }
+
+  void operator()(const T* a, const T* b, T* c) const;
+
+ private:
+  using Kernel = void (*)();  // a libxsmm smm/dmm function, cast back to its type to be called
+  GemmShape shape_;
+  GemmBackend backend_ = GemmBackend::openblas;
+  // C in tiles of tile_m x tile_n (edge tiles smaller), row tiles in column panels, shared out
+  // over kiln's pool; each tile is one single-threaded call of the backend.
+  int tile_m_ = 0, tile_n_ = 0;
+  std::int64_t tiles_ = 0, row_tiles_ = 0;
+  std::int64_t grain_ = 1;  // tiles per pool chunk at least (all of them: run inline)
+  Kernel full_ = nullptr, right_ = nullptr, bottom_ = nullptr, corner_ = nullptr;
+
+  int threads_for() const;
+  void set_tiles(int tile_m, int tile_n, int threads);
+  bool plan_xsmm();
+  void plan_library_tiles();
+  void run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end) const;
+};
+
+}  // namespace kiln::detail

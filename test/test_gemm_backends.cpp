@@ -1,0 +1,129 @@
+// The GEMM backends (lib/kernels/gemm.hpp): every backend this build and CPU can run, forced in
+// turn, against a double-precision reference on shapes that exercise its paths (one libxsmm
+// kernel, tiles with edge tiles in both directions, tiles spread over the pool, a transposed or
+// row-strided operand, batches merged into one product, a plan's accumulating epilogue). The
+// operands are multiples of 1/8, so every sum is exact in f32 and results must match exactly,
+// whatever order a library adds in. scripts/test.sh runs this once per KILN_SIMD level.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "core/tensor_impl.hpp"
+#include "kernels/gemm.hpp"
+
+namespace {
+
+using kiln::DType;
+using kiln::Shape;
+using kiln::Tensor;
+using kiln::detail::GemmBackend;
+
+/// Forces a backend for its lifetime.
+struct ForcedBackend {
+  explicit ForcedBackend(GemmBackend b) { kiln::detail::set_gemm_backend(b); }
+  ~ForcedBackend() { kiln::detail::set_gemm_backend(GemmBackend::automatic); }
+};
+
+/// Multiples of 1/8 in [-1, 1], from a seed.
+Tensor eighths(const Shape& shape, std::uint64_t seed, DType dtype) {
+  return kiln::cast(kiln::round(kiln::random::uniform(shape, -8, 8, seed, kiln::f64)) / 8.0, dtype);
+}
+
+/// The double-precision product of the last two dims, batch dims broadcast by matmul itself
+/// (in f64 every sum of these values is exact, so the reference is the exact product).
+Tensor reference(const Tensor& a, const Tensor& b) {
+  return kiln::matmul(kiln::cast(a, kiln::f64), kiln::cast(b, kiln::f64));
+}
+
+/// Empty when got equals want exactly, else where it first differs.
+std::string exact_difference(const Tensor& got, const Tensor& want) {
+  if (got.shape() != want.shape()) return "shape " + got.shape().to_string();
+  const std::vector<double> g = kiln::cast(got, kiln::f64).to_vector<double>();
+  const std::vector<double> w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (g[i] != w[i])
+      return "element " + std::to_string(i) + ": " + std::to_string(g[i]) + " against " +
+             std::to_string(w[i]);
+  return "";
+}
+
+struct Case {
+  std::string name;
+  Shape a, b;
+  bool transpose_a = false;  // a is read through a transposed view of a [k, m] tensor
+  bool slice_b = false;      // b is a column slice of a wider matrix (rows apart by more than n)
+};
+
+std::vector<Case> cases() {
+  return {
+      {"small, one kernel", {32, 20}, {20, 80}},
+      {"tiles with edges both ways", {301, 97}, {97, 541}},
+      {"spread over the pool", {130, 257}, {257, 300}},
+      {"an RNN step", {64, 256}, {256, 1024}},
+      {"long contraction", {64, 1500}, {1500, 96}},
+      {"transposed a", {200, 330}, {330, 150}, true},
+      {"row-strided b", {150, 140}, {140, 210}, false, true},
+      {"batches merged into one product", {6, 70, 128}, {128, 600}},
+      {"batches of their own", {3, 90, 100}, {3, 100, 170}},
+  };
+}
+
+Tensor operand_a(const Case& c, DType dtype) {
+  if (!c.transpose_a) return eighths(c.a, 1, dtype);
+  const Tensor base = eighths(Shape{c.a[1], c.a[0]}, 1, dtype);
+  return kiln::detail::make_view(base, c.a, Shape{1, c.a[0]}, 0);
+}
+
+Tensor operand_b(const Case& c, DType dtype) {
+  if (!c.slice_b) return eighths(c.b, 2, dtype);
+  const Tensor wide = eighths(Shape{c.b[0], c.b[1] + 37}, 2, dtype);
+  return kiln::slice(wide, 1, 5, 5 + c.b[1]);
+}
+
+}  // namespace
+
+TEST_CASE("every GEMM backend computes exact products on every path", "[matmul][gemm]") {
+  for (DType dtype : {kiln::f32, kiln::f64}) {
+    for (GemmBackend backend : kiln::detail::available_gemm_backends(kiln::dtype_size(dtype))) {
+      const ForcedBackend forced(backend);
+      for (const Case& c : cases()) {
+        INFO(kiln::detail::gemm_backend_name(backend)
+             << " " << kiln::dtype_name(dtype) << ": " << c.name);
+        const Tensor a = operand_a(c, dtype), b = operand_b(c, dtype);
+        const Tensor want = reference(a, b);
+        CHECK(exact_difference(kiln::matmul(a, b), want) == "");
+        // Traced: the plan's matmul step, and a product followed by an add of the same shape,
+        // which the plan may run as one GEMM accumulating into the addend (beta = 1).
+        const Tensor addend = eighths(want.shape(), 3, dtype);
+        auto f = kiln::function([](const Tensor& x, const Tensor& y, const Tensor& z) {
+          return std::vector<Tensor>{kiln::matmul(x, y), kiln::matmul(x, y) + z};
+        });
+        const std::vector<Tensor> traced = f(a, b, addend);
+        CHECK(exact_difference(traced[0], want) == "");
+        CHECK(exact_difference(traced[1], want + kiln::cast(addend, kiln::f64)) == "");
+      }
+    }
+  }
+}
+
+TEST_CASE("a forced GEMM backend is the one that runs, where it can", "[matmul][gemm]") {
+  using kiln::detail::Gemm;
+  using kiln::detail::GemmShape;
+  const GemmShape large{300, 400, 500, false, 500, 400};
+  for (GemmBackend backend : kiln::detail::available_gemm_backends(sizeof(float))) {
+    const ForcedBackend forced(backend);
+    CHECK(Gemm<float>(large).backend() == backend);
+  }
+  {
+    // oneDNN has no f64 GEMM: forcing it leaves f64 products to the automatic choice.
+    const ForcedBackend forced(GemmBackend::dnnl);
+    CHECK(Gemm<double>(large).backend() != GemmBackend::dnnl);
+  }
+  // The automatic choice never names "automatic".
+  CHECK(Gemm<float>(large).backend() != GemmBackend::automatic);
+  CHECK(Gemm<double>(GemmShape{8, 8, 8, false, 8, 8}).backend() != GemmBackend::automatic);
+}
