@@ -288,7 +288,8 @@ bool Gemm<T>::plan_xsmm() {
   const int threads = threads_for();
   if (!is_small(s.m, s.n, s.k)) {
     const std::int64_t panel_cols = panel_bytes / (static_cast<std::int64_t>(sizeof(T)) * s.k);
-    tile_n = static_cast<int>(std::clamp<std::int64_t>(panel_cols / 16 * 16, min_tile_n, s.n));
+    tile_n = static_cast<int>(
+        std::min<std::int64_t>(s.n, std::max<std::int64_t>(panel_cols / 16 * 16, min_tile_n)));
     tile_m = std::min(s.m, max_tile_m);
     // Too few tiles to share: halve the columns (then the rows) until each thread has one.
     const auto count = [&] {

@@ -1,0 +1,111 @@
+// GEMM backend calibration (issue 18): every backend kiln can run (lib/kernels/gemm.hpp),
+// forced in turn, on a grid of f32 shapes, through a cached kiln::function (the plan's matmul
+// step, as models run it), with the automatic choice as the last column. The table it prints
+// is the one in docs/performance.md, "GEMM backends"; gemm.cpp's choose() follows it.
+// Usage: kiln_bench_gemm_calibrate [--quick] [--markdown]
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "harness.hpp"
+#include "kernels/elementwise_table.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/parallel.hpp"
+
+namespace {
+
+using kiln::Tensor;
+using kiln::detail::GemmBackend;
+
+struct Shape3 {
+  int m, n, k;
+  const char* what;
+};
+
+/// Shape classes: a batch of rows against a wide weight (RNN steps, Dense layers), tall
+/// products (hoisted projections over all steps), a short contraction, square ones.
+const std::vector<Shape3> grid = {
+    {32, 80, 20, "tiny (the 5-step RNN)"},
+    {64, 256, 64, "RNN step, hidden 64"},
+    {64, 1024, 256, "LSTM step, hidden 256"},
+    {64, 2048, 512, "LSTM step, hidden 512"},
+    {64, 256, 1024, "64x256x1024"},
+    {256, 1024, 1024, "Dense 1024, batch 256"},
+    {256, 10, 1024, "Dense 10, batch 256"},
+    {1024, 256, 64, "weight gradient, K=64"},
+    {3200, 1024, 128, "projection over 50 steps"},
+    {12800, 1024, 128, "projection over 200 steps"},
+    {512, 512, 512, "512^3"},
+    {1024, 1024, 1024, "1024^3"},
+    {2048, 2048, 2048, "2048^3"},
+    {4096, 4096, 1024, "4096x4096x1024"},
+};
+
+double gflops(const Shape3& s, double seconds) { return 2.0 * s.m * s.n * s.k / seconds * 1e-9; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, markdown = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--quick")
+      quick = true;
+    else if (arg == "--markdown")
+      markdown = true;
+    else {
+      fmt::print(stderr, "usage: kiln_bench_gemm_calibrate [--quick] [--markdown]\n");
+      return arg == "--help" ? 0 : 2;
+    }
+  }
+  const kiln::bench::TimingPlan plan =
+      quick ? kiln::bench::TimingPlan::quick() : kiln::bench::TimingPlan{0.1, 0.03, 11};
+  std::vector<GemmBackend> backends = kiln::detail::available_gemm_backends(sizeof(float));
+  backends.push_back(GemmBackend::automatic);
+  fmt::print("GEMM f32 GFLOP/s (median of {} samples), {} threads, SIMD level {}\n", plan.samples,
+             kiln::detail::num_threads(),
+             kiln::detail::simd_level_name(kiln::detail::simd_level()));
+  std::string header = "| shape (MxNxK) | class |", rule = "|---|---|";
+  for (GemmBackend b : backends) {
+    header += fmt::format(" {} |", kiln::detail::gemm_backend_name(b));
+    rule += "---:|";
+  }
+  fmt::print("{}\n{}\n", header, rule);
+  for (const Shape3& s : grid) {
+    if (quick && std::int64_t{s.m} * s.n * s.k > (1 << 24)) continue;
+    const Tensor a = kiln::random::uniform({s.m, s.k}, -1, 1, 1);
+    const Tensor b = kiln::random::uniform({s.k, s.n}, -1, 1, 2);
+    std::string row = fmt::format("| {}x{}x{} | {} |", s.m, s.n, s.k, s.what);
+    Tensor reference;
+    double best = 0;
+    std::vector<double> figures;
+    for (GemmBackend backend : backends) {
+      kiln::detail::set_gemm_backend(backend);
+      // A new function per backend: the backend is chosen when the plan is built.
+      auto f = kiln::function([](const Tensor& x, const Tensor& y) { return kiln::matmul(x, y); });
+      const Tensor c = f(a, b);
+      if (!reference.defined()) reference = c;
+      const float error = kiln::max(kiln::abs(c - reference)).item<float>();
+      if (error > 1e-3f * static_cast<float>(s.k)) {
+        fmt::print(stderr, "{}x{}x{}: {} differs from the first backend by {}\n", s.m, s.n, s.k,
+                   kiln::detail::gemm_backend_name(backend), error);
+        return 1;
+      }
+      const double g = gflops(s, kiln::bench::measure(plan, [&] { f(a, b); }).median);
+      figures.push_back(g);
+      if (backend != GemmBackend::automatic) best = std::max(best, g);
+    }
+    for (std::size_t i = 0; i < figures.size(); ++i) {
+      const bool winner = backends[i] != GemmBackend::automatic && figures[i] == best;
+      row += markdown && winner ? fmt::format(" **{:.0f}** |", figures[i])
+                                : fmt::format(" {:.0f} |", figures[i]);
+    }
+    fmt::print("{}\n", row);
+  }
+  kiln::detail::set_gemm_backend(GemmBackend::automatic);
+  return 0;
+}
