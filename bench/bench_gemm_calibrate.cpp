@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     header += fmt::format(" {} |", kiln::detail::gemm_backend_name(b));
     rule += "---:|";
   }
-  fmt::print("{}\n{}\n", header, rule);
+  fmt::print("{} auto's choice |\n{}---|\n", header, rule);
   for (const Shape3& s : grid) {
     if (quick && std::int64_t{s.m} * s.n * s.k > (1 << 24)) continue;
     const Tensor a = kiln::random::uniform({s.m, s.k}, -1, 1, 1);
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
       row += markdown && winner ? fmt::format(" **{:.0f}** |", figures[i])
                                 : fmt::format(" {:.0f} |", figures[i]);
     }
-    fmt::print("{}\n", row);
+    const kiln::detail::GemmShape shape{s.m, s.n, s.k, false, s.k, s.n};
+    fmt::print("{} {} |\n", row, kiln::detail::Gemm<float>(shape).describe());
   }
   kiln::detail::set_gemm_backend(GemmBackend::automatic);
   return 0;

@@ -2,6 +2,8 @@
 // backends").
 #include "kernels/gemm.hpp"
 
+#include <fmt/format.h>
+
 #include <cblas.h>
 #include <libxsmm.h>
 
@@ -287,16 +289,25 @@ bool Gemm<T>::plan_xsmm() {
   int tile_m = s.m, tile_n = s.n;
   const int threads = threads_for();
   if (!is_small(s.m, s.n, s.k)) {
-    const std::int64_t panel_cols = panel_bytes / (static_cast<std::int64_t>(sizeof(T)) * s.k);
-    tile_n = static_cast<int>(
-        std::min<std::int64_t>(s.n, std::max<std::int64_t>(panel_cols / 16 * 16, min_tile_n)));
+    // Column panels within panel_bytes, row tiles of up to max_tile_m; then as many panels
+    // (and, if the columns run out, row tiles) as make the tile count a multiple of the
+    // threads, so that every thread's share is the same (the pool hands each thread one
+    // contiguous range of tiles).
+    const std::int64_t panel_cols = std::max<std::int64_t>(
+        min_tile_n, panel_bytes / (static_cast<std::int64_t>(sizeof(T)) * s.k));
+    const auto width = [&](std::int64_t panels) {  // columns per panel: a multiple of 16
+      const std::int64_t cols = ((s.n + panels - 1) / panels + 15) / 16 * 16;
+      return static_cast<int>(std::min<std::int64_t>(s.n, cols));
+    };
+    std::int64_t panels = (s.n + panel_cols - 1) / panel_cols;
     tile_m = std::min(s.m, max_tile_m);
-    // Too few tiles to share: halve the columns (then the rows) until each thread has one.
+    const std::int64_t row_tiles = (s.m + tile_m - 1) / tile_m;
+    while ((row_tiles * panels) % threads != 0 && width(panels + 1) >= min_tile_n) ++panels;
+    tile_n = width(panels);
     const auto count = [&] {
       return std::int64_t{(s.m + tile_m - 1) / tile_m} * ((s.n + tile_n - 1) / tile_n);
     };
-    while (count() < threads && tile_n >= 2 * min_tile_n) tile_n = (tile_n / 2 + 15) / 16 * 16;
-    while (count() < threads && tile_m >= 16) tile_m /= 2;
+    while (count() % threads != 0 && count() < 8 * threads && tile_m >= 16) tile_m /= 2;
   }
   set_tiles(tile_m, tile_n, is_small(s.m, s.n, s.k) ? 1 : threads);
   const int edge_m = s.m % tile_m, edge_n = s.n % tile_n;
@@ -369,6 +380,13 @@ void Gemm<T>::operator()(const T* a, const T* b, T* c) const {
   }
   parallel_for(tiles_, grain_,
                [&](std::int64_t begin, std::int64_t end) { run_tiles(a, b, c, begin, end); });
+}
+
+template <class T>
+std::string Gemm<T>::describe() const {
+  const std::int64_t threads = grain_ < tiles_ ? std::min<std::int64_t>(num_threads(), tiles_) : 1;
+  return fmt::format("{}: {} tile{} of {}x{} on {} thread{}", gemm_backend_name(backend_), tiles_,
+                     tiles_ == 1 ? "" : "s", tile_m_, tile_n_, threads, threads == 1 ? "" : "s");
 }
 
 template class Gemm<float>;

@@ -7,6 +7,7 @@
 // calibration that set it are in docs/performance.md ("GEMM backends").
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace kiln::detail {
@@ -55,6 +56,9 @@ class Gemm {
   bool spreads_itself() const { return grain_ < tiles_; }
 
   void operator()(const T* a, const T* b, T* c) const;
+
+  /// "xsmm: 4 tiles of 64x256 on 2 threads": the backend and how C is cut.
+  std::string describe() const;
 
  private:
   using Kernel = void (*)();  // a libxsmm smm/dmm function, cast back to its type to be called
