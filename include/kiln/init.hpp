@@ -82,7 +82,9 @@ Initializer he_normal(std::optional<std::uint64_t> seed = std::nullopt);
 /// [product of all but the last dim, last dim] (rank >= 2 required); the matrix is the Q factor
 /// of a QR decomposition of a standard normal matrix, with signs fixed so that R's diagonal is
 /// positive (Keras's and PyTorch's construction). Rows (or columns, whichever are fewer) are
-/// orthonormal: Q^T Q = I when rows >= columns, Q Q^T = I otherwise.
+/// orthonormal: Q^T Q = I when rows >= columns, Q Q^T = I otherwise. The draw and the QR are
+/// computed in the requested dtype (f32 or f64); a numerically rank-deficient draw (vanishingly
+/// rare) is an error.
 Initializer orthogonal(double gain = 1.0, std::optional<std::uint64_t> seed = std::nullopt);
 
 }  // namespace kiln::init

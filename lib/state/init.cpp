@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/fail.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
+#include "kernels/linalg.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
@@ -30,30 +32,32 @@ std::uint64_t resolve(std::optional<std::uint64_t> seed) {
   return seed ? *seed : random::next_seed();
 }
 
-// Columns of a (column-major, n rows x m columns, n >= m) become orthonormal in place:
-// modified Gram-Schmidt with one re-orthogonalization pass ("twice is enough"), which keeps
-// the columns orthogonal to machine precision. R's diagonal (the norms) is positive, which is
-// the sign convention that makes the result uniformly distributed.
-void orthonormalize_columns(std::vector<double>& a, std::size_t n, std::size_t m) {
-  for (std::size_t j = 0; j < m; ++j) {
-    double* col = a.data() + j * n;
-    double original = 0;
-    for (std::size_t k = 0; k < n; ++k) original += col[k] * col[k];
-    for (int pass = 0; pass < 2; ++pass) {
-      for (std::size_t i = 0; i < j; ++i) {
-        const double* q = a.data() + i * n;
-        double dot = 0;
-        for (std::size_t k = 0; k < n; ++k) dot += q[k] * col[k];
-        for (std::size_t k = 0; k < n; ++k) col[k] -= dot * q[k];
-      }
-    }
-    double norm = 0;
-    for (std::size_t k = 0; k < n; ++k) norm += col[k] * col[k];
-    norm = std::sqrt(norm);
-    if (!(norm > 1e-10 * std::sqrt(original)))
-      detail::fail("init.orthogonal", "the random matrix is rank deficient (column {})", j);
-    for (std::size_t k = 0; k < n; ++k) col[k] /= norm;
+// The orthogonal value of a [rows, cols] matrix in T (float or double), reshaped to `shape`.
+// A standard normal [tall, narrow] matrix read column-major (column j is elements
+// [j*tall, (j+1)*tall) of the draw) becomes its Q factor with R's diagonal positive, the sign
+// convention that makes the result uniformly distributed and determined by the draw.
+template <class T>
+Tensor orthogonal_matrix(const Shape& shape, DType dtype, double gain, std::uint64_t seed,
+                         std::size_t rows, std::size_t cols) {
+  const std::size_t tall = std::max(rows, cols), narrow = std::min(rows, cols);
+  std::vector<T> q =
+      random::normal(Shape{static_cast<std::int64_t>(tall * narrow)}, 0.0, 1.0, seed, dtype)
+          .to_vector<T>();
+  detail::qr_orthonormal("init.orthogonal", q.data(), static_cast<std::int64_t>(tall),
+                         static_cast<std::int64_t>(narrow));
+  // Q (tall x narrow, column-major) is Q^T (narrow x tall) in row-major order: the value
+  // itself when rows < cols, its transpose otherwise.
+  std::vector<T> out;
+  if (rows < cols) {
+    out = std::move(q);
+  } else {
+    out.resize(rows * cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) out[r * cols + c] = q[c * tall + r];
   }
+  if (gain != 1.0)
+    for (T& x : out) x = static_cast<T>(gain * x);
+  return tensor(out, shape);
 }
 
 Tensor orthogonal_value(const Shape& shape, DType dtype, double gain, std::uint64_t seed) {
@@ -63,19 +67,9 @@ Tensor orthogonal_value(const Shape& shape, DType dtype, double gain, std::uint6
   if (shape.numel() == 0) return kiln::zeros(shape, dtype);
   const auto cols = static_cast<std::size_t>(shape.back());
   const auto rows = static_cast<std::size_t>(shape.numel()) / cols;
-  const std::size_t tall = std::max(rows, cols), narrow = std::min(rows, cols);
-  // A standard normal [tall, narrow] matrix read column-major: column j is elements
-  // [j*tall, (j+1)*tall) of the draw.
-  std::vector<double> a =
-      random::normal(Shape{static_cast<std::int64_t>(tall * narrow)}, 0.0, 1.0, seed, f64)
-          .to_vector<double>();
-  orthonormalize_columns(a, tall, narrow);
-  // Q (tall x narrow, column-major) is Q^T (narrow x tall) in row-major order.
-  std::vector<double> out(rows * cols);
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c)
-      out[r * cols + c] = gain * (rows >= cols ? a[c * tall + r] : a[r * tall + c]);
-  return cast(reshape(tensor(out), shape), dtype);
+  // Computed in the variable's precision: f32 LAPACK for f32, f64 for f64.
+  return dtype == f64 ? orthogonal_matrix<double>(shape, dtype, gain, seed, rows, cols)
+                      : orthogonal_matrix<float>(shape, dtype, gain, seed, rows, cols);
 }
 
 }  // namespace
