@@ -9,9 +9,11 @@
 // Two motions, one rewrite:
 //   - Loop-invariant code motion. Invariant primitives and fused nodes are computed once, before
 //     the loop, from the node's capture inputs; the region reads their results as new captures.
-//     A view (reshape, transpose, broadcast_to, slice) moves only as part of a chain: a region
-//     argument that is not contiguous is copied on every iteration, while inside the region the
-//     view costs nothing (a matmul reads a transposed operand in place).
+//     A view (reshape, transpose, broadcast_to, slice) moves only as part of a chain, or when it
+//     is a transpose that a matmul reads as its second operand (a layout the kernel cannot read,
+//     so the step would copy it every iteration; a loop makes a non-contiguous capture
+//     contiguous once). Otherwise inside the region the view costs nothing (a matmul reads a
+//     transposed first operand in place).
 //   - Per-step hoisting (scan). A chain of per-step nodes whose result a varying node reads is
 //     computed for all steps at once: each per-step operand gains a leading step axis T (the
 //     xs' leading dim, static or dynamic), and the result, stacked [T, ...], becomes a new x of
@@ -178,6 +180,19 @@ HoistedRegion hoist_region(const GraphData& body, std::size_t varying, std::size
       for (auto i : chain) stacked[static_cast<std::size_t>(i)] = true;
   }
 
+  // A transpose that a matmul reads as its second operand: the kernel cannot read that layout,
+  // so the step would copy it on every iteration (an RNN's backward dh = dz U^T copied U^T,
+  // 1 MiB for a 256-unit LSTM, at every step). Moved out, it is a capture, which the loop
+  // makes contiguous once (lib/jit/plan_regions.cpp).
+  const auto copied_by_matmul = [&](std::size_t i) {
+    const Node& nd = node(i);
+    if (nd.kind != Node::Kind::primitive || nd.prim != Prim::transpose) return false;
+    return std::any_of(users[i].begin(), users[i].end(), [&](std::int32_t u) {
+      const Node& user = node(static_cast<std::size_t>(u));
+      return is_matmul(user) && user.inputs.size() > 1 &&
+             user.inputs[1] == static_cast<std::int32_t>(i);
+    });
+  };
   // Invariant nodes computed outside (`moved`), and the nodes the region still computes.
   std::vector<bool> moved(n, false), in_body(n, true);
   for (std::size_t i = n; i-- > 0;) {
@@ -191,7 +206,7 @@ HoistedRegion hoist_region(const GraphData& body, std::size_t varying, std::size
       const bool feeds_moved = std::any_of(users[i].begin(), users[i].end(), [&](std::int32_t u) {
         return moved[static_cast<std::size_t>(u)];
       });
-      moved[i] = !is_view(nd) || feeds_moved;
+      moved[i] = !is_view(nd) || feeds_moved || copied_by_matmul(i);
       in_body[i] = !moved[i] || (is_view(nd) && read_in_body);
     } else if (stacked[i]) {
       in_body[i] = false;

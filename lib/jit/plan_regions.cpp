@@ -60,6 +60,14 @@ std::vector<Tensor> slice_of(const std::vector<Tensor>& v, std::size_t from, std
           v.begin() + static_cast<std::ptrdiff_t>(from + count)};
 }
 
+/// Captures are the same at every iteration: one that is not contiguous (a transposed weight)
+/// is copied once per loop here rather than by the body's steps at every iteration.
+std::vector<Tensor> contiguous_once(std::vector<Tensor> captures) {
+  for (Tensor& c : captures)
+    if (!c.is_contiguous()) c = c.contiguous();
+  return captures;
+}
+
 /// destinations[k], or an undefined tensor past its end.
 Tensor destination(std::span<const Tensor> destinations, std::size_t k) {
   return k < destinations.size() ? destinations[k] : Tensor();
@@ -72,7 +80,8 @@ void run_scan(const Node& node, const Plan& body_plan, const std::vector<Tensor>
   const auto nx = static_cast<std::size_t>(node.attrs.ints[1]);
   const bool reverse = node.attrs.ints[2] != 0;
   const std::vector<Tensor> xs = slice_of(inputs, nc, nx);
-  const std::vector<Tensor> captures = slice_of(inputs, nc + nx, inputs.size() - nc - nx);
+  const std::vector<Tensor> captures =
+      contiguous_once(slice_of(inputs, nc + nx, inputs.size() - nc - nx));
   const std::int64_t length = xs.empty() ? node.attrs.axis : xs[0].shape()[0];
   const std::size_t ny = body.outputs.size() - nc;
   const std::vector<Tensor> init = slice_of(inputs, 0, nc);
@@ -115,8 +124,8 @@ void run_while(const Node& node, const Plan& cond_plan, const Plan& body_plan,
   const auto nc = static_cast<std::size_t>(node.attrs.ints[1]);
   const auto nb = static_cast<std::size_t>(node.attrs.ints[2]);
   const std::int64_t maximum = node.attrs.ints[3];
-  const std::vector<Tensor> cond_captures = slice_of(inputs, nv, nc);
-  const std::vector<Tensor> body_captures = slice_of(inputs, nv + nc, nb);
+  const std::vector<Tensor> cond_captures = contiguous_once(slice_of(inputs, nv, nc));
+  const std::vector<Tensor> body_captures = contiguous_once(slice_of(inputs, nv + nc, nb));
   std::vector<Tensor> values = slice_of(inputs, 0, nv);
   RegionRunner cond_runner(cond_plan, *node.regions[0], name);
   RegionRunner body_runner(body_plan, *node.regions[1], name);
