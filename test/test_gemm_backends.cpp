@@ -56,6 +56,7 @@ struct Case {
   Shape a, b;
   bool transpose_a = false;  // a is read through a transposed view of a [k, m] tensor
   bool slice_b = false;      // b is a column slice of a wider matrix (rows apart by more than n)
+  bool transpose_b = false;  // b is read through a transposed view of an [n, k] tensor
 };
 
 std::vector<Case> cases() {
@@ -67,6 +68,9 @@ std::vector<Case> cases() {
       {"long contraction", {64, 1500}, {1500, 96}},
       {"transposed a", {200, 330}, {330, 150}, true},
       {"row-strided b", {150, 140}, {140, 210}, false, true},
+      // Large enough to be read in place (by oneDNN or OpenBLAS; libxsmm cannot), and small.
+      {"transposed b", {150, 300}, {300, 400}, false, false, true},
+      {"small transposed b, copied", {40, 30}, {30, 50}, false, false, true},
       {"batches merged into one product", {6, 70, 128}, {128, 600}},
       {"batches of their own", {3, 90, 100}, {3, 100, 170}},
   };
@@ -79,6 +83,10 @@ Tensor operand_a(const Case& c, DType dtype) {
 }
 
 Tensor operand_b(const Case& c, DType dtype) {
+  if (c.transpose_b) {
+    const Tensor base = eighths(Shape{c.b[1], c.b[0]}, 2, dtype);
+    return kiln::detail::make_view(base, c.b, Shape{1, c.b[0]}, 0);
+  }
   if (!c.slice_b) return eighths(c.b, 2, dtype);
   const Tensor wide = eighths(Shape{c.b[0], c.b[1] + 37}, 2, dtype);
   return kiln::slice(wide, 1, 5, 5 + c.b[1]);
@@ -117,6 +125,14 @@ TEST_CASE("a forced GEMM backend is the one that runs, where it can", "[matmul][
   for (GemmBackend backend : kiln::detail::available_gemm_backends(sizeof(float))) {
     const ForcedBackend forced(backend);
     CHECK(Gemm<float>(large).backend() == backend);
+  }
+  {
+    // libxsmm cannot read a transposed B: forcing it leaves such products to the others.
+    const ForcedBackend forced(GemmBackend::xsmm);
+    GemmShape transposed_b = large;
+    transposed_b.trans_b = true;
+    transposed_b.ldb = 500;
+    CHECK(Gemm<float>(transposed_b).backend() != GemmBackend::xsmm);
   }
   {
     // oneDNN has no f64 GEMM: forcing it leaves f64 products to the automatic choice.

@@ -112,7 +112,7 @@ struct ShapeHash {
     std::size_t h = 0;
     for (int v : {s.m, s.n, s.k, s.lda, s.ldb, s.c_stride()})
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(v);
-    h = h * 4 + (s.trans_a ? 1 : 0) + (s.accumulate ? 2 : 0);
+    h = h * 8 + (s.trans_a ? 1 : 0) + (s.accumulate ? 2 : 0) + (s.trans_b ? 4 : 0);
     return h ^ (h >> 29);
   }
 };
@@ -182,7 +182,7 @@ bool can_run(GemmBackend b, std::size_t element_size) {
 /// core's peak while the libraries' blocking and threading cost more than they gave; for large
 /// problems oneDNN for f32 (AVX-512 on CPUs that have it), OpenBLAS for f64.
 GemmBackend choose(const GemmShape& s, std::size_t element_size) {
-  if (xsmm_runs()) {
+  if (xsmm_runs() && !s.trans_b) {
     if (is_small(s.m, s.n, s.k)) return GemmBackend::xsmm;
     // Tiled libxsmm wins while one of the dims is short: a batch's rows (an RNN step's
     // [64, U] x [U, 4U]), a short contraction (a hoisted projection), but not a C narrower
@@ -196,20 +196,23 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
 }
 
 void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
-  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
-              1.0f, a, g.lda, b, g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
+  cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a, g.lda, b, g.ldb,
+              g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
 }
 void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g) {
-  cblas_dgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, CblasNoTrans, g.m, g.n, g.k,
-              1.0, a, g.lda, b, g.ldb, g.accumulate ? 1.0 : 0.0, c, g.c_stride());
+  cblas_dgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
+              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0, a, g.lda, b, g.ldb,
+              g.accumulate ? 1.0 : 0.0, c, g.c_stride());
 }
 
 void dnnl_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
 #if KILN_HAVE_DNNL
   // One thread: nthreads-var is per thread in OpenMP, so set it on each thread that calls.
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
-  const dnnl_status_t status = dnnl_sgemm(g.trans_a ? 'T' : 'N', 'N', g.m, g.n, g.k, 1.0f, a, g.lda,
-                                          b, g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
+  const dnnl_status_t status =
+      dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a, g.lda, b,
+                 g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
   if (status != dnnl_success)
     fail("matmul", "oneDNN's sgemm failed on [{},{}] x [{},{}] (status {})", g.m, g.k, g.k, g.n,
          static_cast<int>(status));
@@ -261,7 +264,9 @@ template <class T>
 Gemm<T>::Gemm(const GemmShape& shape) : shape_(shape) {
   ensure_library_threads();
   const GemmBackend wanted = forced_gemm_backend();
-  backend_ = can_run(wanted, sizeof(T)) ? wanted : choose(shape, sizeof(T));
+  backend_ = can_run(wanted, sizeof(T)) && !(wanted == GemmBackend::xsmm && shape.trans_b)
+                 ? wanted
+                 : choose(shape, sizeof(T));
   if (backend_ == GemmBackend::xsmm && !plan_xsmm())
     backend_ = can_run(GemmBackend::dnnl, sizeof(T)) ? GemmBackend::dnnl : GemmBackend::openblas;
   if (backend_ != GemmBackend::xsmm) plan_library_tiles();
@@ -368,10 +373,11 @@ void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::i
     tile.m = static_cast<int>(std::min<std::int64_t>(tile_m_, s.m - i));
     tile.n = static_cast<int>(std::min<std::int64_t>(tile_n_, s.n - j));
     tile.ldc = static_cast<int>(ldc);
+    const T* b_panel = s.trans_b ? b + j * s.ldb : b + j;
     if (backend_ == GemmBackend::dnnl)
-      dnnl_gemm(a_tile, b + j, c_tile, tile);
+      dnnl_gemm(a_tile, b_panel, c_tile, tile);
     else
-      blas_gemm(a_tile, b + j, c_tile, tile);
+      blas_gemm(a_tile, b_panel, c_tile, tile);
   }
 }
 

@@ -12,14 +12,16 @@
 
 namespace kiln::detail {
 
-/// One GEMM problem: row-major C[m,n] (+)= op(A) B. A's rows are lda elements apart (or, with
-/// trans_a, A is stored as [k,m] with rows lda apart), B's rows ldb apart, C's rows ldc apart.
+/// One GEMM problem: row-major C[m,n] (+)= op(A) op(B). A's rows are lda elements apart (or,
+/// with trans_a, A is stored as [k,m] with rows lda apart), B's rows ldb apart (or, with
+/// trans_b, B is stored as [n,k] with rows ldb apart), C's rows ldc apart.
 struct GemmShape {
   int m, n, k;
   bool trans_a;
   int lda, ldb;
   bool accumulate = false;  // C += A B instead of C = A B
   int ldc = 0;              // 0: n (C tight)
+  bool trans_b = false;     // only oneDNN and OpenBLAS read a transposed B (libxsmm cannot)
   bool operator==(const GemmShape&) const = default;
   int c_stride() const { return ldc > 0 ? ldc : n; }
 };

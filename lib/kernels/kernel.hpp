@@ -83,8 +83,9 @@ const char* matmul_jit_target();
 
 /// Whether the matmul kernel reads input `which` (0: a, 1: b) in this non-contiguous layout
 /// directly: a 2-d f32/f64 matrix whose rows are apart by more than their length (a slice of
-/// a wider matrix), or, for a, the transpose of such a matrix (strides [1, ld]). Other layouts
-/// must be made contiguous by the caller.
+/// a wider matrix), or the transpose of such a matrix (strides [1, ld]): always for a, for b
+/// when it has at least 2^16 elements (kernels/gemm.hpp: only the libraries read a transposed
+/// b). Other layouts must be made contiguous by the caller.
 bool matmul_reads_in_place(const ArrayRef& x, int which);
 
 /// A matmul's kernel chosen once for fixed operand layouts (shapes, strides, dtype): the

@@ -106,7 +106,12 @@ bool matmul_reads_in_place(const ArrayRef& x, int which) {
   if (x.dtype != DType::f32 && x.dtype != DType::f64) return false;
   if (x.shape.size() != 2 || x.shape[0] <= 1 || x.shape[1] <= 1) return false;
   const bool rows_apart = x.strides[1] == 1 && x.strides[0] >= x.shape[1];
-  const bool transposed = which == 0 && x.strides[0] == 1 && x.strides[1] >= x.shape[0];
+  const bool transposed = x.strides[0] == 1 && x.strides[1] >= x.shape[0];
+  // A transposed b (a backward pass's dy W^T) is read by oneDNN and OpenBLAS only: worth it for
+  // a large matrix, whose copy costs a pass over it per product; a small one is copied and
+  // its product runs on a libxsmm kernel, far faster than the libraries' on small shapes.
+  constexpr std::int64_t large_b = std::int64_t{1} << 16;
+  if (which == 1 && transposed) return x.shape[0] * x.shape[1] >= large_b;
   return rows_apart || transposed;
 }
 
@@ -156,15 +161,18 @@ class FloatMatmul {
     // 2-d operands may be strided (see matmul_reads_in_place): rows apart by a leading dim, or
     // for a, a transposed matrix (a backward pass's x^T), read by the kernel without a copy.
     const int lda = static_cast<int>(leading_dim(a, k_));
-    const int ldb = static_cast<int>(leading_dim(b, n_));
+    const int ldb = static_cast<int>(leading_dim(b, n_));  // transposed: B^T's row stride
     const bool trans_a = a.shape.size() == 2 && !is_row_major(a);
+    const bool trans_b = b.shape.size() == 2 && !is_row_major(b);
     const auto n = static_cast<int>(n_), k = static_cast<int>(k_);
     // Matrices sharing one b with a's matrices back to back are one [count*m, k] x [k, n] (a
     // scan's input projection computed for all steps at once, lib/jit/loop_hoisting.cpp).
     merged_ = !trans_a && walk_.count > 1 && walk_.b_shared() && walk_.a_dense(m_ * k_) &&
               walk_.count * m_ <= blas_max;
     const std::int64_t rows = merged_ ? walk_.count * m_ : m_;
-    return Gemm<T>(GemmShape{static_cast<int>(rows), n, k, trans_a, lda, ldb, accumulate});
+    GemmShape shape{static_cast<int>(rows), n, k, trans_a, lda, ldb, accumulate};
+    shape.trans_b = trans_b;
+    return Gemm<T>(shape);
   }
 
   BatchWalk walk_;
