@@ -14,13 +14,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cblas.h>
+#include <libxsmm.h>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
-#include <libxsmm.h>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -121,8 +121,7 @@ std::vector<Library> libraries(const GemmShape& s, int threads) {
 #ifdef KILN_BENCH_DNNL
   out.push_back({"onednn", "oneDNN dnnl_sgemm",
                  [=](const float* a, const float* b, float* c) {
-                   if (dnnl_sgemm('N', 'N', m, n, k, 1.0f, a, k, b, n, 0.0f, c, n) !=
-                       dnnl_success)
+                   if (dnnl_sgemm('N', 'N', m, n, k, 1.0f, a, k, b, n, 0.0f, c, n) != dnnl_success)
                      throw kiln::Error("dnnl_sgemm failed");
                  },
                  ""});
@@ -132,8 +131,8 @@ std::vector<Library> libraries(const GemmShape& s, int threads) {
   if (const BliSgemm sgemm = load_blis(threads, blis.skipped); sgemm != nullptr)
     blis.gemm = [=](const float* a, const float* b, float* c) {
       float alpha = 1, beta = 0;
-      sgemm(0, 0, m, n, k, &alpha, const_cast<float*>(a), k, 1, const_cast<float*>(b), n, 1,
-            &beta, c, n, 1);
+      sgemm(0, 0, m, n, k, &alpha, const_cast<float*>(a), k, 1, const_cast<float*>(b), n, 1, &beta,
+            c, n, 1);
     };
   out.push_back(blis);
 #else
@@ -278,7 +277,8 @@ void set_thread_environment(int threads, char** argv) {
   }
 }
 
-void print_table(const std::vector<GemmShape>& shapes, const std::vector<std::vector<Result>>& all) {
+void print_table(const std::vector<GemmShape>& shapes,
+                 const std::vector<std::vector<Result>>& all) {
   fmt::print("{:<16} {:<22} {:>10} {:>12} {:>8} {:>10}\n", "M x N x K", "library", "GFLOP/s",
              "median", "spread", "err/bound");
   fmt::print("{}\n", std::string(82, '-'));
@@ -312,7 +312,8 @@ void print_json(const std::vector<GemmShape>& shapes, const std::vector<std::vec
       }
       fmt::print(
           "  {{\"key\": {}, \"label\": {}, \"gflops\": {}, \"median_s\": {}, \"p10_s\": {}, "
-          "\"p90_s\": {}, \"samples\": {}, \"calls_per_sample\": {}, \"error_over_bound\": {}}}{}\n",
+          "\"p90_s\": {}, \"samples\": {}, \"calls_per_sample\": {}, \"error_over_bound\": "
+          "{}}}{}\n",
           json_string(r.key), json_string(r.label), r.gflops, r.timing.median, r.timing.p10,
           r.timing.p90, r.timing.samples, r.timing.calls_per_sample, r.error, sep);
     }

@@ -99,9 +99,9 @@ std::vector<Row> run_units(std::int64_t units, const std::map<std::int64_t, Tens
     arrays[fmt::format("{}_{}", name.substr(name.rfind('/') + 1), units)] = var.value();
   for (const auto& [length, x] : xs) {
     const kiln::TensorSpec x_spec({batch, length, features});
-    auto forward = kiln::function([&](const Tensor& in) { return fwd.lstm(in); },
-                                  {.name = fmt::format("lstm{}_forward_{}", units, length),
-                                   .input_signature = {x_spec}});
+    auto forward = kiln::function(
+        [&](const Tensor& in) { return fwd.lstm(in); },
+        {.name = fmt::format("lstm{}_forward_{}", units, length), .input_signature = {x_spec}});
     Row row{.workload = "forward", .units = units, .length = length};
     auto t0 = std::chrono::steady_clock::now();
     const Tensor out = forward(x);
@@ -115,11 +115,10 @@ std::vector<Row> run_units(std::int64_t units, const std::map<std::int64_t, Tens
   }
   for (const auto& [length, x] : xs) {
     const kiln::TensorSpec x_spec({batch, length, features}), y_spec({batch, units});
-    auto step = kiln::function([&](const Tensor& in, const Tensor& target) {
-      return train.step(in, target);
-    },
-                               {.name = fmt::format("lstm{}_train_{}", units, length),
-                                .input_signature = {x_spec, y_spec}});
+    auto step = kiln::function(
+        [&](const Tensor& in, const Tensor& target) { return train.step(in, target); },
+        {.name = fmt::format("lstm{}_train_{}", units, length),
+         .input_signature = {x_spec, y_spec}});
     Row row{.workload = "train", .units = units, .length = length};
     train.restore();  // every T starts from the initial weights, as the peers do
     auto t0 = std::chrono::steady_clock::now();
@@ -187,12 +186,12 @@ int main(int argc, char** argv) {
   const kiln::bench::BenchArgs args = kiln::bench::parse_bench_args(argc, argv, true);
   if (args.bad()) return usage(args.unknown);
   const bool quick = args.quick;
-  const std::vector<std::int64_t> hidden = quick ? std::vector<std::int64_t>{16, 32}
-                                                 : std::vector<std::int64_t>{256, 512};
-  const std::vector<std::int64_t> lengths = quick ? std::vector<std::int64_t>{3, 8}
-                                                  : std::vector<std::int64_t>{50, 200};
-  std::map<std::string, Tensor> arrays{
-      {"hidden", kiln::tensor(hidden)}, {"lengths", kiln::tensor(lengths)}};
+  const std::vector<std::int64_t> hidden =
+      quick ? std::vector<std::int64_t>{16, 32} : std::vector<std::int64_t>{256, 512};
+  const std::vector<std::int64_t> lengths =
+      quick ? std::vector<std::int64_t>{3, 8} : std::vector<std::int64_t>{50, 200};
+  std::map<std::string, Tensor> arrays{{"hidden", kiln::tensor(hidden)},
+                                       {"lengths", kiln::tensor(lengths)}};
   std::map<std::int64_t, Tensor> xs;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
     xs[lengths[i]] = kiln::random::normal({batch, lengths[i], features}, 0, 1, 200 + i);

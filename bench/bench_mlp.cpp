@@ -158,11 +158,12 @@ int main(int argc, char** argv) {
         fmt::join(f.losses, ", "), f.first_call_s, f.traced.median, f.traced.p10, f.traced.p90,
         f.traced.samples, f.eager.median, f.eager.p10, f.eager.p90, f.eager.samples);
   } else {
-    fmt::print("MLP train step {}x{} -> {} -> {} -> {}: traced {:.3f} ms (spread {:.1f}%), eager "
-               "{:.3f} ms, first call {:.2f} ms, {} nodes\nlosses: {}\n",
-               sizes.batch, sizes.features, sizes.width, sizes.width, classes,
-               f.traced.median * 1e3, f.traced.spread() * 100, f.eager.median * 1e3,
-               f.first_call_s * 1e3, f.nodes, fmt::join(f.losses, ", "));
+    fmt::print(
+        "MLP train step {}x{} -> {} -> {} -> {}: traced {:.3f} ms (spread {:.1f}%), eager "
+        "{:.3f} ms, first call {:.2f} ms, {} nodes\nlosses: {}\n",
+        sizes.batch, sizes.features, sizes.width, sizes.width, classes, f.traced.median * 1e3,
+        f.traced.spread() * 100, f.eager.median * 1e3, f.first_call_s * 1e3, f.nodes,
+        fmt::join(f.losses, ", "));
   }
   return 0;
 }
