@@ -23,6 +23,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <kiln/kiln.hpp>
@@ -194,8 +195,8 @@ struct Result {
 
 TimingPlan plan_for(double seconds_per_call, bool quick) {
   if (quick) return TimingPlan::quick();
-  constexpr double budget = 1.5;  // seconds of samples per measurement, about
-  const int samples = std::clamp(static_cast<int>(budget / seconds_per_call), 5, 21);
+  constexpr double budget = 1.0;  // seconds of samples per measurement, about
+  const int samples = std::clamp(static_cast<int>(budget / seconds_per_call), 3, 21);
   return {0.1, 0.03, samples};
 }
 
@@ -214,6 +215,9 @@ Result run_one(const GemmShape& s, const Reference& ref, std::string key, std::s
                const std::function<void()>& fn, const std::function<const float*()>& c,
                bool quick) {
   Result r{std::move(key), std::move(label), "", {}, 0, 0};
+  // The previous library's idle workers spin before they sleep (OpenBLAS's for about 0.1 s);
+  // a pause keeps them off the cores this one needs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const double first = seconds_of_one(fn);
   r.error = ref.error(c());
   if (!(r.error <= 1))

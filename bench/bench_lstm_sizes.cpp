@@ -34,12 +34,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// 21 samples of >= 30 ms for short calls, fewer (at least 5) for long ones: about 1.5 s of
+/// 21 samples of >= 30 ms for short calls, fewer (at least 3) for long ones: about 1 s of
 /// samples per figure, so the whole family stays within a few minutes.
 TimingPlan plan_for(double seconds_per_call, bool quick) {
   if (quick) return TimingPlan::quick();
-  constexpr double budget = 1.5;
-  const int samples = std::clamp(static_cast<int>(budget / seconds_per_call), 5, 21);
+  constexpr double budget = 1.0;
+  const int samples = std::clamp(static_cast<int>(budget / seconds_per_call), 3, 21);
   return {0.1, 0.03, samples};
 }
 

@@ -38,7 +38,7 @@ QUICK_GEMM_SHAPES = ((32, 20, 80), (64, 256, 1024), (256, 192, 128))
 FORWARD_TOLERANCE = 1e-4  # absolute, per element of the last h
 LSTM_LOSS_TOLERANCE = (1e-5, 1e-4)  # relative: the first loss, the loss after one update
 MLP_LOSS_TOLERANCE = (1e-5, 1e-4, 1e-4)  # relative: the first three losses
-SAMPLE_BUDGET = 1.5  # seconds of samples per measurement, about (as kiln's programs)
+SAMPLE_BUDGET, MIN_SAMPLES = 1.0, 3  # seconds of samples per measurement, about (as kiln's)
 
 
 def parse_args(description: str) -> argparse.Namespace:
@@ -57,10 +57,10 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def plan_for(seconds_per_call: float, quick: bool) -> common.TimingPlan:
-    """As kiln's: 21 samples of >= 30 ms for short calls, at least 5 for long ones."""
+    """As kiln's: 21 samples of >= 30 ms for short calls, at least 3 for long ones."""
     if quick:
         return common.TimingPlan.quick()
-    samples = max(5, min(21, int(SAMPLE_BUDGET / max(seconds_per_call, 1e-9))))
+    samples = max(MIN_SAMPLES, min(21, int(SAMPLE_BUDGET / max(seconds_per_call, 1e-9))))
     return common.TimingPlan(0.1, 0.03, samples)
 
 
