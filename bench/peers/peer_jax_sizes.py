@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""JAX side of bench/compare's sizes family (see sizes.py): workload 7 as jax.jit of a lax.scan
+LSTM (the input projection of all steps in one matmul, as Keras and kiln do; as
+peer_jax_scaling.py), train step with jax.value_and_grad and SGD written out, the parameters
+donated; workload 9, the MLP written out (softmax cross-entropy via log_softmax) under jax.jit
+the same way. Prints JSON (see common.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import sizes  # noqa: E402
+
+args = sizes.parse_args(__doc__)
+common.limit_threads(args.threads)
+common.limit_jax_threads(args.threads)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+report = common.Report("jax", args)
+report.info = {"version": jax.__version__, "xla_flags": os.environ["XLA_FLAGS"],
+               "variants": {"jax.jit": "jax.jit of lax.scan LSTM / the MLP; compiles per shape"}}
+lstm_data = sizes.load_lstm(args)
+mlp_data = sizes.load_mlp(args)
+
+
+def last_h(params, xs):
+    kernel, recurrent_kernel, bias = params
+    units = recurrent_kernel.shape[0]
+    zs = jnp.swapaxes(xs @ kernel + bias, 0, 1)  # [time, batch, 4 units]
+    zero = jnp.zeros((xs.shape[0], units), xs.dtype)
+
+    def cell(state, z):
+        h, c = state
+        i, f, g, o = jnp.split(z + h @ recurrent_kernel, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), None
+
+    (h, _), _ = jax.lax.scan(cell, (zero, zero), zs)
+    return h
+
+
+def sgd(loss_of):
+    def step(params, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        return jax.tree_util.tree_map(lambda p, g: p - sizes.LEARNING_RATE * g, params, grads), loss
+    return jax.jit(step, donate_argnums=(0,))
+
+
+def lstm_params(h):
+    return tuple(jnp.asarray(lstm_data[name][h]) for name in ("kernel", "recurrent_kernel", "bias"))
+
+
+def make_forward(h):
+    params = lstm_params(h)
+    jitted = jax.jit(last_h)
+    return lambda x: jitted(params, x).block_until_ready()
+
+
+def make_train(h):
+    state = {}
+    jitted = sgd(lambda params, x, y: jnp.mean(jnp.square(last_h(params, x) - y)))
+
+    def step(x, y):
+        state["params"], loss = jitted(state["params"], x, y)
+        return loss.block_until_ready()
+
+    def restore():
+        state["params"] = lstm_params(h)
+    return step, restore
+
+
+def mlp_loss(params, x, y):
+    for i, (kernel, bias) in enumerate(params):
+        x = x @ kernel + bias
+        if i + 1 < len(params):
+            x = jax.nn.relu(x)
+    return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(x, axis=-1), axis=-1))
+
+
+def make_mlp_step():
+    state = {"params": tuple((jnp.asarray(mlp_data[f"l{i}/kernel"]),
+                              jnp.asarray(mlp_data[f"l{i}/bias"])) for i in range(3))}
+    jitted = sgd(mlp_loss)
+
+    def step(x, y):
+        state["params"], loss = jitted(state["params"], x, y)
+        return loss.block_until_ready()
+    return step
+
+
+sizes.run_lstm(report, "jax.jit", lstm_data, make_forward, make_train, jax.device_put)
+sizes.run_mlp(report, "jax.jit", mlp_data, make_mlp_step, jax.device_put)
+report.emit()

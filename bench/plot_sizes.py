@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Draws docs/images/lstm-sizes.png from the sizes family of a bench/compare run
+(bench/results/latest.json): workload 7's cached call (median) at each LSTM size (hidden, T), for
+the forward pass and the train step, kiln and every peer variant.
+
+    ~/.cache/kiln/peers-venv/bin/python bench/plot_sizes.py [RESULTS] [--output PNG]
+
+matplotlib comes with the peers' virtual environment (scripts/peers-env.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import compare_sizes  # noqa: E402  (bench/, next to this file)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="?", default=str(REPO / "bench/results/latest.json"))
+    parser.add_argument("--output", default=str(REPO / "docs/images/lstm-sizes.png"))
+    args = parser.parse_args()
+    results = json.loads(Path(args.results).read_text())
+    if "sizes" not in results:
+        sys.exit(f"plot_sizes: {args.results} holds no sizes figures (run bench/compare "
+                 "--only sizes, or without --only)")
+    series = compare_sizes.lstm_series(results["sizes"])
+    forms = ["kiln"] + compare_sizes.PEER_VARIANTS
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for ax, (workload, label) in zip(axes, compare_sizes.LSTM_WORKLOADS):
+        sizes = sorted((h, t) for (w, h, t) in series if w == workload)
+        ticks = range(len(sizes))
+        for form in forms:
+            points = [(i, series[(workload, h, t)][form]) for i, (h, t) in enumerate(sizes)
+                      if form in series[(workload, h, t)]]
+            if points:
+                style = ({"linestyle": "-", "linewidth": 2.4, "color": "black"} if form == "kiln"
+                         else {"linestyle": "--"})
+                ax.plot([i for i, _ in points], [s * 1e3 for _, s in points], marker="o",
+                        label=form, **style)
+        ax.set_xticks(list(ticks), [f"hidden {h}\nT = {t}" for h, t in sizes])
+        ax.set_yscale("log")
+        ax.set_ylabel("cached call, ms (median)")
+        ax.set_title(f"LSTM {label}, batch 64, 128 features")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    load = results.get("machine", {}).get("load_start") or ["?"]
+    fig.suptitle(f"LSTM sizes (issue 18, workload 7): bench/compare {results.get('date', '')}, "
+                 f"{results.get('threads', '?')} threads, load average {load[0]} at start"
+                 f"{'; --quick: not a measurement' if results.get('quick') else ''}", fontsize=10)
+    fig.tight_layout()
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=110)
+    print(f"plot_sizes: wrote {output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
