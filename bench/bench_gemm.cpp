@@ -31,6 +31,7 @@
 #include "harness.hpp"
 
 #ifdef KILN_BENCH_DNNL
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
 #ifdef KILN_BENCH_BLIS
@@ -122,6 +123,8 @@ std::vector<Library> libraries(const GemmShape& s, int threads) {
 #ifdef KILN_BENCH_DNNL
   out.push_back({"onednn", "oneDNN dnnl_sgemm",
                  [=](const float* a, const float* b, float* c) {
+                   // kiln leaves this thread's OpenMP team at one thread (its tiles).
+                   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
                    if (dnnl_sgemm('N', 'N', m, n, k, 1.0f, a, k, b, n, 0.0f, c, n) != dnnl_success)
                      throw kiln::Error("dnnl_sgemm failed");
                  },
@@ -236,6 +239,10 @@ std::vector<Result> run_shape(const GemmShape& s, int threads, bool quick) {
   const Reference ref(s, a_data, b_data);
   std::vector<Result> out;
 
+  // kiln runs OpenBLAS (and oneDNN) single-threaded on tiles its own pool shares out
+  // (lib/kernels/gemm.hpp) and sets OpenBLAS to one thread; the libraries called directly below
+  // get the program's thread count, and kiln gets its setting back before its rows.
+  openblas_set_num_threads(1);
   Tensor c_eager;
   out.push_back(run_one(
       s, ref, "kiln_eager", "kiln eager", [&] { c_eager = kiln::matmul(a, b); },
@@ -248,6 +255,7 @@ std::vector<Result> run_shape(const GemmShape& s, int threads, bool quick) {
       [&] { return static_cast<const float*>(c_traced.contiguous().data()); }, quick));
 
   std::vector<float> c(static_cast<std::size_t>(s.m * s.n));
+  openblas_set_num_threads(threads);
   for (Library& lib : libraries(s, threads)) {
     if (!lib.skipped.empty()) {
       out.push_back({lib.key, lib.label, lib.skipped, {}, 0, 0});
