@@ -117,6 +117,7 @@ for variant in release asan; do
   check "$variant-bench-function-smoke" "$dir/bench/kiln_bench_function" --quick
   check "$variant-bench-train-smoke" "$dir/bench/kiln_bench_train" --quick
   check "$variant-bench-scaling-smoke" "$dir/bench/kiln_bench_scaling" --quick
+  check "$variant-bench-bandwidth-smoke" "$dir/bench/kiln_bench_bandwidth" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
