@@ -1,7 +1,7 @@
 // The memory-bound paths of issue 18: the streaming copier of every instruction set this CPU
 // runs (non-temporal stores on the aligned middle, plain stores on the head and tail), fused
 // kernels whose outputs are large enough to be streamed (short blocks, unaligned outputs,
-// blocks that cross rows), and the parallel sum, which must give the bits of the serial one.
+// blocks that cross rows), and the parallel sums, which must give the bits of the serial ones.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -149,4 +149,69 @@ TEST_CASE("a large traced chain gives the bits of its eager ops", "[elementwise]
     return kiln::tanh(x * y + z) * 0.5;
   });
   CHECK(chain(a, b, c).to_vector<float>() == (kiln::tanh(a * b + c) * 0.5).to_vector<float>());
+}
+
+namespace {
+
+/// kiln's pairwise float sum (lib/kernels/reduce.cpp) written out serially: `cols` lanes
+/// accumulated over rows, blocks of more than 32 rows split in halves (left n / 2).
+void pairwise_rows(const float* x, std::int64_t rows, std::int64_t cols, float* acc) {
+  if (rows > 32) {
+    const std::int64_t half = rows / 2;
+    std::vector<float> right(static_cast<std::size_t>(cols));
+    pairwise_rows(x, half, cols, acc);
+    pairwise_rows(x + half * cols, rows - half, cols, right.data());
+    for (std::int64_t k = 0; k < cols; ++k) acc[k] = acc[k] + right[static_cast<std::size_t>(k)];
+    return;
+  }
+  for (std::int64_t k = 0; k < cols; ++k) acc[k] = x[k];
+  for (std::int64_t r = 1; r < rows; ++r)
+    for (std::int64_t k = 0; k < cols; ++k) acc[k] = acc[k] + x[r * cols + k];
+}
+
+/// A contiguous sum: 64 lanes, folded in halves, then the tail.
+float pairwise_sum(const float* x, std::int64_t n) {
+  float lanes[64];
+  float total = 0;
+  if (n / 64 > 0) {
+    pairwise_rows(x, n / 64, 64, lanes);
+    for (std::int64_t width = 32; width > 0; width /= 2)
+      for (std::int64_t j = 0; j < width; ++j) lanes[j] = lanes[j] + lanes[j + width];
+    total = lanes[0];
+  }
+  for (std::int64_t i = n / 64 * 64; i < n; ++i) total = total + x[i];
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("large sums split over threads give the bits of the serial pairwise sum", "[reduce]") {
+  // Sizes whose pairwise splits are uneven at every level, with a tail of lanes.
+  for (std::int64_t n :
+       {std::int64_t{1} << 18, (std::int64_t{3} << 20) + 13, std::int64_t{5000001}}) {
+    CAPTURE(n);
+    const Tensor x = kiln::random::normal({n}, 0, 1, static_cast<std::uint64_t>(n));
+    const std::vector<float> v = x.to_vector<float>();
+    const float expected = pairwise_sum(v.data(), n);
+    CHECK(kiln::sum(x).item<float>() == expected);
+  }
+  // Column sums of a tall matrix (the middle axis with inner > 1) and row sums of many rows.
+  const std::int64_t rows = 40001, cols = 33;
+  const Tensor m = kiln::random::normal({rows, cols}, 0, 1, 9);
+  const std::vector<float> v = m.to_vector<float>();
+  std::vector<float> expected(static_cast<std::size_t>(cols));
+  pairwise_rows(v.data(), rows, cols, expected.data());
+  CHECK(kiln::sum(m, {0}).to_vector<float>() == expected);
+  const Tensor wide = kiln::reshape(m, {cols, rows});
+  std::vector<float> row_sums;
+  for (std::int64_t r = 0; r < cols; ++r)
+    row_sums.push_back(pairwise_sum(v.data() + r * rows, rows));
+  CHECK(kiln::sum(wide, {1}).to_vector<float>() == row_sums);
+  const Tensor many = kiln::random::normal({500, 3003}, 0, 1, 11);
+  const std::vector<float> many_values = many.to_vector<float>();
+  const std::vector<float> many_sums = kiln::sum(many, {1}).to_vector<float>();
+  bool ok = true;
+  for (std::size_t r = 0; r < many_sums.size(); ++r)
+    ok = ok && many_sums[r] == pairwise_sum(many_values.data() + r * 3003, 3003);
+  CHECK(ok);
 }

@@ -11,6 +11,7 @@
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
 #include "kernels/kernel.hpp"
+#include "kernels/parallel.hpp"
 
 namespace kiln::detail {
 
@@ -134,26 +135,95 @@ void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t co
   }
 }
 
+/// Below this many input elements a reduction runs on the calling thread.
+constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 18;
+
+/// acc[k] as accumulate_rows computes it, with the top levels of its pairwise split run on
+/// several threads: the split cuts the rows into 2^levels leaves at the boundaries the serial
+/// recursion uses, each leaf is accumulated on its own, and the leaves are combined in the
+/// serial order (left then right, bottom up), so the result has the serial bits for any
+/// thread count. Runs accumulate_rows itself when the rows are too few to split that often.
+template <class R>
+void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int64_t cols,
+                           typename R::Acc* acc) {
+  using Acc = typename R::Acc;
+  int levels = 0;
+  while ((1 << levels) < num_threads() && levels < 6) ++levels;
+  // Every node above the leaves must split as the serial recursion does (rows > kPairwiseRows).
+  while (levels > 0 && (rows >> levels) <= kPairwiseRows + 1) --levels;
+  if (levels == 0 || rows * cols < kParallelMinElements) {
+    std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * cols));
+    accumulate_rows<R>(x, rows, cols, acc, scratch.data());
+    return;
+  }
+  const std::size_t leaves = std::size_t{1} << levels;
+  std::vector<std::int64_t> first(leaves + 1);
+  // Leaf boundaries of the serial split: a node of n rows keeps n / 2 on the left.
+  const auto cut = [&](auto&& self, std::size_t leaf, std::size_t count, std::int64_t begin,
+                       std::int64_t n) -> void {
+    if (count == 1) {
+      first[leaf] = begin;
+      return;
+    }
+    self(self, leaf, count / 2, begin, n / 2);
+    self(self, leaf + count / 2, count / 2, begin + n / 2, n - n / 2);
+  };
+  cut(cut, 0, leaves, 0, rows);
+  first[leaves] = rows;
+  std::vector<Acc> partial(leaves * static_cast<std::size_t>(cols));
+  parallel_for(static_cast<std::int64_t>(leaves), 1, [&](std::int64_t begin, std::int64_t end) {
+    for (auto leaf = static_cast<std::size_t>(begin); leaf < static_cast<std::size_t>(end);
+         ++leaf) {
+      const std::int64_t n = first[leaf + 1] - first[leaf];
+      std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(n) * cols));
+      accumulate_rows<R>(x + first[leaf] * cols, n, cols,
+                         partial.data() + leaf * static_cast<std::size_t>(cols), scratch.data());
+    }
+  });
+  for (std::size_t width = 1; width < leaves; width *= 2)
+    for (std::size_t leaf = 0; leaf < leaves; leaf += 2 * width) {
+      Acc* left = partial.data() + leaf * static_cast<std::size_t>(cols);
+      const Acc* right = left + width * static_cast<std::size_t>(cols);
+      for (std::int64_t k = 0; k < cols; ++k) left[k] = R::combine(left[k], right[k]);
+    }
+  for (std::int64_t k = 0; k < cols; ++k) acc[k] = partial[static_cast<std::size_t>(k)];
+}
+
 /// Scratch accumulators reduce_contiguous needs for rows of up to n elements.
 std::int64_t contiguous_scratch_size(std::int64_t n) {
   return kRowWidth * (1 + accumulate_depth(n / kRowWidth));
 }
 
-/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size(n) accumulators.
+/// Folds the kRowWidth lanes of a contiguous reduction and adds the tail x[rows * kRowWidth, n).
 template <class R>
-typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
-                                  typename R::Acc* scratch) {
+typename R::Acc finish_contiguous(const typename R::In* x, std::int64_t n, typename R::Acc* lanes) {
   typename R::Acc total = R::identity();
   const std::int64_t rows = n / kRowWidth;
   if (rows > 0) {
-    typename R::Acc* lanes = scratch;
-    accumulate_rows<R>(x, rows, kRowWidth, lanes, scratch + kRowWidth);
     for (std::int64_t width = kRowWidth / 2; width > 0; width /= 2)
       for (std::int64_t j = 0; j < width; ++j) lanes[j] = R::combine(lanes[j], lanes[j + width]);
     total = lanes[0];
   }
   for (std::int64_t i = rows * kRowWidth; i < n; ++i) total = R::combine(total, R::load(x[i]));
   return total;
+}
+
+/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size(n) accumulators.
+template <class R>
+typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
+                                  typename R::Acc* scratch) {
+  const std::int64_t rows = n / kRowWidth;
+  if (rows > 0) accumulate_rows<R>(x, rows, kRowWidth, scratch, scratch + kRowWidth);
+  return finish_contiguous<R>(x, n, scratch);
+}
+
+/// reduce_contiguous with the pairwise split over threads (accumulate_rows_split): the same bits.
+template <class R>
+typename R::Acc reduce_contiguous_split(const typename R::In* x, std::int64_t n) {
+  typename R::Acc lanes[kRowWidth];
+  const std::int64_t rows = n / kRowWidth;
+  if (rows > 0) accumulate_rows_split<R>(x, rows, kRowWidth, lanes);
+  return finish_contiguous<R>(x, n, lanes);
 }
 
 /// The input dims with size-1 dims dropped and neighbours of the same kind (reduced or
@@ -211,7 +281,23 @@ template <class R>
 void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_t rows,
                         std::int64_t inner, typename R::Out* out) {
   using Acc = typename R::Acc;
+  // (Inside a parallel region, work stays on its thread: the split below would recurse.)
+  const bool parallel =
+      outer * rows * inner >= kParallelMinElements && num_threads() > 1 && !inside_parallel_region;
+  // Many independent outputs: split them over the threads (each is reduced as on one thread).
+  if (parallel && outer >= 2 * num_threads()) {
+    parallel_for(outer, 1, [&](std::int64_t begin, std::int64_t end) {
+      reduce_middle_axis<R>(x + begin * rows * inner, end - begin, rows, inner,
+                            out + begin * inner);
+    });
+    return;
+  }
   if (inner == 1) {
+    if (parallel) {
+      for (std::int64_t o = 0; o < outer; ++o)
+        out[o] = R::store(reduce_contiguous_split<R>(x + o * rows, rows));
+      return;
+    }
     std::vector<Acc> scratch(static_cast<std::size_t>(contiguous_scratch_size(rows)));
     for (std::int64_t o = 0; o < outer; ++o)
       out[o] = R::store(reduce_contiguous<R>(x + o * rows, rows, scratch.data()));
@@ -220,7 +306,10 @@ void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_
   std::vector<Acc> acc(static_cast<std::size_t>(inner));
   std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * inner));
   for (std::int64_t o = 0; o < outer; ++o) {
-    accumulate_rows<R>(x + o * rows * inner, rows, inner, acc.data(), scratch.data());
+    if (parallel)
+      accumulate_rows_split<R>(x + o * rows * inner, rows, inner, acc.data());
+    else
+      accumulate_rows<R>(x + o * rows * inner, rows, inner, acc.data(), scratch.data());
     typename R::Out* dst = out + o * inner;
     for (std::int64_t k = 0; k < inner; ++k) dst[k] = R::store(acc[k]);
   }
