@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include <kiln/kiln.hpp>
@@ -214,4 +215,60 @@ TEST_CASE("large sums split over threads give the bits of the serial pairwise su
   for (std::size_t r = 0; r < many_sums.size(); ++r)
     ok = ok && many_sums[r] == pairwise_sum(many_values.data() + r * 3003, 3003);
   CHECK(ok);
+}
+
+namespace {
+
+/// softmax as kiln composed it before the primitive: the same ops, so the same bits.
+Tensor composite_softmax(const Tensor& x, std::int64_t axis) {
+  const Tensor m = kiln::max(x, {axis}, true);
+  const Tensor shift = kiln::where(kiln::isfinite(m), m, kiln::zeros_like(m));
+  const Tensor e = kiln::exp(x - shift);
+  return e / kiln::sum(e, {axis}, true);
+}
+
+/// Bitwise equality, NaN equal to NaN.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor a64 = kiln::cast(a, kiln::f64), b64 = kiln::cast(b, kiln::f64);
+  const std::vector<double> u = a64.to_vector<double>(), v = b64.to_vector<double>();
+  for (std::size_t i = 0; i < u.size(); ++i)
+    if (!(u[i] == v[i] || (u[i] != u[i] && v[i] != v[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the softmax primitive gives the bits of its composite, eager and traced", "[reduce]") {
+  struct Case {
+    const char* what;
+    Shape shape;
+    std::int64_t axis;
+  };
+  const Case cases[] = {
+      {"rows of 1,024, streamed and split over threads", {4096, 1024}, -1},
+      {"short rows", {37, 3}, 1},
+      {"one row shorter than a vector", {5}, 0},
+      {"a row of 1, and rows of 200,001", {1, 200001}, -1},
+      {"trailing dims of size 1", {6, 70, 1, 1}, 1},
+      {"an axis that is not last (the composite)", {6, 70}, 0},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    for (kiln::DType dtype : {kiln::f32, kiln::f64}) {
+      const Tensor x = kiln::cast(
+          kiln::random::normal(c.shape, 0, 3, static_cast<std::uint64_t>(c.shape.numel())), dtype);
+      const Tensor expected = composite_softmax(x, c.axis);
+      CHECK(same_bits(kiln::softmax(x, c.axis), expected));
+      auto traced = kiln::function([&](const Tensor& t) { return kiln::softmax(t, c.axis); });
+      CHECK(same_bits(traced(x), expected));
+    }
+  }
+  // Special values: rows with +inf, -inf everywhere, NaN, and a large spread.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor special = kiln::reshape(kiln::tensor<float>({1, inf, 2, 3, -inf, -inf, -inf, -inf, 0,
+                                                            nan, 1, 2, 1000, 1000, 999, -1000}),
+                                       {4, 4});
+  CHECK(same_bits(kiln::softmax(special, -1), composite_softmax(special, -1)));
 }

@@ -3,13 +3,18 @@
 // with the front ends in lib/ops/reduce.cpp.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
+#include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 
@@ -392,6 +397,59 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
+/// Outputs of at least this many bytes are written with non-temporal stores (as fused kernels'
+/// in elementwise.cpp): the output is not read into the caches before it is overwritten.
+constexpr std::int64_t kStreamOutputBytes = std::int64_t{8} << 20;
+
+/// Prim::softmax over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
+/// per row, in one pass over memory, the composite of lib/ops/reduce.cpp with the same kernels,
+/// so the same bits: m = max (NaN wins), shift = m when finite else 0, e = exp(x - shift) by
+/// the instruction set's sub and exp row kernels, s = the pairwise sum of e, y = e / s by its
+/// div row kernel. The row stays in this thread's scratch between the steps; rows are split
+/// over the threads, and large outputs are written with non-temporal stores.
+template <class T>
+void softmax_typed(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  const std::int64_t n = in.shape[static_cast<std::size_t>(call.attrs.axes[0])];
+  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
+  if (rows == 0) return;
+  const ElementwiseRowTable& table = elementwise_rows();
+  const std::size_t type = dtype_index(in.dtype);
+  const BinaryRowFn sub = table.binary[binary_row_index(Prim::sub)][type];
+  const UnaryRowFn exp = table.unary[unary_row_index(Prim::exp)][type];
+  const BinaryRowFn div = table.binary[binary_row_index(Prim::div)][type];
+  const StreamCopyFn stream_copy = table.stream_copy;
+  const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) >= kStreamOutputBytes;
+  const T* x = in.ptr<const T>();
+  T* y = call.out.ptr<T>();
+  auto run_rows = [&](std::int64_t begin, std::int64_t end) {
+    std::vector<T> e(static_cast<std::size_t>(n));
+    std::vector<T> scratch(static_cast<std::size_t>(contiguous_scratch_size(n)));
+    for (std::int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * n;
+      const T m = ExtremumReducer<T, true>::store(
+          reduce_contiguous<ExtremumReducer<T, true>>(row, n, scratch.data()));
+      const T shift = std::isfinite(m) ? m : T{0};
+      sub(row, 1, &shift, 0, e.data(), n);
+      exp(e.data(), 1, e.data(), n);
+      const T s = reduce_contiguous<SumReducer<T>>(e.data(), n, scratch.data());
+      if (!stream) {
+        div(e.data(), 1, &s, 0, y + r * n, n);
+        continue;
+      }
+      div(e.data(), 1, &s, 0, e.data(), n);
+      stream_copy(y + r * n, e.data(), n * static_cast<std::int64_t>(sizeof(T)));
+    }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();  // this thread's streamed rows, before the result is published
+#endif
+  };
+  if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
+    parallel_for(rows, 1, run_rows);
+  else
+    run_rows(0, rows);
+}
+
 /// True when v should replace best as the running arg-extremum: NaN wins and stays.
 template <class T, bool kMax>
 bool replaces(T v, T best) {
@@ -486,6 +544,9 @@ void run_reduce(const KernelCall& call) {
         break;
       case Prim::argmin:
         arg_extremum_typed<T, false>(call);
+        break;
+      case Prim::softmax:
+        if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
         break;
       case Prim::dim_size: {
         std::int64_t count = 1;
