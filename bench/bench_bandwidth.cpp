@@ -3,19 +3,22 @@
 //
 // Measured, interleaved sample by sample so that a slow phase of a shared machine hits every
 // row alike:
-//   copy 1->1   16 MiB -> 16 MiB, non-temporal stores (the reference of the rows that move one
-//               byte out per byte in: softmax; and of the sum, which only reads)
+//   copy 1->1   16 MiB -> 16 MiB, non-temporal stores (the reference of softmax, which moves
+//               one byte out per byte in)
 //   copy 3->1   three 16 MiB inputs -> one 16 MiB output (out = a + b + c, two adds per vector:
 //               nothing next to the traffic), non-temporal stores (the reference of the chain)
+//   read        64 MiB read and summed in four vector accumulators, nothing written (the
+//               reference of the sum: a reduction moves no bytes out)
 //   memcpy      16 MiB -> 16 MiB with std::memcpy, for comparison only
 //   chain       tanh(a*b+c)*0.5 over three f32[4M], a cached kiln::function (workload 2)
 //   sum         kiln::sum over f32[16M] (eager; one reduction kernel)
 //   softmax     kiln::softmax over the rows of f32[4096, 1024], a cached kiln::function
 // Bytes are the compulsory traffic: every input byte read once and every output byte written
 // once (chain 4 x 16 MiB, sum 64 MiB, softmax 2 x 16 MiB, copy 1->1 2 x 16 MiB, copy 3->1
-// 4 x 16 MiB); GB/s = bytes / median time. Every reference is split over as many persistent
-// threads as kiln's kernels use (KILN_NUM_THREADS), the caller included, two barrier waits per
-// call. kiln writes outputs of 8 MiB and more with non-temporal stores; the copies do the same.
+// 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference is split over as many
+// persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller included, two barrier
+// waits per call. kiln writes outputs of 8 MiB and more with non-temporal stores; the copies do the
+// same.
 #include <fmt/format.h>
 
 #if defined(__SSE2__)
@@ -85,6 +88,22 @@ void stream_sum_part(const std::vector<const float*>& in, float* out, std::size_
     for (std::size_t k = 1; k < in.size(); ++k) s += in[k][i];
     out[i] = s;
   }
+}
+
+/// The sum of x[begin, end) in four 4-lane accumulators (a read-only pass at full speed).
+float read_part(const float* x, std::size_t begin, std::size_t end) {
+  std::size_t i = begin;
+  float total = 0;
+#if defined(__SSE2__)
+  __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  for (; i + 16 <= end; i += 16)
+    for (int j = 0; j < 4; ++j) acc[j] = _mm_add_ps(acc[j], _mm_load_ps(x + i + 4 * j));
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, _mm_add_ps(_mm_add_ps(acc[0], acc[1]), _mm_add_ps(acc[2], acc[3])));
+  total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+#endif
+  for (; i < end; ++i) total += x[i];
+  return total;
 }
 
 /// A job split over `threads` persistent threads (the caller included): a call costs two
@@ -184,6 +203,12 @@ int main(int argc, char** argv) try {
     _mm_sfence();
 #endif
   });
+  Buffer big(4 * floats16, 0.5f);
+  std::vector<float> read_results(static_cast<std::size_t>(threads));
+  ThreadTeam read64(threads, [&](int id, int t) {
+    const auto [begin, end] = share(big.size, id, t);
+    read_results[static_cast<std::size_t>(id)] = read_part(big.data, begin, end);
+  });
   ThreadTeam plain_copy(threads, [&](int id, int t) {
     const auto [begin, end] = share(floats16, id, t);
     std::memcpy(rout.data + begin, ra.data + begin, (end - begin) * sizeof(float));
@@ -227,6 +252,12 @@ int main(int argc, char** argv) try {
                   -1,
                   "reference: a+b+c, 3 x 16 MiB -> 16 MiB, non-temporal stores",
                   {}});
+  rows.push_back({"read 64 MiB",
+                  4 * m16,
+                  [&] { read64.run(); },
+                  -1,
+                  "reference: 4 x 16 MiB summed, nothing written",
+                  {}});
   rows.push_back(
       {"memcpy 1->1", 2 * m16, [&] { plain_copy.run(); }, 0, "std::memcpy per thread", {}});
   rows.push_back({"chain traced",
@@ -235,7 +266,7 @@ int main(int argc, char** argv) try {
                   1,
                   "tanh(a*b+c)*0.5, 3 x f32[4M] -> f32[4M]",
                   {}});
-  rows.push_back({"sum f32[16M]", 4 * m16, [&] { kiln::sum(s); }, 0, "eager; reads 64 MiB", {}});
+  rows.push_back({"sum f32[16M]", 4 * m16, [&] { kiln::sum(s); }, 2, "eager; reads 64 MiB", {}});
   rows.push_back({"softmax traced",
                   2 * m16,
                   [&] { softmax(logits); },
