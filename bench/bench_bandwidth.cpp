@@ -3,10 +3,11 @@
 //
 // Measured, interleaved sample by sample so that a slow phase of a shared machine hits every
 // row alike:
-//   copy 1->1   16 MiB -> 16 MiB, non-temporal stores (the reference of softmax, which moves
-//               one byte out per byte in)
+//   copy 1->1   16 MiB -> 16 MiB (the reference of softmax, which moves one byte out per byte
+//               in)
 //   copy 3->1   three 16 MiB inputs -> one 16 MiB output (out = a + b + c, two adds per vector:
-//               nothing next to the traffic), non-temporal stores (the reference of the chain)
+//               nothing next to the traffic; the reference of the chain)
+//   copy 3->1 with the other store strategy, for comparison only
 //   read        64 MiB read and summed in four vector accumulators, nothing written (the
 //               reference of the sum: a reduction moves no bytes out)
 //   memcpy      16 MiB -> 16 MiB with std::memcpy, for comparison only
@@ -17,8 +18,9 @@
 // once (chain 4 x 16 MiB, sum 64 MiB, softmax 2 x 16 MiB, copy 1->1 2 x 16 MiB, copy 3->1
 // 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference is split over as many
 // persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller included, two barrier
-// waits per call. kiln writes outputs of 8 MiB and more with non-temporal stores; the copies do the
-// same.
+// waits per call. The copies store as kiln's kernels do: non-temporal stores (movntps) when the
+// 16 MiB output is larger than the last-level cache (kiln::detail::stream_output_bytes(), from
+// sysfs), plain stores otherwise; the header line says which.
 #include <fmt/format.h>
 
 #if defined(__SSE2__)
@@ -43,6 +45,7 @@
 
 #include "harness.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/streaming.hpp"
 
 namespace {
 
@@ -68,11 +71,11 @@ struct Buffer {
   std::size_t size;
 };
 
-/// out[i] = sum of the inputs' [i], [begin, end) of it, written with non-temporal stores
-/// (SSE2's movntps, a full 64-byte line per iteration; the buffers are 64-byte aligned and
-/// every part starts on a line).
-void stream_sum_part(const std::vector<const float*>& in, float* out, std::size_t begin,
-                     std::size_t end) {
+/// out[i] = sum of the inputs' [i], [begin, end) of it, a full 64-byte line per iteration,
+/// written with non-temporal stores (SSE2's movntps) when `stream`, else plain stores (the
+/// buffers are 64-byte aligned and every part starts on a line).
+void sum_part(const std::vector<const float*>& in, float* out, std::size_t begin, std::size_t end,
+              bool stream) {
   std::size_t i = begin;
 #if defined(__SSE2__)
   for (; i + 16 <= end; i += 16) {
@@ -80,7 +83,10 @@ void stream_sum_part(const std::vector<const float*>& in, float* out, std::size_
     for (int j = 0; j < 4; ++j) v[j] = _mm_load_ps(in[0] + i + 4 * j);
     for (std::size_t k = 1; k < in.size(); ++k)
       for (int j = 0; j < 4; ++j) v[j] = _mm_add_ps(v[j], _mm_load_ps(in[k] + i + 4 * j));
-    for (int j = 0; j < 4; ++j) _mm_stream_ps(out + i + 4 * j, v[j]);
+    if (stream)
+      for (int j = 0; j < 4; ++j) _mm_stream_ps(out + i + 4 * j, v[j]);
+    else
+      for (int j = 0; j < 4; ++j) _mm_store_ps(out + i + 4 * j, v[j]);
   }
 #endif
   for (; i < end; ++i) {
@@ -189,20 +195,19 @@ int main(int argc, char** argv) try {
   // The references' buffers (plain memory, not kiln tensors).
   Buffer ra(floats16, 1.0f), rb(floats16, 2.0f), rc(floats16, 3.0f), rout(floats16, 0.0f);
   const std::vector<const float*> one{ra.data}, three{ra.data, rb.data, rc.data};
-  ThreadTeam copy1(threads, [&](int id, int t) {
-    const auto [begin, end] = share(floats16, id, t);
-    stream_sum_part(one, rout.data, begin, end);
+  // kiln streams outputs larger than the last-level cache; so do the references.
+  const bool stream = static_cast<std::int64_t>(mib16) > kiln::detail::stream_output_bytes();
+  const auto copy_team = [&](const std::vector<const float*>& in, bool nt) {
+    return std::make_unique<ThreadTeam>(threads, [&in, &rout, nt](int id, int t) {
+      const auto [begin, end] = share(floats16, id, t);
+      sum_part(in, rout.data, begin, end, nt);
 #if defined(__SSE2__)
-    _mm_sfence();
+      if (nt) _mm_sfence();
 #endif
-  });
-  ThreadTeam copy3(threads, [&](int id, int t) {
-    const auto [begin, end] = share(floats16, id, t);
-    stream_sum_part(three, rout.data, begin, end);
-#if defined(__SSE2__)
-    _mm_sfence();
-#endif
-  });
+    });
+  };
+  const auto copy1 = copy_team(one, stream), copy3 = copy_team(three, stream);
+  const auto copy3_other = copy_team(three, !stream);
   Buffer big(4 * floats16, 0.5f);
   std::vector<float> read_results(static_cast<std::size_t>(threads));
   ThreadTeam read64(threads, [&](int id, int t) {
@@ -240,17 +245,24 @@ int main(int argc, char** argv) try {
 
   constexpr double m16 = static_cast<double>(mib16);
   std::vector<Row> rows;
-  rows.push_back({"copy 1->1 (stream)",
+  const std::string stores = stream ? "non-temporal stores" : "plain stores";
+  rows.push_back({"copy 1->1",
                   2 * m16,
-                  [&] { copy1.run(); },
+                  [&] { copy1->run(); },
                   -1,
-                  "reference: 16 MiB -> 16 MiB, non-temporal stores",
+                  "reference: 16 MiB -> 16 MiB, " + stores,
                   {}});
-  rows.push_back({"copy 3->1 (stream)",
+  rows.push_back({"copy 3->1",
                   4 * m16,
-                  [&] { copy3.run(); },
+                  [&] { copy3->run(); },
                   -1,
-                  "reference: a+b+c, 3 x 16 MiB -> 16 MiB, non-temporal stores",
+                  "reference: a+b+c, 3 x 16 MiB -> 16 MiB, " + stores,
+                  {}});
+  rows.push_back({stream ? "copy 3->1, plain" : "copy 3->1, NT",
+                  4 * m16,
+                  [&] { copy3_other->run(); },
+                  1,
+                  stream ? "plain stores, for comparison" : "non-temporal stores, for comparison",
                   {}});
   rows.push_back({"read 64 MiB",
                   4 * m16,
@@ -266,7 +278,7 @@ int main(int argc, char** argv) try {
                   1,
                   "tanh(a*b+c)*0.5, 3 x f32[4M] -> f32[4M]",
                   {}});
-  rows.push_back({"sum f32[16M]", 4 * m16, [&] { kiln::sum(s); }, 2, "eager; reads 64 MiB", {}});
+  rows.push_back({"sum f32[16M]", 4 * m16, [&] { kiln::sum(s); }, 3, "eager; reads 64 MiB", {}});
   rows.push_back({"softmax traced",
                   2 * m16,
                   [&] { softmax(logits); },
@@ -301,8 +313,9 @@ int main(int argc, char** argv) try {
 
   if (args.json) {
     fmt::print(
-        "{{\"program\": \"kiln_bench_bandwidth\", \"quick\": {}, \"threads\": {}, \"rows\": [",
-        quick, threads);
+        "{{\"program\": \"kiln_bench_bandwidth\", \"quick\": {}, \"threads\": {}, "
+        "\"non_temporal_stores\": {}, \"rows\": [",
+        quick, threads, stream);
     for (std::size_t r = 0; r < rows.size(); ++r) {
       const Row& row = rows[r];
       const double ratio = row.reference >= 0
@@ -318,9 +331,12 @@ int main(int argc, char** argv) try {
     fmt::print("\n]}}\n");
     return 0;
   }
-  fmt::print("kiln_bench_bandwidth{}: kiln uses {} threads, simd {}; median of {} samples\n\n",
-             quick ? " --quick" : "", threads,
-             std::getenv("KILN_SIMD") ? std::getenv("KILN_SIMD") : "auto", samples);
+  fmt::print(
+      "kiln_bench_bandwidth{}: kiln uses {} threads, simd {}; last-level cache {} MiB: 16 MiB "
+      "outputs get {}; median of {} samples\n\n",
+      quick ? " --quick" : "", threads,
+      std::getenv("KILN_SIMD") ? std::getenv("KILN_SIMD") : "auto",
+      kiln::detail::last_level_cache_bytes() >> 20, stores, samples);
   fmt::print("{:<20} {:>9} {:>10} {:>9}   {:<20} {}\n", "row", "ms", "GB/s", "of ref", "reference",
              "what");
   fmt::print("{}\n", std::string(110, '-'));

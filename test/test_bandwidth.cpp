@@ -7,18 +7,29 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include <kiln/kiln.hpp>
 
 #include "kernels/fused.hpp"
 #include "kernels/kernel.hpp"
+#include "kernels/streaming.hpp"
 #include "simd_test_support.hpp"
 
 namespace {
 
 using kiln::Shape;
 using kiln::Tensor;
+
+/// While alive, outputs of more than 8 MiB are streamed (the default bound is the last-level
+/// cache, tens of MiB), so the streaming paths run on test-sized data.
+struct StreamAbove8MiB {
+  StreamAbove8MiB() { kiln::detail::set_stream_output_bytes(std::int64_t{8} << 20); }
+  ~StreamAbove8MiB() { kiln::detail::set_stream_output_bytes(0); }
+  StreamAbove8MiB(const StreamAbove8MiB&) = delete;
+  StreamAbove8MiB& operator=(const StreamAbove8MiB&) = delete;
+};
 
 /// Row-major strides of a contiguous shape.
 Shape contiguous_strides(const Shape& shape) {
@@ -82,8 +93,9 @@ TEST_CASE("streaming copies are exact at every alignment and length", "[simd]") 
 
 TEST_CASE("fused kernels stream large outputs exactly: unaligned, short and crossing rows",
           "[elementwise]") {
+  const StreamAbove8MiB streamed;
   const kiln::detail::FusedProgram program = multiply_add_program();
-  // 2M + 77 floats (8 MiB and up are streamed): a tail shorter than a block and a vector.
+  // 2M + 77 floats (more than 8 MiB are streamed here): a tail shorter than a block and a vector.
   const std::int64_t n = (std::int64_t{2} << 20) + 77;
   std::vector<float> a(static_cast<std::size_t>(n) + 16), b(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -129,6 +141,7 @@ TEST_CASE("fused kernels stream large outputs exactly: unaligned, short and cros
   const kiln::detail::ArrayRef result{out.data(), kiln::f32, shape, contiguous_strides(shape)};
   const kiln::detail::FusedLayout layout = kiln::detail::layout_fused(in, result);
   REQUIRE(layout.stream_output);
+  CHECK(layout.short_blocks);
   CHECK(layout.mode == kiln::detail::FusedLayout::Mode::blocks);
   kiln::detail::run_fused(program, in, result);
   bool ok = true;
@@ -141,15 +154,21 @@ TEST_CASE("fused kernels stream large outputs exactly: unaligned, short and cros
 }
 
 TEST_CASE("a large traced chain gives the bits of its eager ops", "[elementwise]") {
-  // Workload 2 at 8 MiB + a tail: streamed output, blocks of the streaming length.
+  // Workload 2 at 8 MiB + a tail, in short blocks, with plain and with non-temporal stores.
   const std::int64_t n = (std::int64_t{2} << 20) + 1001;
   const Tensor a = kiln::linspace(-3.0, 3.0, n, kiln::f32);
   const Tensor b = kiln::linspace(0.5, 1.5, n, kiln::f32);
   const Tensor c = kiln::linspace(-1.0, 1.0, n, kiln::f32);
-  auto chain = kiln::function([](const Tensor& x, const Tensor& y, const Tensor& z) {
-    return kiln::tanh(x * y + z) * 0.5;
-  });
-  CHECK(chain(a, b, c).to_vector<float>() == (kiln::tanh(a * b + c) * 0.5).to_vector<float>());
+  const std::vector<float> eager = (kiln::tanh(a * b + c) * 0.5).to_vector<float>();
+  for (bool stream : {false, true}) {
+    CAPTURE(stream);
+    std::optional<StreamAbove8MiB> streamed;
+    if (stream) streamed.emplace();
+    auto chain = kiln::function([](const Tensor& x, const Tensor& y, const Tensor& z) {
+      return kiln::tanh(x * y + z) * 0.5;
+    });
+    CHECK(chain(a, b, c).to_vector<float>() == eager);
+  }
 }
 
 namespace {
@@ -240,6 +259,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 TEST_CASE("the softmax primitive gives the bits of its composite, eager and traced", "[reduce]") {
+  const StreamAbove8MiB streamed;
   struct Case {
     const char* what;
     Shape shape;

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -15,6 +17,7 @@
 #include "kernels/fused.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/streaming.hpp"
 #include "kernels/strided_loop.hpp"
 
 namespace kiln::detail {
@@ -63,8 +66,12 @@ inline void copy_run(const char* src, std::int64_t stride, std::int64_t element_
   gather(src, stride, static_cast<std::size_t>(element_size), dst, n);
 }
 
-/// Outputs of at least this many bytes are written with non-temporal stores (see run_fused).
-constexpr std::int64_t stream_output_bytes = std::int64_t{8} << 20;
+/// Kernels that move at least this many bytes (output and inputs) run in short blocks (see
+/// stream_block): their data comes from beyond the L2 caches.
+constexpr std::int64_t short_block_bytes = std::int64_t{4} << 20;
+
+/// The bound set by set_stream_output_bytes (0: none).
+std::atomic<std::int64_t> stream_bytes_override{0};
 
 /// Orders a thread's non-temporal stores before the work that follows (when `active`).
 struct StreamFence {
@@ -315,7 +322,11 @@ FusedLayout layout_fused(std::span<const ArrayRef> inputs, const ArrayRef& out) 
     l.how[k] = flat ? FusedRead::flat : broadcast ? FusedRead::broadcast : FusedRead::gathered;
     if (l.how[k] == FusedRead::gathered) l.gathered_inputs[l.num_gathered++] = k;
   }
-  l.stream_output = l.total * l.out_size >= stream_output_bytes;
+  l.stream_output = l.total * l.out_size > stream_output_bytes();
+  std::int64_t moved = l.total * l.out_size;
+  for (std::size_t k = 0; k < l.num_inputs; ++k)
+    if (l.how[k] != FusedRead::broadcast) moved += l.total * l.size[k];
+  l.short_blocks = moved >= short_block_bytes;
   // Very long rows with inputs that are neither flat nor a single broadcast value are walked
   // row by row (run_elementwise reads inner stride 0 or 1 in place and gathers others),
   // saving the copies of blocked mode. Shorter rows go blockwise: walking rows costs a few
@@ -500,10 +511,10 @@ void run_bound(const BoundOp* ops, std::size_t num_ops, std::int64_t first, std:
   }
 }
 
-/// Blocks of an output written with non-temporal stores, in elements. Far shorter than
+/// Blocks of kernels that move more data than the L2 caches hold, in elements. Far shorter than
 /// fused_block: within a block, the instructions that read no input (tanh over scratch) issue
 /// no loads, and memory idles unless the next block's loads are close enough for the core to
-/// start them early. Short blocks keep the three input streams and the output stream busy.
+/// start them early. Short blocks keep the input streams and the output stream busy.
 constexpr std::int64_t stream_block = 128;
 
 /// FusedLayout::Mode::blocks: blocks of fused_block output elements in row-major order (across
@@ -559,7 +570,7 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
       }
     }
   };
-  const std::int64_t block = l.stream_output ? stream_block : fused_block;
+  const std::int64_t block = l.short_blocks ? stream_block : fused_block;
   const StreamCopyFn stream_copy = elementwise_rows().stream_copy;
   auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
     // This thread's scratch: gathered inputs, instruction results, and the block of a streamed
@@ -653,6 +664,34 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
   std::array<const void*, N> data{};
   for (std::size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
   run_fused(program, layout, data.data(), out.data);
+}
+
+std::int64_t last_level_cache_bytes() {
+  static const std::int64_t bytes = [] {
+    std::int64_t largest = 0;
+    for (int index = 0; index < 16; ++index) {
+      std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) +
+                       "/size");
+      std::int64_t size = 0;
+      char unit = 0;
+      if (!(in >> size)) continue;
+      in >> unit;
+      if (unit == 'K') size <<= 10;
+      if (unit == 'M') size <<= 20;
+      largest = std::max(largest, size);
+    }
+    return largest > 0 ? largest : std::int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+std::int64_t stream_output_bytes() {
+  const std::int64_t set = stream_bytes_override.load(std::memory_order_relaxed);
+  return set > 0 ? set : last_level_cache_bytes();
+}
+
+void set_stream_output_bytes(std::int64_t bytes) {
+  stream_bytes_override.store(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace kiln::detail

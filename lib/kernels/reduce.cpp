@@ -17,6 +17,7 @@
 #include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/streaming.hpp"
 
 namespace kiln::detail {
 
@@ -397,10 +398,6 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
-/// Outputs of at least this many bytes are written with non-temporal stores (as fused kernels'
-/// in elementwise.cpp): the output is not read into the caches before it is overwritten.
-constexpr std::int64_t kStreamOutputBytes = std::int64_t{8} << 20;
-
 /// Prim::softmax over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
 /// per row, in one pass over memory, the composite of lib/ops/reduce.cpp with the same kernels,
 /// so the same bits: m = max (NaN wins), shift = m when finite else 0, e = exp(x - shift) by
@@ -419,7 +416,7 @@ void softmax_typed(const KernelCall& call) {
   const UnaryRowFn exp = table.unary[unary_row_index(Prim::exp)][type];
   const BinaryRowFn div = table.binary[binary_row_index(Prim::div)][type];
   const StreamCopyFn stream_copy = table.stream_copy;
-  const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) >= kStreamOutputBytes;
+  const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
   const T* x = in.ptr<const T>();
   T* y = call.out.ptr<T>();
   auto run_rows = [&](std::int64_t begin, std::int64_t end) {
