@@ -150,7 +150,7 @@ void run_elementwise(const KernelCall& call, const Row& row) {
   }
   const std::int64_t outer = dims.shape[0];
   const std::int64_t outer_grain = std::max<std::int64_t>(1, parallel_grain / (total / outer));
-  parallel_for(outer, outer_grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for_balanced(outer, outer_grain, [&](std::int64_t begin, std::int64_t end) {
     CoalescedDims<N + 1> part = dims;
     part.shape[0] = end - begin;
     std::array<char*, N + 1> part_bases = bases;
@@ -473,7 +473,8 @@ void run_fused_whole_rows(const FusedProgram& program, const FusedLayout& l,
   if (l.total < parallel_min_elements || num_threads() == 1)
     run_row_range(0, blocks);
   else
-    parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_row_range);
+    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block),
+                          run_row_range);
 }
 
 /// One instruction bound to addresses for a run of blocks: operand j is read at
@@ -634,7 +635,7 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
   if (l.total < parallel_min_elements || num_threads() == 1)
     run_range(0, blocks);
   else
-    parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / block), run_range);
+    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / block), run_range);
 }
 
 }  // namespace

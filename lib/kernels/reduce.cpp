@@ -148,13 +148,15 @@ constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 18;
 /// several threads: the split cuts the rows into 2^levels leaves at the boundaries the serial
 /// recursion uses, each leaf is accumulated on its own, and the leaves are combined in the
 /// serial order (left then right, bottom up), so the result has the serial bits for any
-/// thread count. Runs accumulate_rows itself when the rows are too few to split that often.
+/// thread count. Runs accumulate_rows itself when the rows are too few to split at all.
 template <class R>
 void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int64_t cols,
                            typename R::Acc* acc) {
   using Acc = typename R::Acc;
   int levels = 0;
-  while ((1 << levels) < num_threads() && levels < 6) ++levels;
+  // Four leaves per thread, claimed one by one (parallel_for_balanced): a thread that gets its
+  // core late leaves its leaves to the others.
+  while ((1 << levels) < 4 * num_threads() && levels < 8) ++levels;
   // Every node above the leaves must split as the serial recursion does (rows > kPairwiseRows).
   while (levels > 0 && (rows >> levels) <= kPairwiseRows + 1) --levels;
   if (levels == 0 || rows * cols < kParallelMinElements) {
@@ -177,15 +179,17 @@ void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int6
   cut(cut, 0, leaves, 0, rows);
   first[leaves] = rows;
   std::vector<Acc> partial(leaves * static_cast<std::size_t>(cols));
-  parallel_for(static_cast<std::int64_t>(leaves), 1, [&](std::int64_t begin, std::int64_t end) {
-    for (auto leaf = static_cast<std::size_t>(begin); leaf < static_cast<std::size_t>(end);
-         ++leaf) {
-      const std::int64_t n = first[leaf + 1] - first[leaf];
-      std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(n) * cols));
-      accumulate_rows<R>(x + first[leaf] * cols, n, cols,
-                         partial.data() + leaf * static_cast<std::size_t>(cols), scratch.data());
-    }
-  });
+  parallel_for_balanced(
+      static_cast<std::int64_t>(leaves), 1, [&](std::int64_t begin, std::int64_t end) {
+        for (auto leaf = static_cast<std::size_t>(begin); leaf < static_cast<std::size_t>(end);
+             ++leaf) {
+          const std::int64_t n = first[leaf + 1] - first[leaf];
+          std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(n) * cols));
+          accumulate_rows<R>(x + first[leaf] * cols, n, cols,
+                             partial.data() + leaf * static_cast<std::size_t>(cols),
+                             scratch.data());
+        }
+      });
   for (std::size_t width = 1; width < leaves; width *= 2)
     for (std::size_t leaf = 0; leaf < leaves; leaf += 2 * width) {
       Acc* left = partial.data() + leaf * static_cast<std::size_t>(cols);
@@ -292,7 +296,7 @@ void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_
       outer * rows * inner >= kParallelMinElements && num_threads() > 1 && !inside_parallel_region;
   // Many independent outputs: split them over the threads (each is reduced as on one thread).
   if (parallel && outer >= 2 * num_threads()) {
-    parallel_for(outer, 1, [&](std::int64_t begin, std::int64_t end) {
+    parallel_for_balanced(outer, 1, [&](std::int64_t begin, std::int64_t end) {
       reduce_middle_axis<R>(x + begin * rows * inner, end - begin, rows, inner,
                             out + begin * inner);
     });
@@ -442,7 +446,7 @@ void softmax_typed(const KernelCall& call) {
 #endif
   };
   if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
-    parallel_for(rows, 1, run_rows);
+    parallel_for_balanced(rows, 1, run_rows);
   else
     run_rows(0, rows);
 }
