@@ -284,11 +284,20 @@ TEST_CASE("the softmax primitive gives the bits of its composite, eager and trac
       CHECK(same_bits(traced(x), expected));
     }
   }
-  // Special values: rows with +inf, -inf everywhere, NaN, and a large spread.
+  // Special values: rows with +inf, -inf everywhere, NaN, a large spread, and zero maxima of
+  // either sign (the max may come out as +0 or -0: softmax must not care), odd lengths.
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const Tensor special = kiln::reshape(kiln::tensor<float>({1, inf, 2, 3, -inf, -inf, -inf, -inf, 0,
-                                                            nan, 1, 2, 1000, 1000, 999, -1000}),
-                                       {4, 4});
+  const Tensor special = kiln::reshape(
+      kiln::tensor<float>({1,    inf,  2,    3,   -inf,  -inf, -inf, -inf, 0,    nan,  1,
+                           2,    1000, 1000, 999, -1000, -0.f, -0.f, -0.f, -0.f, 0,    -0.f,
+                           -1.f, -0.f, -0.f, 0,   -2.f,  0,    -0.f, -0.f, nan,  -3.f, -0.f}),
+      {1, 33});
+  for (std::int64_t width : {4, 3, 5, 11}) {
+    CAPTURE(width);
+    const Tensor rows = kiln::reshape(
+        kiln::slice(kiln::reshape(special, {33}), 0, 0, 33 / width * width), {33 / width, width});
+    CHECK(same_bits(kiln::softmax(rows, -1), composite_softmax(rows, -1)));
+  }
   CHECK(same_bits(kiln::softmax(special, -1), composite_softmax(special, -1)));
 }
