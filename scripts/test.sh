@@ -120,6 +120,7 @@ for variant in release asan; do
   check "$variant-bench-lstm-sizes-smoke" "$dir/bench/kiln_bench_lstm_sizes" --quick
   check "$variant-bench-gemm-smoke" "$dir/bench/kiln_bench_gemm" --quick
   check "$variant-bench-mlp-smoke" "$dir/bench/kiln_bench_mlp" --quick
+  check "$variant-bench-bandwidth-smoke" "$dir/bench/kiln_bench_bandwidth" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"

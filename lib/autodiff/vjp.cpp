@@ -169,6 +169,10 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       Tensor count = sum(mask, axes, /*keepdims*/ true);
       return {mask * with_kept_dims(g, x(0).shape(), e.attrs) / count};
     }
+    case Prim::softmax: {
+      const auto axes = axes_vector(e.attrs.axes);
+      return {y * (g - sum(g * y, axes, /*keepdims*/ true))};
+    }
     case Prim::reduce_prod: {
       // Exact with zeros: d prod / d x_i is the product of the other entries.
       const auto axes = axes_vector(e.attrs.axes);

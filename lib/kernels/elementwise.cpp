@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -15,6 +17,7 @@
 #include "kernels/fused.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
+#include "kernels/streaming.hpp"
 #include "kernels/strided_loop.hpp"
 
 namespace kiln::detail {
@@ -63,35 +66,12 @@ inline void copy_run(const char* src, std::int64_t stride, std::int64_t element_
   gather(src, stride, static_cast<std::size_t>(element_size), dst, n);
 }
 
-/// Outputs of at least this many bytes are written with non-temporal stores (see run_fused).
-constexpr std::int64_t stream_output_bytes = std::int64_t{8} << 20;
+/// Kernels that move at least this many bytes (output and inputs) run in short blocks (see
+/// stream_block): their data comes from beyond the L2 caches.
+constexpr std::int64_t short_block_bytes = std::int64_t{4} << 20;
 
-/// Copies `bytes` from src to dst (16-byte aligned: a fused block's start) with non-temporal
-/// stores where the instruction set has them; the tail and other targets use memcpy.
-inline void stream_store(char* dst, const void* src, std::int64_t bytes) {
-  std::int64_t done = 0;
-#if defined(__SSE2__)
-  if (reinterpret_cast<std::uintptr_t>(dst) % 16 == 0) {
-    const auto* from = static_cast<const __m128i*>(src);
-    for (; done + 16 <= bytes; done += 16, ++from)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(dst + done), _mm_load_si128(from));
-  }
-#endif
-  std::memcpy(dst + done, static_cast<const char*>(src) + done,
-              static_cast<std::size_t>(bytes - done));
-}
-
-/// For inputs streamed from memory: asks for the lines of the block `prefetch_blocks` ahead of
-/// [first, first + count), so several blocks' loads are in flight while this one computes.
-inline void prefetch_ahead(const char* input, std::int64_t first, std::int64_t count,
-                           std::int64_t element_size, std::int64_t total) {
-  constexpr std::int64_t prefetch_blocks = 4;
-  const std::int64_t ahead = first + prefetch_blocks * count;
-  if (ahead + count > total) return;
-  const char* from = input + ahead * element_size;
-  for (std::int64_t offset = 0; offset < count * element_size; offset += 64)
-    __builtin_prefetch(from + offset);
-}
+/// The bound set by set_stream_output_bytes (0: none).
+std::atomic<std::int64_t> stream_bytes_override{0};
 
 /// Orders a thread's non-temporal stores before the work that follows (when `active`).
 struct StreamFence {
@@ -170,7 +150,7 @@ void run_elementwise(const KernelCall& call, const Row& row) {
   }
   const std::int64_t outer = dims.shape[0];
   const std::int64_t outer_grain = std::max<std::int64_t>(1, parallel_grain / (total / outer));
-  parallel_for(outer, outer_grain, [&](std::int64_t begin, std::int64_t end) {
+  parallel_for_balanced(outer, outer_grain, [&](std::int64_t begin, std::int64_t end) {
     CoalescedDims<N + 1> part = dims;
     part.shape[0] = end - begin;
     std::array<char*, N + 1> part_bases = bases;
@@ -342,7 +322,11 @@ FusedLayout layout_fused(std::span<const ArrayRef> inputs, const ArrayRef& out) 
     l.how[k] = flat ? FusedRead::flat : broadcast ? FusedRead::broadcast : FusedRead::gathered;
     if (l.how[k] == FusedRead::gathered) l.gathered_inputs[l.num_gathered++] = k;
   }
-  l.stream_output = l.total * l.out_size >= stream_output_bytes;
+  l.stream_output = l.total * l.out_size > stream_output_bytes();
+  std::int64_t moved = l.total * l.out_size;
+  for (std::size_t k = 0; k < l.num_inputs; ++k)
+    if (l.how[k] != FusedRead::broadcast) moved += l.total * l.size[k];
+  l.short_blocks = moved >= short_block_bytes;
   // Very long rows with inputs that are neither flat nor a single broadcast value are walked
   // row by row (run_elementwise reads inner stride 0 or 1 in place and gathers others),
   // saving the copies of blocked mode. Shorter rows go blockwise: walking rows costs a few
@@ -489,8 +473,50 @@ void run_fused_whole_rows(const FusedProgram& program, const FusedLayout& l,
   if (l.total < parallel_min_elements || num_threads() == 1)
     run_row_range(0, blocks);
   else
-    parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_row_range);
+    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block),
+                          run_row_range);
 }
+
+/// One instruction bound to addresses for a run of blocks: operand j is read at
+/// src[j] + first * advance[j] (first: the block's first output element) with element stride
+/// stride[j], the result written at dst + first * dst_advance. Binding once per thread's range
+/// leaves a few instructions of dispatch per instruction and block.
+struct BoundOp {
+  void (*fn)() = nullptr;
+  Family family = Family::unary;
+  std::array<const char*, 3> src{};
+  std::array<std::int64_t, 3> advance{};
+  std::array<std::int64_t, 3> stride{};
+  char* dst = nullptr;
+  std::int64_t dst_advance = 0;
+};
+
+/// Runs the bound program over the `count` output elements from `first`.
+void run_bound(const BoundOp* ops, std::size_t num_ops, std::int64_t first, std::int64_t count) {
+  for (std::size_t i = 0; i < num_ops; ++i) {
+    const BoundOp& op = ops[i];
+    const auto at = [&](std::size_t j) { return op.src[j] + first * op.advance[j]; };
+    char* dst = op.dst + first * op.dst_advance;
+    switch (op.family) {
+      case Family::unary:
+        reinterpret_cast<UnaryRowFn>(op.fn)(at(0), op.stride[0], dst, count);
+        break;
+      case Family::binary:
+        reinterpret_cast<BinaryRowFn>(op.fn)(at(0), op.stride[0], at(1), op.stride[1], dst, count);
+        break;
+      default:
+        reinterpret_cast<WhereRowFn>(op.fn)(at(0), op.stride[0], at(1), op.stride[1], at(2),
+                                            op.stride[2], dst, count);
+        break;
+    }
+  }
+}
+
+/// Blocks of kernels that move more data than the L2 caches hold, in elements. Far shorter than
+/// fused_block: within a block, the instructions that read no input (tanh over scratch) issue
+/// no loads, and memory idles unless the next block's loads are close enough for the core to
+/// start them early. Short blocks keep the input streams and the output stream busy.
+constexpr std::int64_t stream_block = 128;
 
 /// FusedLayout::Mode::blocks: blocks of fused_block output elements in row-major order (across
 /// rows of other ranks), with strided inputs gathered into contiguous scratch first.
@@ -499,94 +525,117 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
   const CoalescedDims<N + 1>& dims = l.dims;
   const std::size_t rank = dims.rank;
   const auto base = [&](std::size_t k) { return static_cast<const char*>(inputs[k]); };
-  const auto run_block = [&](std::int64_t first, std::int64_t count) {
-    alignas(64) std::uint64_t gathered[N][fused_block];
-    if (l.num_gathered > 0) {
-      // Walk the block's elements row by row; each gathered input keeps a pointer to the start
-      // of its current row, moved by one outer stride per row (recomputed only on a carry).
-      std::array<std::int64_t, Shape::max_rank> index{};
-      std::int64_t rest = first;
-      for (std::size_t d = rank; d-- > 0;) {
-        index[d] = rest % dims.shape[d];
-        rest /= dims.shape[d];
+  // Gathers input elements [first, first + count) of every gathered input into its scratch.
+  const auto gather_block = [&](std::uint64_t(&gathered)[N][fused_block], std::int64_t first,
+                                std::int64_t count) {
+    // Walk the block's elements row by row; each gathered input keeps a pointer to the start
+    // of its current row, moved by one outer stride per row (recomputed only on a carry).
+    std::array<std::int64_t, Shape::max_rank> index{};
+    std::int64_t rest = first;
+    for (std::size_t d = rank; d-- > 0;) {
+      index[d] = rest % dims.shape[d];
+      rest /= dims.shape[d];
+    }
+    const std::size_t inner = rank - 1;
+    std::array<const char*, N> row{};
+    const auto find_rows = [&] {
+      for (std::size_t g = 0; g < l.num_gathered; ++g) {
+        const std::size_t k = l.gathered_inputs[g];
+        std::int64_t offset = 0;
+        for (std::size_t d = 0; d < inner; ++d) offset += index[d] * dims.strides[k + 1][d];
+        row[k] = base(k) + offset * l.size[k];
       }
-      const std::size_t inner = rank - 1;
-      std::array<const char*, N> row{};
-      const auto find_rows = [&] {
+    };
+    find_rows();
+    for (std::int64_t done = 0; done < count;) {
+      const std::int64_t run = std::min(dims.shape[inner] - index[inner], count - done);
+      for (std::size_t g = 0; g < l.num_gathered; ++g) {
+        const std::size_t k = l.gathered_inputs[g];
+        const std::int64_t step = dims.strides[k + 1][inner];
+        copy_run(row[k] + index[inner] * step * l.size[k], step, l.size[k],
+                 reinterpret_cast<char*>(gathered[k]) + done * l.size[k], run);
+      }
+      done += run;
+      index[inner] += run;
+      if (index[inner] < dims.shape[inner] || done == count) continue;
+      index[inner] = 0;
+      std::size_t d = inner;
+      while (d > 0 && ++index[d - 1] == dims.shape[d - 1]) index[--d] = 0;
+      if (inner > 0 && d == inner) {
         for (std::size_t g = 0; g < l.num_gathered; ++g) {
           const std::size_t k = l.gathered_inputs[g];
-          std::int64_t offset = 0;
-          for (std::size_t d = 0; d < inner; ++d) offset += index[d] * dims.strides[k + 1][d];
-          row[k] = base(k) + offset * l.size[k];
+          row[k] += dims.strides[k + 1][inner - 1] * l.size[k];
         }
-      };
-      find_rows();
-      for (std::int64_t done = 0; done < count;) {
-        const std::int64_t run = std::min(dims.shape[inner] - index[inner], count - done);
-        for (std::size_t g = 0; g < l.num_gathered; ++g) {
-          const std::size_t k = l.gathered_inputs[g];
-          const std::int64_t step = dims.strides[k + 1][inner];
-          copy_run(row[k] + index[inner] * step * l.size[k], step, l.size[k],
-                   reinterpret_cast<char*>(gathered[k]) + done * l.size[k], run);
-        }
-        done += run;
-        index[inner] += run;
-        if (index[inner] < dims.shape[inner] || done == count) continue;
-        index[inner] = 0;
-        std::size_t d = inner;
-        while (d > 0 && ++index[d - 1] == dims.shape[d - 1]) index[--d] = 0;
-        if (inner > 0 && d == inner) {
-          for (std::size_t g = 0; g < l.num_gathered; ++g) {
-            const std::size_t k = l.gathered_inputs[g];
-            row[k] += dims.strides[k + 1][inner - 1] * l.size[k];
-          }
-        } else {
-          find_rows();
-        }
+      } else {
+        find_rows();
       }
     }
-    std::array<const void*, N> ptr{};
-    std::array<std::int64_t, N> stride{};
-    for (std::size_t k = 0; k < l.num_inputs; ++k) {
-      switch (l.how[k]) {
-        case FusedRead::flat:
-          ptr[k] = base(k) + first * l.size[k];
-          stride[k] = 1;
-          if (l.stream_output) prefetch_ahead(base(k), first, count, l.size[k], l.total);
-          break;
-        case FusedRead::broadcast:
-          ptr[k] = base(k);
-          stride[k] = 0;
-          break;
-        default:
-          ptr[k] = gathered[k];
-          stride[k] = 1;
-          break;
-      }
-    }
-    char* dst = out_base + first * l.out_size;
-    if (!l.stream_output) {
-      run_ops(program, ptr, stride, dst, count);
-      return;
-    }
-    // An output far larger than the caches is written with non-temporal stores: no read of
-    // the destination lines before they are overwritten, and no eviction of the inputs' lines.
-    alignas(64) std::uint64_t block[fused_block];
-    run_ops(program, ptr, stride, block, count);
-    stream_store(dst, block, count * l.out_size);
   };
+  const std::int64_t block = l.short_blocks ? stream_block : fused_block;
+  const StreamCopyFn stream_copy = elementwise_rows().stream_copy;
   auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+    // This thread's scratch: gathered inputs, instruction results, and the block of a streamed
+    // output before its non-temporal copy.
+    alignas(64) std::uint64_t gathered[N][fused_block];
+    alignas(64) std::uint64_t slots[max_fused_slots][fused_block];
+    alignas(64) std::uint64_t staged[fused_block];
+    std::array<BoundOp, max_fused_ops> ops;
+    const std::size_t num_ops = program.ops.size();
+    for (std::size_t i = 0; i < num_ops; ++i) {
+      const FusedOp& op = program.ops[i];
+      BoundOp& b = ops[i];
+      b.fn = op.fn;
+      b.family = info(op.prim).family;
+      for (std::size_t j = 0; j < 3; ++j) {
+        const std::int16_t a = op.operands[j];
+        if (a < 0) {
+          b.src[j] = reinterpret_cast<const char*>(slots[-a - 1]);
+          b.stride[j] = 1;
+          continue;
+        }
+        const auto k = static_cast<std::size_t>(a);
+        if (k >= l.num_inputs) continue;  // an operand the instruction does not have
+        switch (l.how[k]) {
+          case FusedRead::flat:
+            b.src[j] = base(k);
+            b.advance[j] = l.size[k];
+            b.stride[j] = 1;
+            break;
+          case FusedRead::broadcast:
+            b.src[j] = base(k);
+            break;
+          default:
+            b.src[j] = reinterpret_cast<const char*>(gathered[k]);
+            b.stride[j] = 1;
+            break;
+        }
+      }
+      if (i + 1 < num_ops) {
+        b.dst = reinterpret_cast<char*>(slots[op.result_slot]);
+      } else if (l.stream_output) {
+        // An output far larger than the caches is written with non-temporal stores: no read
+        // of the destination lines before they are overwritten, and no eviction of the
+        // inputs' lines.
+        b.dst = reinterpret_cast<char*>(staged);
+      } else {
+        b.dst = out_base;
+        b.dst_advance = l.out_size;
+      }
+    }
     StreamFence fence{l.stream_output};
     for (std::int64_t b = begin_block; b < end_block; ++b) {
-      const std::int64_t first = b * fused_block;
-      run_block(first, std::min(fused_block, l.total - first));
+      const std::int64_t first = b * block;
+      const std::int64_t count = std::min(block, l.total - first);
+      if (l.num_gathered > 0) gather_block(gathered, first, count);
+      run_bound(ops.data(), num_ops, first, count);
+      if (l.stream_output) stream_copy(out_base + first * l.out_size, staged, count * l.out_size);
     }
   };
-  const std::int64_t blocks = (l.total + fused_block - 1) / fused_block;
+  const std::int64_t blocks = (l.total + block - 1) / block;
   if (l.total < parallel_min_elements || num_threads() == 1)
     run_range(0, blocks);
   else
-    parallel_for(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block), run_range);
+    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / block), run_range);
 }
 
 }  // namespace
@@ -616,6 +665,34 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
   std::array<const void*, N> data{};
   for (std::size_t k = 0; k < inputs.size(); ++k) data[k] = inputs[k].data;
   run_fused(program, layout, data.data(), out.data);
+}
+
+std::int64_t last_level_cache_bytes() {
+  static const std::int64_t bytes = [] {
+    std::int64_t largest = 0;
+    for (int index = 0; index < 16; ++index) {
+      std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) +
+                       "/size");
+      std::int64_t size = 0;
+      char unit = 0;
+      if (!(in >> size)) continue;
+      in >> unit;
+      if (unit == 'K') size <<= 10;
+      if (unit == 'M') size <<= 20;
+      largest = std::max(largest, size);
+    }
+    return largest > 0 ? largest : std::int64_t{32} << 20;
+  }();
+  return bytes;
+}
+
+std::int64_t stream_output_bytes() {
+  const std::int64_t set = stream_bytes_override.load(std::memory_order_relaxed);
+  return set > 0 ? set : last_level_cache_bytes();
+}
+
+void set_stream_output_bytes(std::int64_t bytes) {
+  stream_bytes_override.store(bytes, std::memory_order_relaxed);
 }
 
 }  // namespace kiln::detail

@@ -274,6 +274,7 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
 
   fill_by_dtype<WhereEntries<Arch>::template Entry>(t.where);
   t.copy_rows = &copy_rows<Arch>;
+  t.stream_copy = &stream_copy<Arch>;
   return t;
 }
 

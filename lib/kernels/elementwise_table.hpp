@@ -68,6 +68,11 @@ using WhereRowFn = void (*)(const void* cond, std::int64_t cond_stride, const vo
 /// repeats one row) to dst + r * row_bytes. The two ranges do not overlap.
 using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* dst,
                             std::int64_t row_bytes, std::int64_t rows);
+/// Copies `bytes` bytes from src to dst (which do not overlap; any alignment and length) with
+/// non-temporal stores of the instruction set's full vector width for the aligned middle of dst
+/// and plain stores for its unaligned head and tail. The caller fences (sfence) before the
+/// result is read by another thread.
+using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -77,8 +82,9 @@ struct ElementwiseRowTable {
   UnaryRowFn unary[num_unary_rows][num_dtypes] = {};  // [prim][input dtype]
   UnaryRowFn cast[num_dtypes][num_dtypes] = {};       // [from][to]
   BinaryRowFn binary[num_binary_rows][num_dtypes] = {};
-  WhereRowFn where[num_dtypes] = {};  // [dtype of a and b]
-  CopyRowsFn copy_rows = nullptr;     // short rows in full-width vector moves
+  WhereRowFn where[num_dtypes] = {};   // [dtype of a and b]
+  CopyRowsFn copy_rows = nullptr;      // short rows in full-width vector moves
+  StreamCopyFn stream_copy = nullptr;  // large outputs, non-temporal stores
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and

@@ -59,7 +59,8 @@ struct FusedLayout {
   std::int64_t out_size = 0;  // output element bytes
   std::size_t num_inputs = 0;
   std::size_t num_gathered = 0;
-  bool stream_output = false;                // output large enough for non-temporal stores
+  bool stream_output = false;  // output larger than the last-level cache: non-temporal stores
+  bool short_blocks = false;   // data beyond the L2 caches: blocks of 128 elements (blocks mode)
   CoalescedDims<max_fused_inputs + 1> dims;  // [0] the output's strides, [k + 1] input k's
   std::array<FusedRead, max_fused_inputs> how{};
   std::array<std::int64_t, max_fused_inputs> size{};  // input element bytes

@@ -152,11 +152,23 @@ int num_threads() {
   return threads;
 }
 
-void parallel_for(std::int64_t n, std::int64_t grain, RangeFnRef fn) {
+namespace {
+
+void run_in_chunks(std::int64_t n, std::int64_t grain, std::int64_t max_chunks, RangeFnRef fn) {
   if (n <= 0) return;
   const std::int64_t chunks =
-      std::min<std::int64_t>(num_threads(), n / std::max<std::int64_t>(grain, 1));
+      std::min<std::int64_t>(max_chunks, n / std::max<std::int64_t>(grain, 1));
   if (chunks <= 1 || inside_parallel_region || !thread_pool().try_run(n, chunks, fn)) fn(0, n);
+}
+
+}  // namespace
+
+void parallel_for(std::int64_t n, std::int64_t grain, RangeFnRef fn) {
+  run_in_chunks(n, grain, num_threads(), fn);
+}
+
+void parallel_for_balanced(std::int64_t n, std::int64_t grain, RangeFnRef fn) {
+  run_in_chunks(n, grain, num_threads() == 1 ? 1 : std::int64_t{4} * num_threads(), fn);
 }
 
 }  // namespace kiln::detail

@@ -43,6 +43,13 @@ int num_threads();
 /// exception thrown by fn is rethrown in the caller (after all chunks have finished).
 void parallel_for(std::int64_t n, std::int64_t grain, RangeFnRef fn);
 
+/// parallel_for in up to 4 * num_threads() chunks (of at least `grain`), which the threads claim
+/// one after another: when a thread gets its core late (other processes on the machine), the
+/// others take over its share chunk by chunk instead of one waiting for the other's whole half.
+/// For long memory-bound kernels (fused elementwise, softmax, reductions), where a few more
+/// claims per call cost nothing. fn must not assume one chunk per thread.
+void parallel_for_balanced(std::int64_t n, std::int64_t grain, RangeFnRef fn);
+
 /// Runs first(0, 1) on the calling thread and second(1, 2) on a helper thread at the same time,
 /// for splits of work too small for the pool's wake-up (a call of a few microseconds): the
 /// helper spins for a while after each job, so back-to-back calls hand over in well under a
@@ -87,6 +94,11 @@ requires(!std::is_same_v<std::remove_cvref_t<F>, RangeFnRef>) void parallel_for(
                                                                                 std::int64_t grain,
                                                                                 F&& fn) {
   parallel_for(n, grain, RangeFnRef(fn));
+}
+template <class F>
+requires(!std::is_same_v<std::remove_cvref_t<F>, RangeFnRef>) void parallel_for_balanced(
+    std::int64_t n, std::int64_t grain, F&& fn) {
+  parallel_for_balanced(n, grain, RangeFnRef(fn));
 }
 
 }  // namespace kiln::detail

@@ -3,14 +3,21 @@
 // with the front ends in lib/ops/reduce.cpp.
 
 #include <array>
+#include <cmath>
 #include <cstdint>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <limits>
 #include <type_traits>
 #include <vector>
 
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
+#include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/streaming.hpp"
 
 namespace kiln::detail {
 
@@ -134,26 +141,99 @@ void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t co
   }
 }
 
+/// Below this many input elements a reduction runs on the calling thread.
+constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 18;
+
+/// acc[k] as accumulate_rows computes it, with the top levels of its pairwise split run on
+/// several threads: the split cuts the rows into 2^levels leaves at the boundaries the serial
+/// recursion uses, each leaf is accumulated on its own, and the leaves are combined in the
+/// serial order (left then right, bottom up), so the result has the serial bits for any
+/// thread count. Runs accumulate_rows itself when the rows are too few to split at all.
+template <class R>
+void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int64_t cols,
+                           typename R::Acc* acc) {
+  using Acc = typename R::Acc;
+  int levels = 0;
+  // Four leaves per thread, claimed one by one (parallel_for_balanced): a thread that gets its
+  // core late leaves its leaves to the others.
+  while ((1 << levels) < 4 * num_threads() && levels < 8) ++levels;
+  // Every node above the leaves must split as the serial recursion does (rows > kPairwiseRows).
+  while (levels > 0 && (rows >> levels) <= kPairwiseRows + 1) --levels;
+  if (levels == 0 || rows * cols < kParallelMinElements) {
+    std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * cols));
+    accumulate_rows<R>(x, rows, cols, acc, scratch.data());
+    return;
+  }
+  const std::size_t leaves = std::size_t{1} << levels;
+  std::vector<std::int64_t> first(leaves + 1);
+  // Leaf boundaries of the serial split: a node of n rows keeps n / 2 on the left.
+  const auto cut = [&](auto&& self, std::size_t leaf, std::size_t count, std::int64_t begin,
+                       std::int64_t n) -> void {
+    if (count == 1) {
+      first[leaf] = begin;
+      return;
+    }
+    self(self, leaf, count / 2, begin, n / 2);
+    self(self, leaf + count / 2, count / 2, begin + n / 2, n - n / 2);
+  };
+  cut(cut, 0, leaves, 0, rows);
+  first[leaves] = rows;
+  std::vector<Acc> partial(leaves * static_cast<std::size_t>(cols));
+  parallel_for_balanced(
+      static_cast<std::int64_t>(leaves), 1, [&](std::int64_t begin, std::int64_t end) {
+        for (auto leaf = static_cast<std::size_t>(begin); leaf < static_cast<std::size_t>(end);
+             ++leaf) {
+          const std::int64_t n = first[leaf + 1] - first[leaf];
+          std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(n) * cols));
+          accumulate_rows<R>(x + first[leaf] * cols, n, cols,
+                             partial.data() + leaf * static_cast<std::size_t>(cols),
+                             scratch.data());
+        }
+      });
+  for (std::size_t width = 1; width < leaves; width *= 2)
+    for (std::size_t leaf = 0; leaf < leaves; leaf += 2 * width) {
+      Acc* left = partial.data() + leaf * static_cast<std::size_t>(cols);
+      const Acc* right = left + width * static_cast<std::size_t>(cols);
+      for (std::int64_t k = 0; k < cols; ++k) left[k] = R::combine(left[k], right[k]);
+    }
+  for (std::int64_t k = 0; k < cols; ++k) acc[k] = partial[static_cast<std::size_t>(k)];
+}
+
 /// Scratch accumulators reduce_contiguous needs for rows of up to n elements.
 std::int64_t contiguous_scratch_size(std::int64_t n) {
   return kRowWidth * (1 + accumulate_depth(n / kRowWidth));
 }
 
-/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size(n) accumulators.
+/// Folds the kRowWidth lanes of a contiguous reduction and adds the tail x[rows * kRowWidth, n).
 template <class R>
-typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
-                                  typename R::Acc* scratch) {
+typename R::Acc finish_contiguous(const typename R::In* x, std::int64_t n, typename R::Acc* lanes) {
   typename R::Acc total = R::identity();
   const std::int64_t rows = n / kRowWidth;
   if (rows > 0) {
-    typename R::Acc* lanes = scratch;
-    accumulate_rows<R>(x, rows, kRowWidth, lanes, scratch + kRowWidth);
     for (std::int64_t width = kRowWidth / 2; width > 0; width /= 2)
       for (std::int64_t j = 0; j < width; ++j) lanes[j] = R::combine(lanes[j], lanes[j + width]);
     total = lanes[0];
   }
   for (std::int64_t i = rows * kRowWidth; i < n; ++i) total = R::combine(total, R::load(x[i]));
   return total;
+}
+
+/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size(n) accumulators.
+template <class R>
+typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
+                                  typename R::Acc* scratch) {
+  const std::int64_t rows = n / kRowWidth;
+  if (rows > 0) accumulate_rows<R>(x, rows, kRowWidth, scratch, scratch + kRowWidth);
+  return finish_contiguous<R>(x, n, scratch);
+}
+
+/// reduce_contiguous with the pairwise split over threads (accumulate_rows_split): the same bits.
+template <class R>
+typename R::Acc reduce_contiguous_split(const typename R::In* x, std::int64_t n) {
+  typename R::Acc lanes[kRowWidth];
+  const std::int64_t rows = n / kRowWidth;
+  if (rows > 0) accumulate_rows_split<R>(x, rows, kRowWidth, lanes);
+  return finish_contiguous<R>(x, n, lanes);
 }
 
 /// The input dims with size-1 dims dropped and neighbours of the same kind (reduced or
@@ -211,7 +291,23 @@ template <class R>
 void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_t rows,
                         std::int64_t inner, typename R::Out* out) {
   using Acc = typename R::Acc;
+  // (Inside a parallel region, work stays on its thread: the split below would recurse.)
+  const bool parallel =
+      outer * rows * inner >= kParallelMinElements && num_threads() > 1 && !inside_parallel_region;
+  // Many independent outputs: split them over the threads (each is reduced as on one thread).
+  if (parallel && outer >= 2 * num_threads()) {
+    parallel_for_balanced(outer, 1, [&](std::int64_t begin, std::int64_t end) {
+      reduce_middle_axis<R>(x + begin * rows * inner, end - begin, rows, inner,
+                            out + begin * inner);
+    });
+    return;
+  }
   if (inner == 1) {
+    if (parallel) {
+      for (std::int64_t o = 0; o < outer; ++o)
+        out[o] = R::store(reduce_contiguous_split<R>(x + o * rows, rows));
+      return;
+    }
     std::vector<Acc> scratch(static_cast<std::size_t>(contiguous_scratch_size(rows)));
     for (std::int64_t o = 0; o < outer; ++o)
       out[o] = R::store(reduce_contiguous<R>(x + o * rows, rows, scratch.data()));
@@ -220,7 +316,10 @@ void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_
   std::vector<Acc> acc(static_cast<std::size_t>(inner));
   std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * inner));
   for (std::int64_t o = 0; o < outer; ++o) {
-    accumulate_rows<R>(x + o * rows * inner, rows, inner, acc.data(), scratch.data());
+    if (parallel)
+      accumulate_rows_split<R>(x + o * rows * inner, rows, inner, acc.data());
+    else
+      accumulate_rows<R>(x + o * rows * inner, rows, inner, acc.data(), scratch.data());
     typename R::Out* dst = out + o * inner;
     for (std::int64_t k = 0; k < inner; ++k) dst[k] = R::store(acc[k]);
   }
@@ -301,6 +400,74 @@ void reduce_typed(const KernelCall& call) {
     partial.swap(next);
   }
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
+}
+
+/// The value softmax subtracts from row[0, n) (n >= 1): its max when finite, else 0, as the
+/// composite's where(isfinite(max), max, 0). The max is taken by the instruction set's
+/// `maximum` row kernel over halves (NaN propagates), in `buffer` (n / 2 + 1 elements). It may
+/// differ from the pairwise max only in the sign of a zero maximum, and x - (+0) and x - (-0)
+/// have the same exp, so softmax's bits are the composite's.
+template <class T>
+T softmax_shift(const T* row, std::int64_t n, BinaryRowFn maximum, T* buffer) {
+  const T* from = row;
+  std::int64_t length = n;
+  while (length > 1) {
+    const std::int64_t half = length / 2;
+    maximum(from, 1, from + half, 1, buffer, half);  // reads past `half` are not written
+    if (length % 2 != 0) buffer[half] = from[length - 1];
+    length = half + length % 2;
+    from = buffer;
+  }
+  const T m = from[0];
+  return std::isfinite(m) ? m : T{0};
+}
+
+/// Prim::softmax over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
+/// per row, in one pass over memory, the composite of lib/ops/reduce.cpp with the same kernels,
+/// so the same bits: m = max (NaN wins; softmax_shift), shift = m when finite else 0, e = exp(x -
+/// shift) by the instruction set's sub and exp row kernels, s = the pairwise sum of e, y = e / s by
+/// its div row kernel. The row stays in this thread's scratch between the steps; rows are split
+/// over the threads, and large outputs are written with non-temporal stores.
+template <class T>
+void softmax_typed(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  const std::int64_t n = in.shape[static_cast<std::size_t>(call.attrs.axes[0])];
+  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
+  if (rows == 0) return;
+  const ElementwiseRowTable& table = elementwise_rows();
+  const std::size_t type = dtype_index(in.dtype);
+  const BinaryRowFn sub = table.binary[binary_row_index(Prim::sub)][type];
+  const UnaryRowFn exp = table.unary[unary_row_index(Prim::exp)][type];
+  const BinaryRowFn div = table.binary[binary_row_index(Prim::div)][type];
+  const BinaryRowFn maximum = table.binary[binary_row_index(Prim::maximum)][type];
+  const StreamCopyFn stream_copy = table.stream_copy;
+  const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
+  const T* x = in.ptr<const T>();
+  T* y = call.out.ptr<T>();
+  auto run_rows = [&](std::int64_t begin, std::int64_t end) {
+    std::vector<T> e(static_cast<std::size_t>(n));
+    std::vector<T> scratch(static_cast<std::size_t>(contiguous_scratch_size(n)));
+    for (std::int64_t r = begin; r < end; ++r) {
+      const T* row = x + r * n;
+      const T shift = softmax_shift(row, n, maximum, e.data());
+      sub(row, 1, &shift, 0, e.data(), n);
+      exp(e.data(), 1, e.data(), n);
+      const T s = reduce_contiguous<SumReducer<T>>(e.data(), n, scratch.data());
+      if (!stream) {
+        div(e.data(), 1, &s, 0, y + r * n, n);
+        continue;
+      }
+      div(e.data(), 1, &s, 0, e.data(), n);
+      stream_copy(y + r * n, e.data(), n * static_cast<std::int64_t>(sizeof(T)));
+    }
+#if defined(__SSE2__)
+    if (stream) _mm_sfence();  // this thread's streamed rows, before the result is published
+#endif
+  };
+  if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
+    parallel_for_balanced(rows, 1, run_rows);
+  else
+    run_rows(0, rows);
 }
 
 /// True when v should replace best as the running arg-extremum: NaN wins and stays.
@@ -397,6 +564,9 @@ void run_reduce(const KernelCall& call) {
         break;
       case Prim::argmin:
         arg_extremum_typed<T, false>(call);
+        break;
+      case Prim::softmax:
+        if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
         break;
       case Prim::dim_size: {
         std::int64_t count = 1;

@@ -203,6 +203,15 @@ Tensor softmax(const Tensor& x, std::int64_t axis) {
   const std::vector<std::int64_t> axes{axis};
   const Reduction r = plan_reduction(x, axes, true, "softmax");
   require_floating(x, "softmax");
+  // Rows that are contiguous in memory (the axis is the last one above size 1) and static
+  // shapes: the softmax primitive, which reads each row once and writes it once, with the bits
+  // of the composite below (the same row kernels and pairwise sums).
+  bool rows = r.extent > 0 && !r.dynamic_extent;
+  for (std::size_t d = 0; d < x.shape().size(); ++d) {
+    rows = rows && !is_dynamic_dim(x.shape()[d]);
+    if (static_cast<std::int64_t>(d) > r.attrs.axes[0]) rows = rows && x.shape()[d] == 1;
+  }
+  if (rows) return detail::apply(Prim::softmax, {x}, r.attrs, x.dtype(), x.shape());
   const Tensor e = exp(x - stable_shift(x, axes, r));
   return e / sum(e, axes, true);
 }

@@ -1,0 +1,358 @@
+// kiln_bench_bandwidth: memory-bound kernels against copies measured in the same run (issue 18).
+// Usage: kiln_bench_bandwidth [--quick] [--json]. See docs/performance.md, "Memory bandwidth".
+//
+// Measured, interleaved sample by sample so that a slow phase of a shared machine hits every
+// row alike:
+//   copy 1->1   16 MiB -> 16 MiB (the reference of softmax, which moves one byte out per byte
+//               in)
+//   copy 3->1   three 16 MiB inputs -> one 16 MiB output (out = a + b + c, two adds per vector:
+//               nothing next to the traffic; the reference of the chain)
+//   copy 3->1 with the other store strategy, for comparison only
+//   read        64 MiB read and summed in four vector accumulators, nothing written (the
+//               reference of the sum: a reduction moves no bytes out)
+//   memcpy      16 MiB -> 16 MiB with std::memcpy, for comparison only
+//   chain       tanh(a*b+c)*0.5 over three f32[4M], a cached kiln::function (workload 2)
+//   sum         kiln::sum over f32[16M] (eager; one reduction kernel)
+//   softmax     kiln::softmax over the rows of f32[4096, 1024], a cached kiln::function
+// Bytes are the compulsory traffic: every input byte read once and every output byte written
+// once (chain 4 x 16 MiB, sum 64 MiB, softmax 2 x 16 MiB, copy 1->1 2 x 16 MiB, copy 3->1
+// 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference is split over as many
+// persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller included, two barrier
+// waits per call. The copies store as kiln's kernels do: non-temporal stores (movntps) when the
+// 16 MiB output is larger than the last-level cache (kiln::detail::stream_output_bytes(), from
+// sysfs), plain stores otherwise; the header line says which.
+#include <fmt/format.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#include <algorithm>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "harness.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/streaming.hpp"
+
+namespace {
+
+using kiln::Shape;
+using kiln::Tensor;
+using kiln::bench::BenchArgs;
+using kiln::bench::json_string;
+using kiln::bench::parse_bench_args;
+
+constexpr std::size_t mib16 = std::size_t{16} << 20;
+constexpr std::size_t floats16 = mib16 / sizeof(float);  // 4M floats
+
+/// A 64-byte aligned float buffer, filled with `value` (which also maps its pages).
+struct Buffer {
+  explicit Buffer(std::size_t n, float value)
+      : data(static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)))), size(n) {
+    std::fill(data, data + n, value);
+  }
+  ~Buffer() { std::free(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  float* data;
+  std::size_t size;
+};
+
+/// out[i] = sum of the inputs' [i], [begin, end) of it, a full 64-byte line per iteration,
+/// written with non-temporal stores (SSE2's movntps) when `stream`, else plain stores (the
+/// buffers are 64-byte aligned and every part starts on a line).
+void sum_part(const std::vector<const float*>& in, float* out, std::size_t begin, std::size_t end,
+              bool stream) {
+  std::size_t i = begin;
+#if defined(__SSE2__)
+  for (; i + 16 <= end; i += 16) {
+    __m128 v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm_load_ps(in[0] + i + 4 * j);
+    for (std::size_t k = 1; k < in.size(); ++k)
+      for (int j = 0; j < 4; ++j) v[j] = _mm_add_ps(v[j], _mm_load_ps(in[k] + i + 4 * j));
+    if (stream)
+      for (int j = 0; j < 4; ++j) _mm_stream_ps(out + i + 4 * j, v[j]);
+    else
+      for (int j = 0; j < 4; ++j) _mm_store_ps(out + i + 4 * j, v[j]);
+  }
+#endif
+  for (; i < end; ++i) {
+    float s = in[0][i];
+    for (std::size_t k = 1; k < in.size(); ++k) s += in[k][i];
+    out[i] = s;
+  }
+}
+
+/// The sum of x[begin, end) in four 4-lane accumulators (a read-only pass at full speed).
+float read_part(const float* x, std::size_t begin, std::size_t end) {
+  std::size_t i = begin;
+  float total = 0;
+#if defined(__SSE2__)
+  __m128 acc[4] = {_mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps()};
+  for (; i + 16 <= end; i += 16)
+    for (int j = 0; j < 4; ++j) acc[j] = _mm_add_ps(acc[j], _mm_load_ps(x + i + 4 * j));
+  alignas(16) float lanes[4];
+  _mm_store_ps(lanes, _mm_add_ps(_mm_add_ps(acc[0], acc[1]), _mm_add_ps(acc[2], acc[3])));
+  total = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+#endif
+  for (; i < end; ++i) total += x[i];
+  return total;
+}
+
+/// A job split over `threads` persistent threads (the caller included): a call costs two
+/// barrier waits rather than thread start-ups. part(id, threads) does thread id's share.
+class ThreadTeam {
+ public:
+  ThreadTeam(int threads, std::function<void(int, int)> part)
+      : threads_(threads), part_(std::move(part)), start_(threads), done_(threads) {
+    for (int id = 1; id < threads_; ++id) workers_.emplace_back([this, id] { work(id); });
+  }
+  ~ThreadTeam() {
+    stop_ = true;
+    if (threads_ > 1) start_.arrive_and_wait();
+    for (auto& w : workers_) w.join();
+  }
+  ThreadTeam(const ThreadTeam&) = delete;
+  ThreadTeam& operator=(const ThreadTeam&) = delete;
+
+  void run() {
+    if (threads_ > 1) start_.arrive_and_wait();
+    part_(0, threads_);
+    if (threads_ > 1) done_.arrive_and_wait();
+  }
+
+ private:
+  void work(int id) {
+    for (;;) {
+      start_.arrive_and_wait();
+      if (stop_) return;
+      part_(id, threads_);
+      done_.arrive_and_wait();
+    }
+  }
+  int threads_;
+  std::function<void(int, int)> part_;
+  std::barrier<> start_, done_;
+  std::vector<std::thread> workers_;
+  bool stop_ = false;  // written before start_ is passed, read after it
+};
+
+/// [begin, end) of thread id's share of n elements, cut on 64-byte lines.
+std::pair<std::size_t, std::size_t> share(std::size_t n, int id, int threads) {
+  const std::size_t lines = (n + 15) / 16;
+  const auto t = static_cast<std::size_t>(threads), i = static_cast<std::size_t>(id);
+  return {std::min(n, lines * i / t * 16), std::min(n, lines * (i + 1) / t * 16)};
+}
+
+/// One row of the table.
+struct Row {
+  std::string name;
+  double bytes = 0;
+  std::function<void()> call;
+  int reference = -1;  // index of the row it is compared with (-1: none)
+  std::string note;
+  std::vector<double> seconds;  // per call, one entry per sample
+  double median() const {
+    std::vector<double> s = seconds;
+    std::sort(s.begin(), s.end());
+    return s.empty() ? 0 : s[s.size() / 2];
+  }
+  double gbps() const { return median() > 0 ? bytes / median() * 1e-9 : 0; }
+};
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw kiln::Error("kiln_bench_bandwidth: " + what);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const BenchArgs args = parse_bench_args(argc, argv);
+  if (args.bad()) {
+    fmt::print(stderr,
+               "usage: kiln_bench_bandwidth [--quick] [--json]\n  --quick  one call per row (a "
+               "smoke test, not a measurement)\n  --json   print the results as JSON\n");
+    return args.unknown == "--help" || args.unknown == "-h" ? 0 : 2;
+  }
+  const bool quick = args.quick;
+  const int samples = quick ? 1 : 31;
+  const double sample_seconds = quick ? 0 : 0.03;
+  const int threads = kiln::detail::num_threads();
+
+  // The references' buffers (plain memory, not kiln tensors).
+  Buffer ra(floats16, 1.0f), rb(floats16, 2.0f), rc(floats16, 3.0f), rout(floats16, 0.0f);
+  const std::vector<const float*> one{ra.data}, three{ra.data, rb.data, rc.data};
+  // kiln streams outputs larger than the last-level cache; so do the references.
+  const bool stream = static_cast<std::int64_t>(mib16) > kiln::detail::stream_output_bytes();
+  const auto copy_team = [&](const std::vector<const float*>& in, bool nt) {
+    return std::make_unique<ThreadTeam>(threads, [&in, &rout, nt](int id, int t) {
+      const auto [begin, end] = share(floats16, id, t);
+      sum_part(in, rout.data, begin, end, nt);
+#if defined(__SSE2__)
+      if (nt) _mm_sfence();
+#endif
+    });
+  };
+  const auto copy1 = copy_team(one, stream), copy3 = copy_team(three, stream);
+  const auto copy3_other = copy_team(three, !stream);
+  Buffer big(4 * floats16, 0.5f);
+  std::vector<float> read_results(static_cast<std::size_t>(threads));
+  ThreadTeam read64(threads, [&](int id, int t) {
+    const auto [begin, end] = share(big.size, id, t);
+    read_results[static_cast<std::size_t>(id)] = read_part(big.data, begin, end);
+  });
+  ThreadTeam plain_copy(threads, [&](int id, int t) {
+    const auto [begin, end] = share(floats16, id, t);
+    std::memcpy(rout.data + begin, ra.data + begin, (end - begin) * sizeof(float));
+  });
+
+  // kiln's inputs.
+  constexpr auto n = static_cast<std::int64_t>(floats16);
+  const Tensor a = kiln::linspace(-2.0, 2.0, n, kiln::f32);
+  const Tensor b = kiln::full(Shape{n}, 0.75);
+  const Tensor c = kiln::linspace(-1.0, 1.0, n, kiln::f32);
+  auto chain = kiln::function([](const Tensor& x, const Tensor& y, const Tensor& z) {
+    return kiln::tanh(x * y + z) * 0.5;
+  });
+  const float last = kiln::slice(chain(a, b, c), 0, n - 1, n).item<float>();
+  check(std::abs(last - 0.5f * std::tanh(2.0f * 0.75f + 1.0f)) < 1e-5f, "chain: wrong result");
+
+  constexpr std::int64_t sum_n = std::int64_t{16} << 20;
+  const Tensor s = kiln::full(Shape{sum_n}, 0.25);
+  check(kiln::sum(s).item<float>() == 0.25f * static_cast<float>(sum_n), "sum: wrong result");
+
+  const Tensor logits =
+      kiln::reshape(kiln::linspace(-4.0, 4.0, 4096 * 1024, kiln::f32), Shape{4096, 1024});
+  auto softmax = kiln::function([](const Tensor& x) { return kiln::softmax(x, -1); });
+  {
+    const Tensor p = softmax(logits);
+    const float row_sum = kiln::sum(kiln::slice(p, 0, 7, 8)).item<float>();
+    check(std::abs(row_sum - 1.0f) < 1e-4f, "softmax: a row does not sum to 1");
+  }
+
+  constexpr double m16 = static_cast<double>(mib16);
+  std::vector<Row> rows;
+  const std::string stores = stream ? "non-temporal stores" : "plain stores";
+  rows.push_back({"copy 1->1",
+                  2 * m16,
+                  [&] { copy1->run(); },
+                  -1,
+                  "reference: 16 MiB -> 16 MiB, " + stores,
+                  {}});
+  rows.push_back({"copy 3->1",
+                  4 * m16,
+                  [&] { copy3->run(); },
+                  -1,
+                  "reference: a+b+c, 3 x 16 MiB -> 16 MiB, " + stores,
+                  {}});
+  rows.push_back({stream ? "copy 3->1, plain" : "copy 3->1, NT",
+                  4 * m16,
+                  [&] { copy3_other->run(); },
+                  1,
+                  stream ? "plain stores, for comparison" : "non-temporal stores, for comparison",
+                  {}});
+  rows.push_back({"read 64 MiB",
+                  4 * m16,
+                  [&] { read64.run(); },
+                  -1,
+                  "reference: 4 x 16 MiB summed, nothing written",
+                  {}});
+  rows.push_back(
+      {"memcpy 1->1", 2 * m16, [&] { plain_copy.run(); }, 0, "std::memcpy per thread", {}});
+  rows.push_back({"chain traced",
+                  4 * m16,
+                  [&] { chain(a, b, c); },
+                  1,
+                  "tanh(a*b+c)*0.5, 3 x f32[4M] -> f32[4M]",
+                  {}});
+  rows.push_back({"sum f32[16M]", 4 * m16, [&] { kiln::sum(s); }, 3, "eager; reads 64 MiB", {}});
+  rows.push_back({"softmax traced",
+                  2 * m16,
+                  [&] { softmax(logits); },
+                  0,
+                  "rows of f32[4096, 1024], last axis",
+                  {}});
+
+  // Calibrate each row's calls per sample, then sample the rows in turn.
+  std::vector<std::int64_t> calls(rows.size(), 1);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    rows[r].call();
+    if (quick) continue;
+    const auto start = std::chrono::steady_clock::now();
+    std::int64_t done = 0;
+    do {
+      rows[r].call();
+      ++done;
+    } while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(100));
+    const double per_call =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+        static_cast<double>(done);
+    calls[r] = std::max<std::int64_t>(1, static_cast<std::int64_t>(sample_seconds / per_call));
+  }
+  for (int sample = 0; sample < samples; ++sample)
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      for (std::int64_t i = 0; i < calls[r]; ++i) rows[r].call();
+      rows[r].seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+          static_cast<double>(calls[r]));
+    }
+
+  if (args.json) {
+    fmt::print(
+        "{{\"program\": \"kiln_bench_bandwidth\", \"quick\": {}, \"threads\": {}, "
+        "\"non_temporal_stores\": {}, \"rows\": [",
+        quick, threads, stream);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const Row& row = rows[r];
+      const double ratio = row.reference >= 0
+                               ? row.gbps() / rows[static_cast<std::size_t>(row.reference)].gbps()
+                               : 1;
+      fmt::print(
+          "{}\n  {{\"name\": {}, \"bytes\": {}, \"median_s\": {}, \"gb_per_s\": {}, "
+          "\"reference\": {}, \"of_reference\": {}, \"samples\": {}}}",
+          r == 0 ? "" : ",", json_string(row.name), row.bytes, row.median(), row.gbps(),
+          json_string(row.reference >= 0 ? rows[static_cast<std::size_t>(row.reference)].name : ""),
+          ratio, row.seconds.size());
+    }
+    fmt::print("\n]}}\n");
+    return 0;
+  }
+  fmt::print(
+      "kiln_bench_bandwidth{}: kiln uses {} threads, simd {}; last-level cache {} MiB: 16 MiB "
+      "outputs get {}; median of {} samples\n\n",
+      quick ? " --quick" : "", threads,
+      std::getenv("KILN_SIMD") ? std::getenv("KILN_SIMD") : "auto",
+      kiln::detail::last_level_cache_bytes() >> 20, stores, samples);
+  fmt::print("{:<20} {:>9} {:>10} {:>9}   {:<20} {}\n", "row", "ms", "GB/s", "of ref", "reference",
+             "what");
+  fmt::print("{}\n", std::string(110, '-'));
+  for (const Row& row : rows) {
+    const std::string ref =
+        row.reference >= 0 ? rows[static_cast<std::size_t>(row.reference)].name : "-";
+    const std::string ratio =
+        row.reference >= 0
+            ? fmt::format("{:.2f}",
+                          row.gbps() / rows[static_cast<std::size_t>(row.reference)].gbps())
+            : "-";
+    fmt::print("{:<20} {:>9.3f} {:>10.2f} {:>9}   {:<20} {}\n", row.name, row.median() * 1e3,
+               row.gbps(), ratio, ref, row.note);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "kiln_bench_bandwidth: {}\n", e.what());
+  return 1;
+}

@@ -1,0 +1,303 @@
+// The memory-bound paths of issue 18: the streaming copier of every instruction set this CPU
+// runs (non-temporal stores on the aligned middle, plain stores on the head and tail), fused
+// kernels whose outputs are large enough to be streamed (short blocks, unaligned outputs,
+// blocks that cross rows), and the parallel sums, which must give the bits of the serial ones.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "kernels/fused.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/streaming.hpp"
+#include "simd_test_support.hpp"
+
+namespace {
+
+using kiln::Shape;
+using kiln::Tensor;
+
+/// While alive, outputs of more than 8 MiB are streamed (the default bound is the last-level
+/// cache, tens of MiB), so the streaming paths run on test-sized data.
+struct StreamAbove8MiB {
+  StreamAbove8MiB() { kiln::detail::set_stream_output_bytes(std::int64_t{8} << 20); }
+  ~StreamAbove8MiB() { kiln::detail::set_stream_output_bytes(0); }
+  StreamAbove8MiB(const StreamAbove8MiB&) = delete;
+  StreamAbove8MiB& operator=(const StreamAbove8MiB&) = delete;
+};
+
+/// Row-major strides of a contiguous shape.
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides = shape;
+  std::int64_t step = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    strides[d] = step;
+    step *= shape[d];
+  }
+  return strides;
+}
+
+/// The program in0 * in1 + in0 over f32 (two instructions, one scratch slot).
+kiln::detail::FusedProgram multiply_add_program() {
+  using kiln::detail::FusedOp;
+  using kiln::detail::Prim;
+  kiln::detail::FusedProgram program;
+  program.num_inputs = 2;
+  program.num_slots = 1;
+  FusedOp mul;
+  mul.prim = Prim::mul;
+  mul.operands = {0, 1, 0};
+  mul.result_slot = 0;
+  FusedOp add;
+  add.prim = Prim::add;
+  add.operands = {-1, 0, 0};
+  program.ops = {mul, add};
+  program.text = "in0 * in1 + in0";
+  kiln::detail::resolve_fused_program(program);
+  return program;
+}
+
+}  // namespace
+
+TEST_CASE("streaming copies are exact at every alignment and length", "[simd]") {
+  // Heads of 0 to 63 bytes before the first 64-byte line, lengths around every vector width
+  // and the 4-vector unrolled body, and guard bytes on both sides that must stay untouched.
+  const std::int64_t lengths[] = {0,   1,   3,   15,  16,  17,  31,  32,  33,   63,   64,       65,
+                                  127, 128, 129, 255, 256, 257, 511, 512, 1000, 4096, 4096 + 77};
+  std::vector<std::uint8_t> src(4096 + 256), dst(4096 + 512), expected(dst.size());
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  for (const kiln::detail::ElementwiseRowTable* table : kiln::test::row_tables_of_this_cpu()) {
+    REQUIRE(table->stream_copy != nullptr);
+    for (std::int64_t length : lengths)
+      for (std::size_t head = 0; head < 64; ++head)
+        for (std::size_t src_offset : {0, 1, 5}) {
+          // dst's 64-byte line starts at its first multiple of 64.
+          const auto base = reinterpret_cast<std::uintptr_t>(dst.data());
+          const std::size_t line = (64 - base % 64) % 64 + 64;
+          std::memset(dst.data(), 0xA5, dst.size());
+          expected.assign(dst.begin(), dst.end());
+          std::memcpy(expected.data() + line + head, src.data() + src_offset,
+                      static_cast<std::size_t>(length));
+          table->stream_copy(dst.data() + line + head, src.data() + src_offset, length);
+          INFO(table->isa_name << " length " << length << " head " << head << " src offset "
+                               << src_offset);
+          REQUIRE(dst == expected);
+        }
+  }
+}
+
+TEST_CASE("fused kernels stream large outputs exactly: unaligned, short and crossing rows",
+          "[elementwise]") {
+  const StreamAbove8MiB streamed;
+  const kiln::detail::FusedProgram program = multiply_add_program();
+  // 2M + 77 floats (more than 8 MiB are streamed here): a tail shorter than a block and a vector.
+  const std::int64_t n = (std::int64_t{2} << 20) + 77;
+  std::vector<float> a(static_cast<std::size_t>(n) + 16), b(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 1000) * 0.25f - 100.0f;
+    b[i] = static_cast<float>(i % 77) * 0.5f + 0.125f;
+  }
+  // The output at every float offset of a 64-byte line (and the inputs shifted with it).
+  for (std::size_t offset : {0, 1, 3, 7, 15}) {
+    CAPTURE(offset);
+    std::vector<float> out(static_cast<std::size_t>(n) + 32, -1.0f);
+    const auto base = reinterpret_cast<std::uintptr_t>(out.data());
+    const std::size_t aligned = ((64 - base % 64) % 64) / sizeof(float);
+    float* dst = out.data() + aligned + offset;
+    const Shape shape{n};
+    const kiln::detail::ArrayRef in[2] = {
+        {a.data() + offset, kiln::f32, shape, Shape{1}},
+        {b.data() + offset, kiln::f32, shape, Shape{1}},
+    };
+    const kiln::detail::ArrayRef result{dst, kiln::f32, shape, Shape{1}};
+    REQUIRE(kiln::detail::layout_fused(in, result).stream_output);
+    kiln::detail::run_fused(program, in, result);
+    bool ok = true;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float x = a[static_cast<std::size_t>(i) + offset];
+      const float y = b[static_cast<std::size_t>(i) + offset];
+      const float product = x * y;  // two roundings, as the two instructions
+      ok = ok && dst[i] == product + x;
+    }
+    CHECK(ok);
+    CHECK(dst[-1] == -1.0f);
+    CHECK(dst[n] == -1.0f);
+  }
+  // Rows of 1,100 (blocks cross rows) with a row broadcast down the matrix (a gathered input),
+  // and a column broadcast: 2,000 x 1,100 floats, 8.8 MB.
+  const Shape shape{2000, 1100};
+  std::vector<float> row(1100), column(2000), out(static_cast<std::size_t>(shape.numel()));
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>(i) * 0.5f - 3.0f;
+  for (std::size_t i = 0; i < column.size(); ++i) column[i] = static_cast<float>(i % 13) - 6.0f;
+  const kiln::detail::ArrayRef in[2] = {
+      {row.data(), kiln::f32, shape, Shape{0, 1}},
+      {column.data(), kiln::f32, shape, Shape{1, 0}},
+  };
+  const kiln::detail::ArrayRef result{out.data(), kiln::f32, shape, contiguous_strides(shape)};
+  const kiln::detail::FusedLayout layout = kiln::detail::layout_fused(in, result);
+  REQUIRE(layout.stream_output);
+  CHECK(layout.short_blocks);
+  CHECK(layout.mode == kiln::detail::FusedLayout::Mode::blocks);
+  kiln::detail::run_fused(program, in, result);
+  bool ok = true;
+  for (std::size_t r = 0; r < 2000; ++r)
+    for (std::size_t c = 0; c < 1100; ++c) {
+      const float product = row[c] * column[r];
+      ok = ok && out[r * 1100 + c] == product + row[c];
+    }
+  CHECK(ok);
+}
+
+TEST_CASE("a large traced chain gives the bits of its eager ops", "[elementwise]") {
+  // Workload 2 at 8 MiB + a tail, in short blocks, with plain and with non-temporal stores.
+  const std::int64_t n = (std::int64_t{2} << 20) + 1001;
+  const Tensor a = kiln::linspace(-3.0, 3.0, n, kiln::f32);
+  const Tensor b = kiln::linspace(0.5, 1.5, n, kiln::f32);
+  const Tensor c = kiln::linspace(-1.0, 1.0, n, kiln::f32);
+  const std::vector<float> eager = (kiln::tanh(a * b + c) * 0.5).to_vector<float>();
+  for (bool stream : {false, true}) {
+    CAPTURE(stream);
+    std::optional<StreamAbove8MiB> streamed;
+    if (stream) streamed.emplace();
+    auto chain = kiln::function([](const Tensor& x, const Tensor& y, const Tensor& z) {
+      return kiln::tanh(x * y + z) * 0.5;
+    });
+    CHECK(chain(a, b, c).to_vector<float>() == eager);
+  }
+}
+
+namespace {
+
+/// kiln's pairwise float sum (lib/kernels/reduce.cpp) written out serially: `cols` lanes
+/// accumulated over rows, blocks of more than 32 rows split in halves (left n / 2).
+void pairwise_rows(const float* x, std::int64_t rows, std::int64_t cols, float* acc) {
+  if (rows > 32) {
+    const std::int64_t half = rows / 2;
+    std::vector<float> right(static_cast<std::size_t>(cols));
+    pairwise_rows(x, half, cols, acc);
+    pairwise_rows(x + half * cols, rows - half, cols, right.data());
+    for (std::int64_t k = 0; k < cols; ++k) acc[k] = acc[k] + right[static_cast<std::size_t>(k)];
+    return;
+  }
+  for (std::int64_t k = 0; k < cols; ++k) acc[k] = x[k];
+  for (std::int64_t r = 1; r < rows; ++r)
+    for (std::int64_t k = 0; k < cols; ++k) acc[k] = acc[k] + x[r * cols + k];
+}
+
+/// A contiguous sum: 64 lanes, folded in halves, then the tail.
+float pairwise_sum(const float* x, std::int64_t n) {
+  float lanes[64];
+  float total = 0;
+  if (n / 64 > 0) {
+    pairwise_rows(x, n / 64, 64, lanes);
+    for (std::int64_t width = 32; width > 0; width /= 2)
+      for (std::int64_t j = 0; j < width; ++j) lanes[j] = lanes[j] + lanes[j + width];
+    total = lanes[0];
+  }
+  for (std::int64_t i = n / 64 * 64; i < n; ++i) total = total + x[i];
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("large sums split over threads give the bits of the serial pairwise sum", "[reduce]") {
+  // Sizes whose pairwise splits are uneven at every level, with a tail of lanes.
+  for (std::int64_t n :
+       {std::int64_t{1} << 18, (std::int64_t{3} << 20) + 13, std::int64_t{5000001}}) {
+    CAPTURE(n);
+    const Tensor x = kiln::random::normal({n}, 0, 1, static_cast<std::uint64_t>(n));
+    const std::vector<float> v = x.to_vector<float>();
+    const float expected = pairwise_sum(v.data(), n);
+    CHECK(kiln::sum(x).item<float>() == expected);
+  }
+  // Column sums of a tall matrix (the middle axis with inner > 1) and row sums of many rows.
+  const std::int64_t rows = 40001, cols = 33;
+  const Tensor m = kiln::random::normal({rows, cols}, 0, 1, 9);
+  const std::vector<float> v = m.to_vector<float>();
+  std::vector<float> expected(static_cast<std::size_t>(cols));
+  pairwise_rows(v.data(), rows, cols, expected.data());
+  CHECK(kiln::sum(m, {0}).to_vector<float>() == expected);
+  const Tensor wide = kiln::reshape(m, {cols, rows});
+  std::vector<float> row_sums;
+  for (std::int64_t r = 0; r < cols; ++r)
+    row_sums.push_back(pairwise_sum(v.data() + r * rows, rows));
+  CHECK(kiln::sum(wide, {1}).to_vector<float>() == row_sums);
+  const Tensor many = kiln::random::normal({500, 3003}, 0, 1, 11);
+  const std::vector<float> many_values = many.to_vector<float>();
+  const std::vector<float> many_sums = kiln::sum(many, {1}).to_vector<float>();
+  bool ok = true;
+  for (std::size_t r = 0; r < many_sums.size(); ++r)
+    ok = ok && many_sums[r] == pairwise_sum(many_values.data() + r * 3003, 3003);
+  CHECK(ok);
+}
+
+namespace {
+
+/// softmax as kiln composed it before the primitive: the same ops, so the same bits.
+Tensor composite_softmax(const Tensor& x, std::int64_t axis) {
+  const Tensor m = kiln::max(x, {axis}, true);
+  const Tensor shift = kiln::where(kiln::isfinite(m), m, kiln::zeros_like(m));
+  const Tensor e = kiln::exp(x - shift);
+  return e / kiln::sum(e, {axis}, true);
+}
+
+/// Bitwise equality, NaN equal to NaN.
+bool same_bits(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
+  const Tensor a64 = kiln::cast(a, kiln::f64), b64 = kiln::cast(b, kiln::f64);
+  const std::vector<double> u = a64.to_vector<double>(), v = b64.to_vector<double>();
+  for (std::size_t i = 0; i < u.size(); ++i)
+    if (!(u[i] == v[i] || (u[i] != u[i] && v[i] != v[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("the softmax primitive gives the bits of its composite, eager and traced", "[reduce]") {
+  const StreamAbove8MiB streamed;
+  struct Case {
+    const char* what;
+    Shape shape;
+    std::int64_t axis;
+  };
+  const Case cases[] = {
+      {"rows of 1,024, streamed and split over threads", {4096, 1024}, -1},
+      {"short rows", {37, 3}, 1},
+      {"one row shorter than a vector", {5}, 0},
+      {"a row of 1, and rows of 200,001", {1, 200001}, -1},
+      {"trailing dims of size 1", {6, 70, 1, 1}, 1},
+      {"an axis that is not last (the composite)", {6, 70}, 0},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    for (kiln::DType dtype : {kiln::f32, kiln::f64}) {
+      const Tensor x = kiln::cast(
+          kiln::random::normal(c.shape, 0, 3, static_cast<std::uint64_t>(c.shape.numel())), dtype);
+      const Tensor expected = composite_softmax(x, c.axis);
+      CHECK(same_bits(kiln::softmax(x, c.axis), expected));
+      auto traced = kiln::function([&](const Tensor& t) { return kiln::softmax(t, c.axis); });
+      CHECK(same_bits(traced(x), expected));
+    }
+  }
+  // Special values: rows with +inf, -inf everywhere, NaN, a large spread, and zero maxima of
+  // either sign (the max may come out as +0 or -0: softmax must not care), odd lengths.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Tensor special = kiln::reshape(
+      kiln::tensor<float>({1,    inf,  2,    3,   -inf,  -inf, -inf, -inf, 0,    nan,  1,
+                           2,    1000, 1000, 999, -1000, -0.f, -0.f, -0.f, -0.f, 0,    -0.f,
+                           -1.f, -0.f, -0.f, 0,   -2.f,  0,    -0.f, -0.f, nan,  -3.f, -0.f}),
+      {1, 33});
+  for (std::int64_t width : {4, 3, 5, 11}) {
+    CAPTURE(width);
+    const Tensor rows = kiln::reshape(
+        kiln::slice(kiln::reshape(special, {33}), 0, 0, 33 / width * width), {33 / width, width});
+    CHECK(same_bits(kiln::softmax(rows, -1), composite_softmax(rows, -1)));
+  }
+  CHECK(same_bits(kiln::softmax(special, -1), composite_softmax(special, -1)));
+}
