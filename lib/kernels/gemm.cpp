@@ -182,17 +182,23 @@ bool can_run(GemmBackend b, std::size_t element_size) {
 /// core's peak while the libraries' blocking and threading cost more than they gave; for large
 /// problems oneDNN for f32 (AVX-512 on CPUs that have it), OpenBLAS for f64.
 GemmBackend choose(const GemmShape& s, std::size_t element_size) {
-  if (xsmm_runs() && !s.trans_b) {
-    if (is_small(s.m, s.n, s.k)) return GemmBackend::xsmm;
-    // Tiled libxsmm wins while one of the dims is short: a batch's rows (an RNN step's
-    // [64, U] x [U, 4U]), a short contraction (a hoisted projection), but not a C narrower
-    // than a vector's worth of columns each (a Dense(10) over 1024 features: 16 GFLOP/s
-    // against OpenBLAS's 46 to 85).
-    if (s.n < 16) return GemmBackend::openblas;
-    const int shortest = std::min({s.m, s.n, s.k});
-    if (shortest <= 256) return GemmBackend::xsmm;
-  }
-  return can_run(GemmBackend::dnnl, element_size) ? GemmBackend::dnnl : GemmBackend::openblas;
+  const bool dnnl = can_run(GemmBackend::dnnl, element_size);
+  const GemmBackend library = dnnl ? GemmBackend::dnnl : GemmBackend::openblas;
+  if (!xsmm_runs() || s.trans_b) return library;
+  // A C narrower than a vector's worth of columns, unless tiny (a Dense(10) over 1024 features,
+  // batch 256, which the batch split runs as two 128-row halves: libxsmm 31 GFLOP/s, oneDNN 88,
+  // OpenBLAS 67).
+  const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
+  if (s.n < 16 && work >= (std::int64_t{1} << 16)) return library;
+  if (is_small(s.m, s.n, s.k)) return GemmBackend::xsmm;
+  // Long contractions (64x256x1024: oneDNN 193 against libxsmm's 113; 256x1024x1024: 184
+  // against 148), where the libraries' blocking of K pays.
+  if (s.k >= 1024) return library;
+  // Tiled libxsmm wins while one dim is short: a batch's rows against a weight (an LSTM
+  // step's [64, 512] x [512, 2048]: 175 against 121), a short contraction (a weight gradient
+  // over 64 rows: 161 against 155; a projection over all steps, K = 128: a tie).
+  if (std::min({s.m, s.n, s.k}) <= 256) return GemmBackend::xsmm;
+  return library;
 }
 
 void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
