@@ -105,10 +105,12 @@ TEST_CASE("fused kernels stream large outputs exactly: unaligned, short and cros
   // The output at every float offset of a 64-byte line (and the inputs shifted with it).
   for (std::size_t offset : {0, 1, 3, 7, 15}) {
     CAPTURE(offset);
-    std::vector<float> out(static_cast<std::size_t>(n) + 32, -1.0f);
-    const auto base = reinterpret_cast<std::uintptr_t>(out.data());
+    // Guard floats on both sides: 16 before the first 64-byte line the output may start on.
+    std::vector<float> out(static_cast<std::size_t>(n) + 48, -1.0f);
+    float* start = out.data() + 16;
+    const auto base = reinterpret_cast<std::uintptr_t>(start);
     const std::size_t aligned = ((64 - base % 64) % 64) / sizeof(float);
-    float* dst = out.data() + aligned + offset;
+    float* dst = start + aligned + offset;
     const Shape shape{n};
     const kiln::detail::ArrayRef in[2] = {
         {a.data() + offset, kiln::f32, shape, Shape{1}},
