@@ -19,6 +19,7 @@
 #include <kiln/kiln.hpp>
 
 #include "harness.hpp"
+#include "lstm_model.hpp"
 
 namespace {
 
@@ -45,32 +46,10 @@ TimingPlan plan_for(double seconds_per_call, bool quick) {
 
 /// The layer and the train step's optimizer; weights from a seed per hidden size, so the
 /// forward and train models (and --save-init) hold the same ones.
-struct Model : kiln::Module {
-  kiln::nn::LSTM lstm;
-  kiln::optim::SGD opt{{.learning_rate = learning_rate}};
-  std::vector<Tensor> initial;
-  explicit Model(std::int64_t units) : Module("model"), lstm(units) { add_module("lstm", lstm); }
-  Tensor step(const Tensor& x, const Tensor& y) {
-    std::vector<kiln::Variable> vars;
-    std::vector<Tensor> grads;
-    Tensor loss;
-    {
-      kiln::GradientTape tape;
-      loss = kiln::nn::losses::mean_squared_error(y, lstm(x));
-      vars = trainable_variables();
-      grads = tape.gradient(loss, vars);
-    }
-    opt.apply(grads, vars);
-    return loss;
-  }
+struct Model : kiln::bench::LstmModel {
+  explicit Model(std::int64_t units) : LstmModel(units, {}, learning_rate) {}
   void create_weights(const Tensor& x, std::int64_t units) {
-    kiln::random::set_global_seed(static_cast<std::uint64_t>(units));
-    lstm(x);
-    for (const auto& var : trainable_variables()) initial.push_back(var.value());
-  }
-  void restore() {
-    const auto vars = trainable_variables();
-    for (std::size_t i = 0; i < vars.size(); ++i) vars[i].assign(initial[i]);
+    LstmModel::create_weights(x, static_cast<std::uint64_t>(units));
   }
 };
 

@@ -20,6 +20,7 @@
 #include <kiln/kiln.hpp>
 
 #include "harness.hpp"
+#include "lstm_model.hpp"
 
 namespace {
 
@@ -32,8 +33,7 @@ constexpr std::int64_t batch = 64, features = 128, units = 256;
 constexpr double learning_rate = 0.1;
 constexpr std::uint64_t weight_seed = 5;
 
-/// How a form applies its layer to x (a hook for wrappers such as a checkpointed call).
-using Apply = std::function<Tensor(kiln::nn::LSTM&, const Tensor&)>;
+using Apply = kiln::bench::LstmApply;
 
 /// One kiln form of the layer: a row of the variant table.
 struct Variant {
@@ -95,37 +95,9 @@ std::int64_t step_peak_bytes(Fn&& fn) {
 
 /// The layer of one form with the train step's optimizer; weights from weight_seed, so every
 /// form starts from the same ones.
-struct Model : kiln::Module {
-  kiln::nn::LSTM lstm;
-  kiln::optim::SGD opt{{.learning_rate = learning_rate}};
-  Apply apply;
-  std::vector<Tensor> initial;  // the weights before any update (restore() puts them back)
-  explicit Model(const Variant& v) : Module("model"), lstm(units, v.options), apply(v.apply) {
-    add_module("lstm", lstm);
-  }
-  Tensor forward(const Tensor& x) { return apply(lstm, x); }
-  Tensor step(const Tensor& x, const Tensor& y) {
-    std::vector<kiln::Variable> vars;
-    std::vector<Tensor> grads;
-    Tensor loss;
-    {
-      kiln::GradientTape tape;
-      loss = kiln::nn::losses::mean_squared_error(y, forward(x));
-      vars = trainable_variables();
-      grads = tape.gradient(loss, vars);
-    }
-    opt.apply(grads, vars);
-    return loss;
-  }
-  void create_weights(const Tensor& x) {
-    kiln::random::set_global_seed(weight_seed);
-    forward(x);
-    for (const auto& var : trainable_variables()) initial.push_back(var.value());
-  }
-  void restore() {
-    const auto vars = trainable_variables();
-    for (std::size_t i = 0; i < vars.size(); ++i) vars[i].assign(initial[i]);
-  }
+struct Model : kiln::bench::LstmModel {
+  explicit Model(const Variant& v) : LstmModel(units, v.options, learning_rate, v.apply) {}
+  void create_weights(const Tensor& x) { LstmModel::create_weights(x, weight_seed); }
 };
 
 /// One (form, workload, T) measurement.
