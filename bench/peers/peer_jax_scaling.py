@@ -19,30 +19,18 @@ common.limit_jax_threads(args.threads)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+import jax_lstm  # noqa: E402
+
 report = common.Report("jax", args)
 report.info = {"version": jax.__version__, "xla_flags": os.environ["XLA_FLAGS"],
                "variants": {"jax.lax.scan": "jax.jit of a lax.scan LSTM; compiles per T"}}
 data = scaling.load(args)
 
 
-def last_h(params, xs):
-    kernel, recurrent_kernel, bias = params
-    zs = jnp.swapaxes(xs @ kernel + bias, 0, 1)  # [time, batch, 4 units]
-    zero = jnp.zeros((xs.shape[0], scaling.UNITS), xs.dtype)
-
-    def cell(state, z):
-        h, c = state
-        i, f, g, o = jnp.split(z + h @ recurrent_kernel, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), None
-
-    (h, _), _ = jax.lax.scan(cell, (zero, zero), zs)
-    return h
+last_h = jax_lstm.last_h
 
 
-def loss_of(params, xs, y):
-    return jnp.mean(jnp.square(last_h(params, xs) - y))
+loss_of = jax_lstm.mse_of_last_h
 
 
 def sgd_step(params, xs, y):

@@ -19,6 +19,8 @@ common.limit_jax_threads(args.threads)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+import jax_lstm  # noqa: E402
+
 report = common.Report("jax", args)
 report.info = {"version": jax.__version__, "xla_flags": os.environ["XLA_FLAGS"],
                "variants": {"jax.jit": "jax.jit of lax.scan LSTM / the MLP; compiles per shape"}}
@@ -26,21 +28,7 @@ lstm_data = sizes.load_lstm(args)
 mlp_data = sizes.load_mlp(args)
 
 
-def last_h(params, xs):
-    kernel, recurrent_kernel, bias = params
-    units = recurrent_kernel.shape[0]
-    zs = jnp.swapaxes(xs @ kernel + bias, 0, 1)  # [time, batch, 4 units]
-    zero = jnp.zeros((xs.shape[0], units), xs.dtype)
-
-    def cell(state, z):
-        h, c = state
-        i, f, g, o = jnp.split(z + h @ recurrent_kernel, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), None
-
-    (h, _), _ = jax.lax.scan(cell, (zero, zero), zs)
-    return h
+last_h = jax_lstm.last_h
 
 
 def sgd(loss_of):
@@ -62,7 +50,7 @@ def make_forward(h):
 
 def make_train(h):
     state = {}
-    jitted = sgd(lambda params, x, y: jnp.mean(jnp.square(last_h(params, x) - y)))
+    jitted = sgd(jax_lstm.mse_of_last_h)
 
     def step(x, y):
         state["params"], loss = jitted(state["params"], x, y)
