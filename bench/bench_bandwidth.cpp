@@ -46,8 +46,11 @@
 #include "harness.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/streaming.hpp"
+#include "thread_team.hpp"
 
 namespace {
+
+using kiln::bench::ThreadTeam;
 
 using kiln::Shape;
 using kiln::Tensor;
@@ -111,44 +114,6 @@ float read_part(const float* x, std::size_t begin, std::size_t end) {
   for (; i < end; ++i) total += x[i];
   return total;
 }
-
-/// A job split over `threads` persistent threads (the caller included): a call costs two
-/// barrier waits rather than thread start-ups. part(id, threads) does thread id's share.
-class ThreadTeam {
- public:
-  ThreadTeam(int threads, std::function<void(int, int)> part)
-      : threads_(threads), part_(std::move(part)), start_(threads), done_(threads) {
-    for (int id = 1; id < threads_; ++id) workers_.emplace_back([this, id] { work(id); });
-  }
-  ~ThreadTeam() {
-    stop_ = true;
-    if (threads_ > 1) start_.arrive_and_wait();
-    for (auto& w : workers_) w.join();
-  }
-  ThreadTeam(const ThreadTeam&) = delete;
-  ThreadTeam& operator=(const ThreadTeam&) = delete;
-
-  void run() {
-    if (threads_ > 1) start_.arrive_and_wait();
-    part_(0, threads_);
-    if (threads_ > 1) done_.arrive_and_wait();
-  }
-
- private:
-  void work(int id) {
-    for (;;) {
-      start_.arrive_and_wait();
-      if (stop_) return;
-      part_(id, threads_);
-      done_.arrive_and_wait();
-    }
-  }
-  int threads_;
-  std::function<void(int, int)> part_;
-  std::barrier<> start_, done_;
-  std::vector<std::thread> workers_;
-  bool stop_ = false;  // written before start_ is passed, read after it
-};
 
 /// [begin, end) of thread id's share of n elements, cut on 64-byte lines.
 std::pair<std::size_t, std::size_t> share(std::size_t n, int id, int threads) {

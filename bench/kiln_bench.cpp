@@ -20,6 +20,7 @@
 
 #include "harness.hpp"
 #include "kernels/parallel.hpp"
+#include "thread_team.hpp"
 
 namespace {
 
@@ -45,51 +46,14 @@ struct Row {
 
 /// A copy of n floats split over `threads` persistent threads (the caller included), so a
 /// copy costs two barrier waits rather than thread start-ups.
-class ParallelCopy {
- public:
-  ParallelCopy(const float* src, float* dst, std::size_t n, int threads)
-      : src_(src), dst_(dst), n_(n), threads_(threads), start_(threads), done_(threads) {
-    for (int id = 1; id < threads_; ++id) workers_.emplace_back([this, id] { work(id); });
-  }
-  ~ParallelCopy() {
-    stop_ = true;
-    if (threads_ > 1) start_.arrive_and_wait();
-    for (auto& w : workers_) w.join();
-  }
-  ParallelCopy(const ParallelCopy&) = delete;
-  ParallelCopy& operator=(const ParallelCopy&) = delete;
-
-  void run() {
-    if (threads_ > 1) start_.arrive_and_wait();
-    copy_part(0);
-    if (threads_ > 1) done_.arrive_and_wait();
-  }
-
- private:
-  void work(int id) {
-    for (;;) {
-      start_.arrive_and_wait();
-      if (stop_) return;
-      copy_part(id);
-      done_.arrive_and_wait();
-    }
-  }
-  void copy_part(int id) const {
-    const std::size_t part =
-        (n_ + static_cast<std::size_t>(threads_) - 1) / static_cast<std::size_t>(threads_);
-    const std::size_t begin = std::min(n_, part * static_cast<std::size_t>(id));
-    const std::size_t end = std::min(n_, begin + part);
-    std::memcpy(dst_ + begin, src_ + begin, (end - begin) * sizeof(float));
-  }
-
-  const float* src_;
-  float* dst_;
-  std::size_t n_;
-  int threads_;
-  std::barrier<> start_, done_;
-  std::vector<std::thread> workers_;
-  bool stop_ = false;  // written before start_ is passed, read after it
-};
+kiln::bench::ThreadTeam parallel_copy(const float* src, float* dst, std::size_t n, int threads) {
+  return kiln::bench::ThreadTeam(threads, [=](int id, int t) {
+    const std::size_t part = (n + static_cast<std::size_t>(t) - 1) / static_cast<std::size_t>(t);
+    const std::size_t begin = std::min(n, part * static_cast<std::size_t>(id));
+    const std::size_t end = std::min(n, begin + part);
+    std::memcpy(dst + begin, src + begin, (end - begin) * sizeof(float));
+  });
+}
 
 /// (a) A 4-element f32 add through the eager front end: nanoseconds per call.
 Row bench_dispatch(const TimingPlan& plan) {
@@ -130,7 +94,7 @@ Row bench_chain(const TimingPlan& plan, bool traced) {
 
   const int threads = kiln::detail::num_threads();
   std::vector<float> src(static_cast<std::size_t>(n), 1.0f), dst(static_cast<std::size_t>(n));
-  ParallelCopy copy(src.data(), dst.data(), src.size(), threads);
+  kiln::bench::ThreadTeam copy = parallel_copy(src.data(), dst.data(), src.size(), threads);
   const Timing copy_timing = measure(plan, [&] { copy.run(); });
   row.reference_name = fmt::format("copy x{}", threads);
   row.reference_value = 2.0 * n * sizeof(float) / copy_timing.median * 1e-9;
