@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 import compare_scaling  # noqa: E402  (bench/, next to this file)
+import plot_common  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,15 +75,7 @@ def main() -> int:
     for ax in axes[:2]:
         ax.set_xticks(lengths, [str(t) for t in lengths])
         ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    load = results.get("machine", {}).get("load_start") or ["?"]
-    fig.suptitle(f"Sequence-length scaling (issue 17): bench/compare {results.get('date', '')}, "
-                 f"{results.get('threads', '?')} threads, load average {load[0]} at start"
-                 f"{'; --quick: not a measurement' if results.get('quick') else ''}", fontsize=10)
-    fig.tight_layout()
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
-    print(f"plot_scaling: wrote {output}", file=sys.stderr)
+    plot_common.finish(fig, results, "Sequence-length scaling (issue 17)", args.output, "plot_scaling")
     return 0
 
 

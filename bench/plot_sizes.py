@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import compare_sizes  # noqa: E402  (bench/, next to this file)
+import plot_common  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,15 +56,7 @@ def main() -> int:
         ax.set_title(f"LSTM {label}, batch 64, 128 features")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-    load = results.get("machine", {}).get("load_start") or ["?"]
-    fig.suptitle(f"LSTM sizes (issue 18, workload 7): bench/compare {results.get('date', '')}, "
-                 f"{results.get('threads', '?')} threads, load average {load[0]} at start"
-                 f"{'; --quick: not a measurement' if results.get('quick') else ''}", fontsize=10)
-    fig.tight_layout()
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=110)
-    print(f"plot_sizes: wrote {output}", file=sys.stderr)
+    plot_common.finish(fig, results, "LSTM sizes (issue 18, workload 7)", args.output, "plot_sizes")
     return 0
 
 

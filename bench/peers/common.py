@@ -73,6 +73,13 @@ def limit_jax_threads(threads: int) -> None:
                                f" intra_op_parallelism_threads={threads}").strip()
 
 
+def limit_tensorflow_threads(tf, threads: int) -> None:
+    """TensorFlow's intra- and inter-op pools at `threads` threads each: call right after
+    importing tensorflow, before any op runs."""
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
 @dataclass
 class TimingPlan:
     """Like kiln's bench/harness.hpp: warm up, then samples of calibrated length."""

@@ -15,8 +15,7 @@ common.limit_threads(args.threads)
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+common.limit_tensorflow_threads(tf, args.threads)
 
 report = common.Report("tensorflow", args)
 report.info = {"version": tf.__version__,

@@ -17,8 +17,7 @@ common.limit_threads(args.threads)
 
 import tensorflow as tf  # noqa: E402
 
-tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+common.limit_tensorflow_threads(tf, args.threads)
 import keras  # noqa: E402
 
 report = common.Report("tensorflow", args)
