@@ -7,6 +7,7 @@
 #include "core/tensor_impl.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
+#include "ops/recurrent.hpp"
 
 namespace kiln::detail {
 
@@ -271,6 +272,19 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
         grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
       }
       return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
+    }
+    case Prim::lstm_sequence: {
+      // y holds the saved gates (the front end saves them while a tape records); r holds dz,
+      // h_{t-1} and the state gradients per step (ops/recurrent.hpp).
+      const std::int64_t units = x(1).dim(1);
+      if (y.dim(2) != 6 * units)
+        fail("lstm_sequence",
+             "the gradient needs the gate activations, which the forward pass saves only while "
+             "a GradientTape records");
+      const Tensor r = lstm_sequence_grad(g, y, x(1), x(2), x(3));
+      const Tensor first = squeeze(slice(r, 0, 0, 1), {0});
+      return {slice(r, 2, 0, 4 * units), slice(first, 1, 5 * units, 6 * units),
+              slice(first, 1, 6 * units, 7 * units), lstm_weight_grad(r)};
     }
     default:
       return std::vector<Tensor>(in.size());

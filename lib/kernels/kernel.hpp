@@ -61,6 +61,7 @@ void run_ternary(const KernelCall& call);
 void run_reduce(const KernelCall& call);
 void run_movement(const KernelCall& call);
 void run_linalg(const KernelCall& call);
+void run_recurrent(const KernelCall& call);
 void run_random(const KernelCall& call);
 
 /// Kernel of primitive p.

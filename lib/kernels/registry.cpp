@@ -16,6 +16,8 @@ KernelFn kernel_for(Prim p) {
       return &run_movement;
     case Family::linalg:
       return &run_linalg;
+    case Family::recurrent:
+      return &run_recurrent;
     case Family::random:
       return &run_random;
   }

@@ -15,6 +15,7 @@
 #include "kiln/ops.hpp"
 #include "nn/time_reverse.hpp"
 #include "ops/dispatch.hpp"
+#include "ops/recurrent.hpp"
 
 namespace kiln::nn {
 
@@ -378,6 +379,32 @@ std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tens
   return final_state;
 }
 
+/// The last step of a time-major sequence [time, ...] with a static time dim.
+Tensor last_step(const Tensor& seq) {
+  return squeeze(slice(seq, 0, seq.dim(0) - 1, seq.dim(0)), {0});
+}
+
+/// nn::LSTM's recurrence as one fused primitive (detail::lstm_sequence): the result of recur()
+/// for an input without a mask and with a static time dim, in the scan form. It keeps the gate
+/// activations for the gradient while a tape records or a trace runs.
+std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+                               const Tensor& recurrent, std::vector<Tensor> state,
+                               std::int64_t units, bool go_backwards, bool return_sequences) {
+  Tensor time_major = transpose(x, {1, 0, 2});
+  // Keras's go_backwards sequence is in processing order: the recurrence of the reversed input.
+  if (go_backwards) time_major = reverse_time(time_major);
+  if (state.empty()) state.assign(2, zeros({x.dim(0), units}, x.dtype()));
+  // A trace may be differentiated later (a kiln::checkpoint replays its graph under a tape);
+  // simplify drops the gates again where nothing reads them.
+  const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
+  const Tensor y = detail::lstm_sequence(matmul(time_major, kernel) + bias, state[0], state[1],
+                                         recurrent, keep_gates);
+  const Tensor hs = slice(y, 2, 0, units);
+  const Tensor h = last_step(hs);
+  return {h, last_step(slice(y, 2, units, 2 * units)),
+          return_sequences ? transpose(hs, {1, 0, 2}) : h};
+}
+
 /// The layer's outputs from recur's result: {output} or, with return_state, {output, state...}.
 std::vector<Tensor> layer_outputs(std::vector<Tensor> result, std::size_t state_size,
                                   bool return_state, const std::vector<Variable>& carried) {
@@ -429,6 +456,14 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
                                                options_.stateful, x.dim(0), units_, dtype, carried);
 
   const Tensor k = kernel.value(), b = bias.value(), r = recurrent.value();
+  const std::int64_t time = x.dim(1);
+  const bool segmented =
+      options_.checkpoint_every > 1 && !is_dynamic_dim(time) && time > options_.checkpoint_every;
+  if (options_.fused && !options_.unroll && !mask.defined() && !segmented &&
+      !is_dynamic_dim(time) && (dtype == DType::f32 || dtype == DType::f64))
+    return layer_outputs(fused_lstm(x, k, b, r, std::move(state), units_, options_.go_backwards,
+                                    options_.return_sequences),
+                         2, options_.return_state, carried);
   const Step step = [r](const Tensor& xt, const std::vector<Tensor>& s) {
     // The zero state: no h @ recurrent_kernel, and the forget term vanishes.
     const LSTMState next = s.empty() ? lstm_update(xt, Tensor(), true)

@@ -10,7 +10,16 @@
 
 namespace kiln::detail {
 
-enum class Family : std::uint8_t { unary, binary, ternary, reduce, movement, linalg, random };
+enum class Family : std::uint8_t {
+  unary,
+  binary,
+  ternary,
+  reduce,
+  movement,
+  linalg,
+  recurrent,
+  random
+};
 
 /// Which input dtypes an elementwise primitive accepts (`custom`: its front end decides).
 enum class Accepts : std::uint8_t { floating, numeric, any, custom };

@@ -1,0 +1,79 @@
+// Front ends of the fused recurrences (ops/recurrent.hpp). Prim::lstm_sequence,
+// lstm_sequence_grad and lstm_weight_grad take contiguous inputs of one float dtype and no
+// attrs; their layouts are documented in ops/recurrent.hpp, their kernels in
+// lib/kernels/recurrent.cpp.
+#include "ops/recurrent.hpp"
+
+#include "core/fail.hpp"
+#include "ops/dispatch.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+void check_float(std::string_view op, std::initializer_list<const Tensor*> tensors) {
+  int index = 0;
+  for (const Tensor* t : tensors) check_defined(*t, op, index++);
+  const DType dtype = (*tensors.begin())->dtype();
+  if (dtype != DType::f32 && dtype != DType::f64)
+    fail(op, "needs f32 or f64 tensors, got {}", dtype_name(dtype));
+  for (const Tensor* t : tensors)
+    if (t->dtype() != dtype)
+      fail(op, "dtypes differ: {} vs {}", dtype_name(dtype), dtype_name(t->dtype()));
+}
+
+/// Checks h0 / c0 [B, U] and w [U, 4U] against xp [T, B, 4U]; returns U.
+std::int64_t check_state_and_kernel(std::string_view op, const Tensor& xp, const Tensor& h0,
+                                    const Tensor& c0, const Tensor& w) {
+  if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
+    fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
+  const std::int64_t units = h0.dim(1);
+  if (xp.ndim() != 3 || xp.dim(2) != 4 * units || xp.dim(1) != h0.dim(0))
+    fail(op, "the projected input must be [time, batch, 4 units] = [?, {}, {}], got {}",
+         dim_text(h0.dim(0)), 4 * units, xp.shape());
+  if (c0.shape() != h0.shape())
+    fail(op, "c0 must have h0's shape {}, got {}", h0.shape(), c0.shape());
+  if (w.shape() != Shape{units, 4 * units})
+    fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 4 * units, w.shape());
+  return units;
+}
+
+}  // namespace
+
+Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const Tensor& w,
+                     bool save_gates) {
+  constexpr std::string_view op = "lstm_sequence";
+  check_float(op, {&xp, &h0, &c0, &w});
+  const std::int64_t units = check_state_and_kernel(op, xp, h0, c0, w);
+  const Shape out{xp.dim(0), xp.dim(1), (save_gates ? 6 : 2) * units};
+  return apply(Prim::lstm_sequence, {xp, h0, c0, w}, Attrs{}, xp.dtype(), out);
+}
+
+Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
+                          const Tensor& w) {
+  constexpr std::string_view op = "lstm_sequence_grad";
+  check_float(op, {&g, &y, &h0, &c0, &w});
+  if (h0.ndim() != 2) fail(op, "h0 must be [batch, units], got {}", h0.shape());
+  const std::int64_t units = h0.dim(1);
+  if (y.ndim() != 3 || y.dim(2) != 6 * units || g.shape() != y.shape())
+    fail(op,
+         "needs the output y [time, batch, 6 units] (saved gates) and a gradient of its "
+         "shape, got {} and {}",
+         y.shape(), g.shape());
+  if (y.dim(1) != h0.dim(0) || c0.shape() != h0.shape() || w.shape() != Shape{units, 4 * units})
+    fail(op, "h0, c0 [batch, units] and w [units, 4 units] do not fit y {}: {}, {}, {}", y.shape(),
+         h0.shape(), c0.shape(), w.shape());
+  const Shape out{y.dim(0), y.dim(1), 7 * units};
+  return apply(Prim::lstm_sequence_grad, {g, y, h0, c0, w}, Attrs{}, y.dtype(), out);
+}
+
+Tensor lstm_weight_grad(const Tensor& r) {
+  constexpr std::string_view op = "lstm_weight_grad";
+  check_float(op, {&r});
+  if (r.ndim() != 3 || is_dynamic_dim(r.dim(2)) || r.dim(2) % 7 != 0)
+    fail(op, "needs lstm_sequence_grad's [time, batch, 7 units], got {}", r.shape());
+  const std::int64_t units = r.dim(2) / 7;
+  return apply(Prim::lstm_weight_grad, {r}, Attrs{}, r.dtype(), Shape{units, 4 * units});
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,206 @@
+// The fused LSTM (Prim::lstm_sequence and its gradient, lib/kernels/recurrent.cpp): nn::LSTM's
+// default against its scan form (fused = false) over a table of shapes and options, eagerly and
+// traced, outputs and gradients; the primitive's gradient against finite differences; the unit
+// split over threads (sizes on both sides of it, an uneven cut); a busy pool; errors.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "finite_difference.hpp"
+#include "layer_test_support.hpp"
+#include "ops/recurrent.hpp"
+
+namespace {
+
+using kiln::Tensor;
+using kiln::test::max_diff;
+using Tensors = std::vector<Tensor>;
+
+struct Case {
+  std::string name;
+  std::int64_t batch, steps, features, units;
+  kiln::nn::LSTMOptions options;
+  bool initial_state = false;
+  kiln::DType dtype = kiln::DType::f32;
+};
+
+// units * 4 * units * batch >= 2^19 cuts the units into one part per thread (two here): the
+// 64- and 80-unit rows (80: parts of 32 and 48 units); the others run as one part.
+const std::vector<Case> cases = {
+    {"small, last h", 3, 5, 4, 6, {}},
+    {"one step", 2, 1, 3, 5, {}},
+    {"sequences and state", 4, 6, 5, 7, {.return_sequences = true, .return_state = true}},
+    {"go_backwards", 3, 7, 4, 5, {.return_sequences = true, .go_backwards = true}},
+    {"initial state", 3, 4, 4, 6, {.return_state = true}, true},
+    {"f64", 2, 5, 3, 4, {.return_sequences = true}, false, kiln::DType::f64},
+    {"split in two parts", 32, 6, 8, 64, {.return_sequences = true, .return_state = true}},
+    {"uneven parts", 32, 4, 8, 80, {.return_state = true}, true},
+    {"split, f64, backwards", 32, 3, 4, 64, {.go_backwards = true}, false, kiln::DType::f64},
+};
+
+kiln::nn::LSTMOptions with_fused(kiln::nn::LSTMOptions o, bool fused) {
+  o.fused = fused;
+  return o;
+}
+
+/// Copies a's weights into b (same shapes).
+void copy_weights(const kiln::nn::LSTM& from, kiln::nn::LSTM& to) {
+  to.kernel().assign(from.kernel().value());
+  to.recurrent_kernel().assign(from.recurrent_kernel().value());
+  to.bias().assign(from.bias().value());
+}
+
+/// The layer's outputs, a weighted loss of all of them, and its gradients with respect to the
+/// input, the initial state (when given) and the three weights.
+Tensors outputs_and_gradients(kiln::nn::LSTM& layer, const Tensor& x, const Tensors& state) {
+  kiln::GradientTape tape;
+  tape.watch(x);
+  for (const Tensor& s : state) tape.watch(s);
+  const Tensors out = layer.call(x, state);
+  const Tensor loss = kiln::test::weighted_loss(out);
+  Tensors sources{x};
+  sources.insert(sources.end(), state.begin(), state.end());
+  for (const kiln::Variable& v : layer.trainable_variables()) sources.push_back(v.value());
+  Tensors r = out;
+  r.push_back(loss);
+  for (const Tensor& g : tape.gradient(loss, sources)) r.push_back(g);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the fused LSTM equals the scan LSTM: outputs and gradients, eager and traced",
+          "[fused_lstm][nn]") {
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const double tol = c.dtype == kiln::DType::f64 ? 1e-11 : 2e-5;
+    kiln::nn::LSTM fused(c.units, with_fused(c.options, true));
+    kiln::nn::LSTM scan(c.units, with_fused(c.options, false));
+    const Tensor x =
+        kiln::cast(kiln::random::normal({c.batch, c.steps, c.features}, 0, 1, 7), c.dtype);
+    Tensors state;
+    if (c.initial_state)
+      for (std::uint64_t seed : {8, 9})
+        state.push_back(
+            kiln::cast(kiln::random::normal({c.batch, c.units}, 0, 0.5, seed), c.dtype));
+    fused(x);
+    scan(x);
+    copy_weights(fused, scan);
+    const Tensors want = outputs_and_gradients(scan, x, state);
+    const Tensors eager = outputs_and_gradients(fused, x, state);
+    auto traced_fn = kiln::function(
+        [&](const Tensor& in, const Tensors& s) { return outputs_and_gradients(fused, in, s); });
+    const Tensors traced = traced_fn(x, state);
+    REQUIRE(eager.size() == want.size());
+    REQUIRE(traced.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      INFO("result " << i << " of " << want.size());
+      // Relative to the result's size (the loss sums thousands of terms).
+      const double scale =
+          1 + kiln::max(kiln::abs(kiln::cast(want[i], kiln::DType::f64))).item<double>();
+      CHECK(eager[i].shape() == want[i].shape());
+      CHECK(max_diff(eager[i], want[i]) <= tol * scale);
+      CHECK(max_diff(traced[i], want[i]) <= tol * scale);
+    }
+    // The fused form has no scan: one lstm_sequence node (and its two gradient nodes).
+    const std::string graph = traced_fn.get_concrete_function(x, state).graph().to_string();
+    INFO(graph);
+    CHECK(graph.find("lstm_sequence ") != std::string::npos);
+    CHECK(graph.find("lstm_sequence_grad") != std::string::npos);
+    CHECK(graph.find("scan") == std::string::npos);
+  }
+}
+
+TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_lstm][autodiff]") {
+  using kiln::DType;
+  // 1 part (4 units) and 2 parts (64 units, batch 32: cut at 32).
+  for (const auto& [batch, units, steps] :
+       std::vector<std::array<std::int64_t, 3>>{{2, 4, 3}, {32, 64, 2}}) {
+    INFO("batch " << batch << ", units " << units);
+    const Tensors args{kiln::random::normal({steps, batch, 4 * units}, 0, 1, 11, DType::f64),
+                       kiln::random::normal({batch, units}, 0, 0.5, 12, DType::f64),
+                       kiln::random::normal({batch, units}, 0, 0.5, 13, DType::f64),
+                       kiln::random::normal({units, 4 * units}, 0, 0.3, 14, DType::f64)};
+    // Weights over h and c of every step (the gate columns carry no gradient).
+    const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 15, DType::f64);
+    const auto loss = [&](const Tensors& a, bool save) {
+      const Tensor y = kiln::detail::lstm_sequence(a[0], a[1], a[2], a[3], save);
+      return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
+    };
+    kiln::GradientTape tape;
+    for (const Tensor& a : args) tape.watch(a);
+    const Tensors grads = tape.gradient(loss(args, true), args);
+    // Check a spread of elements (all of them would take long at 64 units).
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      INFO("argument " << i);
+      const std::vector<double> got = grads[i].to_vector<double>();
+      const std::vector<double> values = args[i].to_vector<double>();
+      const std::size_t stride = std::max<std::size_t>(1, values.size() / 40);
+      for (std::size_t j = 0; j < values.size(); j += stride) {
+        Tensors plus = args, minus = args;
+        std::vector<double> vp = values, vm = values;
+        vp[j] += 1e-6;
+        vm[j] -= 1e-6;
+        plus[i] = kiln::tensor(vp, args[i].shape());
+        minus[i] = kiln::tensor(vm, args[i].shape());
+        const double numeric =
+            (loss(plus, false).item<double>() - loss(minus, false).item<double>()) / 2e-6;
+        INFO("element " << j);
+        CHECK(std::abs(got[j] - numeric) <= 1e-6 * (1 + std::abs(numeric)));
+      }
+    }
+  }
+}
+
+TEST_CASE("the fused LSTM runs from several threads at once (a busy pool)",
+          "[fused_lstm][threads]") {
+  kiln::nn::LSTM layer(64, {.return_sequences = true});
+  const Tensor x = kiln::random::normal({32, 5, 8}, 0, 1, 21);
+  const Tensor want = layer(x);
+  std::vector<Tensor> got(3);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < got.size(); ++i) threads.emplace_back([&, i] { got[i] = layer(x); });
+  for (auto& t : threads) t.join();
+  for (const Tensor& g : got) CHECK(max_diff(g, want) == 0);
+}
+
+TEST_CASE("lstm_sequence rejects bad arguments with errors naming it", "[fused_lstm][errors]") {
+  using kiln::detail::lstm_sequence;
+  const Tensor xp = kiln::zeros({3, 2, 8}), h = kiln::zeros({2, 2}), w = kiln::zeros({2, 8});
+  const auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const kiln::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(message([&] {
+          lstm_sequence(kiln::zeros({3, 2, 7}), h, h, w, false);
+        }).starts_with("[lstm_sequence] the projected input must be"));
+  CHECK(message([&] {
+          lstm_sequence(xp, h, kiln::zeros({2, 3}), w, false);
+        }).starts_with("[lstm_sequence] c0 must have h0's shape"));
+  CHECK(message([&] {
+          lstm_sequence(xp, h, h, kiln::zeros({8, 2}), false);
+        }).starts_with("[lstm_sequence] the recurrent kernel must be [2, 8]"));
+  CHECK(message([&] {
+          lstm_sequence(kiln::cast(xp, kiln::DType::i32), h, h, w, false);
+        }).starts_with("[lstm_sequence] needs f32 or f64"));
+  CHECK(message([&] {
+          lstm_sequence(xp, kiln::cast(h, kiln::DType::f64), h, w, false);
+        }).starts_with("[lstm_sequence] dtypes differ"));
+  // The gradient of an output without the saved gates.
+  CHECK(message([&] {
+          kiln::GradientTape tape;
+          tape.watch(xp);
+          const Tensor y = lstm_sequence(xp, h, h, w, false);
+          tape.gradient(kiln::sum(y), Tensors{xp});
+        }).starts_with("[lstm_sequence] the gradient needs the gate activations"));
+}
