@@ -331,3 +331,61 @@ TEST_CASE("the pass pipeline is one list, in order, switched by FunctionOptions"
   CHECK(enabled == std::vector<std::string>{"eliminate_common_subexpressions", "fold_constants",
                                             "eliminate_dead_code"});
 }
+
+TEST_CASE("slices of pads read the pad's input: inside it, or as a narrower pad", "[passes]") {
+  // pad x [2,3] to [4,7] (1 and 1 rows, 0 and 4 columns), then slice: inside x, around x, and
+  // a pad of a pad. Results checked against eager ops through kiln::function.
+  const auto program = [](const std::vector<Tensor>& p) {
+    const Tensor padded = kiln::pad(p[0], {{1, 1}, {0, 4}});
+    return std::vector<Tensor>{kiln::slice(padded, {{1, 3}, {1, 3}}),  // inside x
+                               kiln::slice(padded, {{0, 4}, {0, 5}}),  // x and less padding
+                               kiln::pad(padded, {{2, 0}, {0, 1}})};   // pad of a pad
+  };
+  GraphData g = record({{2, 3}}, program);
+  CHECK(kiln::detail::simplify_algebra(g) >= 3);
+  INFO(g.to_string());
+  for (const auto& n : g.nodes)
+    if (n.kind == kiln::detail::Node::Kind::primitive &&
+        (n.prim == kiln::detail::Prim::slice || n.prim == kiln::detail::Prim::pad)) {
+      const auto& in = g.nodes[static_cast<std::size_t>(n.inputs[0])];
+      CHECK(in.kind == kiln::detail::Node::Kind::parameter);  // every one reads x itself
+    }
+  const Tensor x = kiln::random::normal({2, 3}, 0, 1, 5);
+  auto traced = kiln::function([&](const Tensor& in) { return program({in}); });
+  const std::vector<Tensor> got = traced(x), want = program({x});
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CHECK(got[i].shape() == want[i].shape());
+    CHECK(kiln::max(kiln::abs(got[i] - want[i])).item<float>() == 0);
+  }
+}
+
+TEST_CASE("a forward nn::LSTM drops the gates its lstm_sequence keeps for a gradient",
+          "[passes][fused_lstm]") {
+  kiln::nn::LSTM lstm(8, {.return_state = true});
+  const Tensor x = kiln::random::normal({2, 5, 3}, 0, 1, 6);
+  lstm(x);
+  const auto shape_of_sequence = [](const GraphData& g) {
+    for (const auto& n : g.nodes)
+      if (n.kind == kiln::detail::Node::Kind::primitive &&
+          n.prim == kiln::detail::Prim::lstm_sequence)
+        return n.shape;
+    return kiln::Shape{};
+  };
+  GraphData forward =
+      record({{2, 5, 3}}, [&](const std::vector<Tensor>& p) { return lstm.call(p[0]); });
+  CHECK(shape_of_sequence(forward) == kiln::Shape{5, 2, 48});  // traced: gates kept
+  kiln::detail::simplify_algebra(forward);
+  CHECK(shape_of_sequence(forward) == kiln::Shape{5, 2, 16});  // only h and c are read
+  // Under a tape the gradient reads the gates: they stay.
+  GraphData trained = record({{2, 5, 3}}, [&](const std::vector<Tensor>& p) {
+    kiln::GradientTape tape;
+    const Tensor loss = kiln::sum(lstm(p[0]));
+    return tape.gradient(loss, lstm.trainable_variables());
+  });
+  kiln::detail::simplify_algebra(trained);
+  CHECK(shape_of_sequence(trained) == kiln::Shape{5, 2, 48});
+  auto traced = kiln::function([&](const Tensor& in) { return lstm.call(in); });
+  const std::vector<Tensor> got = traced(x), want = lstm.call(x);
+  for (std::size_t i = 0; i < want.size(); ++i)
+    CHECK(kiln::max(kiln::abs(got[i] - want[i])).item<float>() <= 1e-6);
+}

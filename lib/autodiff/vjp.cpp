@@ -281,7 +281,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
         fail("lstm_sequence",
              "the gradient needs the gate activations, which the forward pass saves only while "
              "a GradientTape records");
-      const Tensor r = lstm_sequence_grad(g, y, x(1), x(2), x(3));
+      const Tensor r = lstm_sequence_grad(slice(g, 2, 0, 2 * units), y, x(1), x(2), x(3));
       const Tensor first = squeeze(slice(r, 0, 0, 1), {0});
       return {slice(r, 2, 0, 4 * units), slice(first, 1, 5 * units, 6 * units),
               slice(first, 1, 6 * units, 7 * units), lstm_weight_grad(r)};

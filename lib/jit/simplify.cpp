@@ -131,7 +131,41 @@ std::size_t fold_constants(GraphData& g) {
   return folded;
 }
 
+/// lstm_sequence keeps its gate activations for a gradient (ops/recurrent.hpp) whenever it is
+/// traced. Where every use of its output is a slice within the h and c columns (a forward pass,
+/// nothing differentiated it), the gates are never read: the node drops them (output [T, B,
+/// 2U] instead of [T, B, 6U]; the slices' starts and steps stay valid). Returns the count.
+static std::size_t drop_unread_gates(GraphData& g) {
+  std::vector<bool> only_state_slices(g.nodes.size(), true);
+  for (auto o : g.outputs) only_state_slices[static_cast<std::size_t>(o)] = false;
+  for (auto s : g.side_effects) only_state_slices[static_cast<std::size_t>(s)] = false;
+  for (const Node& n : g.nodes) {
+    for (auto in : n.inputs) {
+      const Node& x = g.nodes[static_cast<std::size_t>(in)];
+      if (x.kind != Node::Kind::primitive || x.prim != Prim::lstm_sequence) continue;
+      const std::int64_t state_columns =
+          2 * g.nodes[static_cast<std::size_t>(x.inputs[1])].shape[1];
+      const bool reads_state = n.kind == Node::Kind::primitive && n.prim == Prim::slice &&
+                               n.shape[2] > 0 &&
+                               n.attrs.ints[4] + (n.shape[2] - 1) * n.attrs.ints[5] < state_columns;
+      if (!reads_state) only_state_slices[static_cast<std::size_t>(in)] = false;
+    }
+  }
+  std::size_t dropped = 0;
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    Node& n = g.nodes[i];
+    if (n.kind != Node::Kind::primitive || n.prim != Prim::lstm_sequence || !only_state_slices[i])
+      continue;
+    const std::int64_t state_columns = 2 * g.nodes[static_cast<std::size_t>(n.inputs[1])].shape[1];
+    if (n.shape[2] == state_columns) continue;
+    n.shape[2] = state_columns;
+    ++dropped;
+  }
+  return dropped;
+}
+
 std::size_t simplify_algebra(GraphData& g) {
+  const std::size_t dropped_gates = drop_unread_gates(g);
   std::vector<std::int32_t> replacement = identity_map(g.nodes.size());
   const std::vector<std::int32_t> uses = use_counts(g);
   std::size_t simplified = 0;
@@ -192,10 +226,64 @@ std::size_t simplify_algebra(GraphData& g) {
         }
         break;
       case Prim::slice: {
+        // slice(pad(x)) that reads only x's part of the padded tensor is a slice of x (the
+        // gradient of a slice, read back in part: lstm_sequence's state columns).
+        const Node& padded = node(n.inputs[0]);
+        if (padded.kind == Node::Kind::primitive && padded.prim == Prim::pad && is_static(n) &&
+            is_static(padded)) {
+          const Node& x = node(padded.inputs[0]);
+          bool inside = is_static(x);
+          for (std::size_t d = 0; inside && d < n.shape.size(); ++d) {
+            const std::int64_t start = n.attrs.ints[2 * d], step = n.attrs.ints[2 * d + 1];
+            const std::int64_t before = padded.attrs.ints[2 * d];
+            inside = n.shape[d] == 0 || (step >= 1 && start >= before &&
+                                         start + (n.shape[d] - 1) * step < before + x.shape[d]);
+          }
+          // Or x lies inside the slice's range (step 1): the slice is x with less padding.
+          bool covers = is_static(x) && !inside;
+          for (std::size_t d = 0; covers && d < n.shape.size(); ++d) {
+            const std::int64_t start = n.attrs.ints[2 * d], before = padded.attrs.ints[2 * d];
+            covers = (n.attrs.ints[2 * d + 1] == 1 || n.shape[d] <= 1) && start <= before &&
+                     before + x.shape[d] <= start + n.shape[d];
+          }
+          if (inside) {
+            for (std::size_t d = 0; d < n.shape.size(); ++d)
+              n.attrs.ints[2 * d] -= padded.attrs.ints[2 * d];
+            n.inputs[0] = padded.inputs[0];
+            ++simplified;
+          } else if (covers) {
+            std::vector<std::int64_t> widths;
+            for (std::size_t d = 0; d < n.shape.size(); ++d) {
+              const std::int64_t before = padded.attrs.ints[2 * d] - n.attrs.ints[2 * d];
+              widths.push_back(before);
+              widths.push_back(n.shape[d] - before - x.shape[d]);
+            }
+            const double value = padded.attrs.value;
+            n.prim = Prim::pad;
+            n.attrs = Attrs{};
+            n.attrs.ints = std::move(widths);
+            n.attrs.value = value;
+            n.inputs = {padded.inputs[0]};
+            ++simplified;
+            break;
+          }
+        }
         bool whole = same_as(n.inputs[0]);
         for (std::size_t d = 0; whole && d < n.shape.size(); ++d)
           whole = n.attrs.ints[2 * d] == 0 && n.attrs.ints[2 * d + 1] == 1;
         if (whole) bypass(i, n.inputs[0]);
+        break;
+      }
+      case Prim::pad: {
+        // pad(pad(x)) with one fill value: one pad of the summed widths.
+        const Node& inner = node(n.inputs[0]);
+        if (inner.kind == Node::Kind::primitive && inner.prim == Prim::pad &&
+            inner.attrs.value == n.attrs.value && inner.attrs.ints.size() == n.attrs.ints.size()) {
+          for (std::size_t k = 0; k < n.attrs.ints.size(); ++k)
+            n.attrs.ints[k] += inner.attrs.ints[k];
+          n.inputs[0] = inner.inputs[0];
+          ++simplified;
+        }
         break;
       }
       case Prim::transpose: {
@@ -221,7 +309,7 @@ std::size_t simplify_algebra(GraphData& g) {
     }
   }
   if (simplified > 0) replace_uses(g, replacement);
-  return simplified;
+  return simplified + dropped_gates;
 }
 
 }  // namespace kiln::detail

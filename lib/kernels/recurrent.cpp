@@ -112,12 +112,22 @@ std::vector<std::int64_t> part_bounds(std::int64_t batch, std::int64_t units) {
 
 int to_int(std::int64_t v) { return static_cast<int>(v); }
 
-/// The unary row kernel of p for T (sigmoid, tanh), as this process's instruction set runs it.
-template <class T>
-UnaryRowFn unary_row(Prim p) {
-  const DType dtype = sizeof(T) == 4 ? DType::f32 : DType::f64;
-  return reinterpret_cast<UnaryRowFn>(row_kernel(p, dtype, dtype));
-}
+/// The elementwise row kernels the gate math runs on, as this process's instruction set runs
+/// them (the same bits on every one: docs/architecture.md, "What each instruction set
+/// computes"), so the fused LSTM computes what the scan LSTM's ops compute.
+struct RowKernels {
+  UnaryRowFn sigmoid, tanh;
+  BinaryRowFn add, mul;
+  static RowKernels of(DType dtype) {
+    const auto unary = [&](Prim p) {
+      return reinterpret_cast<UnaryRowFn>(row_kernel(p, dtype, dtype));
+    };
+    const auto binary = [&](Prim p) {
+      return reinterpret_cast<BinaryRowFn>(row_kernel(p, dtype, dtype));
+    };
+    return {unary(Prim::sigmoid), unary(Prim::tanh), binary(Prim::add), binary(Prim::mul)};
+  }
+};
 
 // ------------------------------------------------------------------ lstm_sequence
 
@@ -130,8 +140,8 @@ void lstm_forward(const KernelCall& call) {
   const T* c0 = call.inputs[2].ptr<const T>();
   const T* w = call.inputs[3].ptr<const T>();
   const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
-  const std::int64_t row = call.out.shape[2];  // S U
-  const bool save_gates = row == 6 * units;
+  const std::int64_t row_size = call.out.shape[2];  // S U
+  const bool save_gates = row_size == 6 * units;
   T* y = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
@@ -139,9 +149,9 @@ void lstm_forward(const KernelCall& call) {
   const int parts = static_cast<int>(bounds.size()) - 1;
   struct Part {
     std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed;  // w's columns of the part, [U, 4 width] (one part: w itself)
-    std::vector<T> z;       // the step's pre-activations [B, 4 width]
-    std::vector<T> tanh_c;  // [width]
+    std::vector<T> packed;   // w's columns of the part, [U, 4 width] (one part: w itself)
+    std::vector<T> z;        // the step's pre-activations [B, 4 width]
+    std::vector<T> scratch;  // [2 width]
     std::unique_ptr<Gemm<T>> first, later;  // h0 (rows U apart) and h_{t-1} in y (S U apart)
   };
   std::vector<Part> part(static_cast<std::size_t>(parts));
@@ -158,38 +168,42 @@ void lstm_forward(const KernelCall& call) {
                       static_cast<std::size_t>(q.width) * sizeof(T));
     }
     q.z.resize(static_cast<std::size_t>(batch * n));
-    q.tanh_c.resize(static_cast<std::size_t>(q.width));
+    q.scratch.resize(static_cast<std::size_t>(2 * q.width));
     const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
     q.first = std::make_unique<Gemm<T>>(shape);
     GemmShape later = shape;
-    later.lda = to_int(row);
+    later.lda = to_int(row_size);
     q.later = std::make_unique<Gemm<T>>(later);
   }
-  const UnaryRowFn sigmoid = unary_row<T>(Prim::sigmoid), tanh = unary_row<T>(Prim::tanh);
+  const RowKernels row = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64);
 
   const auto step = [&](int p, std::int64_t t) {
     Part& q = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = q.width, u0 = q.u0;
-    const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row;
-    const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row + units;
-    const std::int64_t prev_ld = t == 0 ? units : row;
+    const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
+    const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
+    const std::int64_t prev_ld = t == 0 ? units : row_size;
     (t == 0 ? *q.first : *q.later)(h_prev, parts > 1 ? q.packed.data() : w, q.z.data());
+    T* fc = q.scratch.data();
+    T* ig = fc + wd;
     for (std::int64_t b = 0; b < batch; ++b) {
       T* z = q.z.data() + b * 4 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 4 * units;
-      for (std::int64_t g = 0; g < 4; ++g)
-        for (std::int64_t j = 0; j < wd; ++j) z[g * wd + j] += x[g * units + u0 + j];
-      sigmoid(z, 1, z, 2 * wd);  // i, f
-      tanh(z + 2 * wd, 1, z + 2 * wd, wd);
-      sigmoid(z + 3 * wd, 1, z + 3 * wd, wd);
-      const T* cp = c_prev + b * prev_ld + u0;
-      T* out = y + (t * batch + b) * row;
+      if (parts == 1)
+        row.add(z, 1, x, 1, z, 4 * wd);
+      else
+        for (std::int64_t g = 0; g < 4; ++g)
+          row.add(z + g * wd, 1, x + g * units + u0, 1, z + g * wd, wd);
+      row.sigmoid(z, 1, z, 2 * wd);  // i, f
+      row.tanh(z + 2 * wd, 1, z + 2 * wd, wd);
+      row.sigmoid(z + 3 * wd, 1, z + 3 * wd, wd);
+      T* out = y + (t * batch + b) * row_size;
       T* c = out + units + u0;
-      for (std::int64_t j = 0; j < wd; ++j) c[j] = z[wd + j] * cp[j] + z[j] * z[2 * wd + j];
-      tanh(c, 1, q.tanh_c.data(), wd);
-      T* h = out + u0;
-      for (std::int64_t j = 0; j < wd; ++j)
-        h[j] = z[3 * wd + j] * q.tanh_c[static_cast<std::size_t>(j)];
+      row.mul(z + wd, 1, c_prev + b * prev_ld + u0, 1, fc, wd);  // f c_{t-1}
+      row.mul(z, 1, z + 2 * wd, 1, ig, wd);                      // i g
+      row.add(fc, 1, ig, 1, c, wd);
+      row.tanh(c, 1, fc, wd);
+      row.mul(z + 3 * wd, 1, fc, 1, out + u0, wd);  // h = o tanh(c)
       if (save_gates)
         for (std::int64_t g = 0; g < 4; ++g)
           std::memcpy(out + (2 + g) * units + u0, z + g * wd,
@@ -200,6 +214,83 @@ void lstm_forward(const KernelCall& call) {
 }
 
 // ------------------------------------------------------------------ lstm_sequence_grad
+
+/// One row of one part of a backward step (lstm_backward): the upstream gradients of h_s and
+/// c_s, the carried ones from step s + 1, tanh(c_s), the saved gates of step s, c_{s-1} and
+/// h_{s-1}, each at the part's first unit; `out` is the row of r at that unit (dz's gate blocks
+/// are `units` apart).
+template <class T>
+struct BackwardRow {
+  const T *gh, *gc, *carry_h, *carry_c, *tanh_c, *i, *f, *g, *o, *c_prev, *h_prev;
+  T* out;
+  std::int64_t units, width;
+};
+
+/// The gate math of lstm's backward step on a row (plain loops, compiled for each instruction
+/// set below): c_s = f c_{s-1} + i g and h_s = o tanh(c_s) differentiated.
+template <class T>
+[[gnu::always_inline]] inline void backward_row(const BackwardRow<T>& a) {
+  // No two of these overlap (r's columns, y's, the scratch rows): restrict lets them vectorize.
+  const T* __restrict gh = a.gh;
+  const T* __restrict gc = a.gc;
+  const T* __restrict carry_h = a.carry_h;
+  const T* __restrict carry_c = a.carry_c;
+  const T* __restrict tanh_c = a.tanh_c;
+  const T* __restrict gi = a.i;
+  const T* __restrict gf = a.f;
+  const T* __restrict gg = a.g;
+  const T* __restrict go = a.o;
+  const T* __restrict c_prev = a.c_prev;
+  const T* __restrict h_prev = a.h_prev;
+  T* __restrict dzi = a.out;
+  T* __restrict dzf = a.out + a.units;
+  T* __restrict dzg = a.out + 2 * a.units;
+  T* __restrict dzo = a.out + 3 * a.units;
+  T* __restrict h_copy = a.out + 4 * a.units;
+  T* __restrict dc_prev = a.out + 6 * a.units;
+#pragma GCC ivdep
+  for (std::int64_t j = 0; j < a.width; ++j) {
+    const T dh = gh[j] + carry_h[j];
+    const T tc = tanh_c[j];
+    const T i = gi[j], f = gf[j], g = gg[j], o = go[j];
+    const T dc = gc[j] + carry_c[j] + dh * o * (T(1) - tc * tc);
+    dzi[j] = dc * g * i * (T(1) - i);
+    dzf[j] = dc * c_prev[j] * f * (T(1) - f);
+    dzg[j] = dc * i * (T(1) - g * g);
+    dzo[j] = dh * tc * o * (T(1) - o);
+    h_copy[j] = h_prev[j];
+    dc_prev[j] = dc * f;
+  }
+}
+
+template <class T>
+void backward_row_sse2(const BackwardRow<T>& a) {
+  backward_row(a);
+}
+template <class T>
+[[gnu::target("avx2,fma")]] void backward_row_avx2(const BackwardRow<T>& a) {
+  backward_row(a);
+}
+template <class T>
+[[gnu::target("avx512f,avx2,fma")]] void backward_row_avx512(const BackwardRow<T>& a) {
+  backward_row(a);
+}
+
+/// backward_row for the instruction set this process runs (simd_level(), which KILN_SIMD
+/// lowers): each is the same arithmetic; with FMA (avx2, avx512) some products and sums round
+/// once instead of twice.
+template <class T>
+void (*backward_row_for())(const BackwardRow<T>&) {
+  switch (simd_level()) {
+    case SimdLevel::avx512:
+      return &backward_row_avx512<T>;
+    case SimdLevel::avx2:
+      return &backward_row_avx2<T>;
+    case SimdLevel::sse2:
+      break;
+  }
+  return &backward_row_sse2<T>;
+}
 
 /// Backward. Inputs: g [T, B, 6U] (the gradient of lstm_sequence's output; its gate columns
 /// are ignored), y [T, B, 6U] (that output, gates saved), h0, c0, w [U, 4U]. Output r [T, B,
@@ -221,8 +312,8 @@ void lstm_backward(const KernelCall& call) {
   const int parts = static_cast<int>(bounds.size()) - 1;
   struct Part {
     std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed;  // w's rows of the part, transposed: [4U, width]
-    std::vector<T> tanh_c;  // [width]
+    std::vector<T> packed;         // w's rows of the part, transposed: [4U, width]
+    std::vector<T> tanh_c, zeros;  // [width] each
     std::unique_ptr<Gemm<T>> gemm;
   };
   std::vector<Part> part(static_cast<std::size_t>(parts));
@@ -234,13 +325,15 @@ void lstm_backward(const KernelCall& call) {
     transpose_matrix(q.packed.data(), w + q.u0 * 4 * units, sizeof(T), 4 * units, q.width,
                      4 * units);
     q.tanh_c.resize(static_cast<std::size_t>(q.width));
+    q.zeros.assign(static_cast<std::size_t>(q.width), T(0));
     // dh_{t-1}[:, part] = dz_t [B, 4U] (rows 7U apart in r) times packed, into r's dh column.
     GemmShape shape{to_int(batch), to_int(q.width), to_int(4 * units),
                     false,         to_int(rrow),    to_int(q.width)};
     shape.ldc = to_int(rrow);
     q.gemm = std::make_unique<Gemm<T>>(shape);
   }
-  const UnaryRowFn tanh = unary_row<T>(Prim::tanh);
+  const UnaryRowFn tanh = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64).tanh;
+  const auto row_math = backward_row_for<T>();
 
   // Phase k: part p's dh_{s} from step s + 1's dz (k > 0), then the gate math of step
   // s = T - 1 - k; the last phase (k = T) only the GEMM of step 0.
@@ -255,30 +348,29 @@ void lstm_backward(const KernelCall& call) {
     if (s < 0) return;
     for (std::int64_t b = 0; b < batch; ++b) {
       const T* yr = y + (s * batch + b) * yrow;
-      const T* gr = gy + (s * batch + b) * yrow;
+      const T* gr = gy + (s * batch + b) * 2 * units;
       T* rr = r + (s * batch + b) * rrow;
-      const T* carry = k > 0 ? r + ((s + 1) * batch + b) * rrow : nullptr;  // dh_s, dc_s
+      // dh_s and dc_s from step s + 1 (none after the last step)
+      const T* carry = k > 0 ? r + ((s + 1) * batch + b) * rrow : nullptr;
       const T* h_prev = s == 0 ? h0 + b * units : yr - batch * yrow;
       const T* c_prev = s == 0 ? c0 + b * units : yr - batch * yrow + units;
-      const T* gi = yr + 2 * units + u0;
-      const T* gf = gi + units;
-      const T* gg = gf + units;
-      const T* go = gg + units;
+      const T* gates = yr + 2 * units + u0;
       tanh(yr + units + u0, 1, q.tanh_c.data(), wd);
-      for (std::int64_t j = 0; j < wd; ++j) {
-        const std::int64_t u = u0 + j;
-        const T dh = gr[u] + (carry ? carry[5 * units + u] : T(0));
-        const T tc = q.tanh_c[static_cast<std::size_t>(j)];
-        const T dc =
-            gr[units + u] + (carry ? carry[6 * units + u] : T(0)) + dh * go[j] * (T(1) - tc * tc);
-        const T i = gi[j], f = gf[j], g = gg[j], o = go[j];
-        rr[u] = dc * g * i * (T(1) - i);
-        rr[units + u] = dc * c_prev[u] * f * (T(1) - f);
-        rr[2 * units + u] = dc * i * (T(1) - g * g);
-        rr[3 * units + u] = dh * tc * o * (T(1) - o);
-        rr[4 * units + u] = h_prev[u];
-        rr[6 * units + u] = dc * f;
-      }
+      const BackwardRow<T> a{gr + u0,
+                             gr + units + u0,
+                             carry ? carry + 5 * units + u0 : q.zeros.data(),
+                             carry ? carry + 6 * units + u0 : q.zeros.data(),
+                             q.tanh_c.data(),
+                             gates,
+                             gates + units,
+                             gates + 2 * units,
+                             gates + 3 * units,
+                             c_prev + u0,
+                             h_prev + u0,
+                             rr + u0,
+                             units,
+                             wd};
+      row_math(a);
     }
   };
   PhaseTeam(parts, steps + 1).run(phase);

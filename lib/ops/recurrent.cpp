@@ -55,10 +55,10 @@ Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, co
   check_float(op, {&g, &y, &h0, &c0, &w});
   if (h0.ndim() != 2) fail(op, "h0 must be [batch, units], got {}", h0.shape());
   const std::int64_t units = h0.dim(1);
-  if (y.ndim() != 3 || y.dim(2) != 6 * units || g.shape() != y.shape())
+  if (y.ndim() != 3 || y.dim(2) != 6 * units || g.shape() != Shape{y.dim(0), y.dim(1), 2 * units})
     fail(op,
-         "needs the output y [time, batch, 6 units] (saved gates) and a gradient of its "
-         "shape, got {} and {}",
+         "needs the output y [time, batch, 6 units] (saved gates) and the gradient of its h and c "
+         "columns [time, batch, 2 units], got {} and {}",
          y.shape(), g.shape());
   if (y.dim(1) != h0.dim(0) || c0.shape() != h0.shape() || w.shape() != Shape{units, 4 * units})
     fail(op, "h0, c0 [batch, units] and w [units, 4 units] do not fit y {}: {}, {}, {}", y.shape(),

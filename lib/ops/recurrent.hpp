@@ -18,8 +18,8 @@ namespace kiln::detail {
 Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const Tensor& w,
                      bool save_gates);
 
-/// The backward recurrence of lstm_sequence: g [T, B, 6U] (the gradient of its output y, saved
-/// gates), y, h0, c0, w -> r [T, B, 7U]: per step the pre-activation gradient dz_t (4U), h_{t-1}
+/// The backward recurrence of lstm_sequence: g [T, B, 2U] (the gradient of its output y's h and
+/// c columns), y [T, B, 6U] (saved gates), h0, c0, w -> r [T, B, 7U]: per step the pre-activation gradient dz_t (4U), h_{t-1}
 /// (U), and the gradients of h_{t-1} and c_{t-1} (U each; at t = 0 those of h0 and c0).
 /// Not differentiable.
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
