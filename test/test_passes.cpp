@@ -360,7 +360,7 @@ TEST_CASE("slices of pads read the pad's input: inside it, or as a narrower pad"
 }
 
 TEST_CASE("a forward nn::LSTM drops the gates its lstm_sequence keeps for a gradient",
-          "[passes][fused_lstm]") {
+          "[passes][fused_recurrent]") {
   kiln::nn::LSTM lstm(8, {.return_state = true});
   const Tensor x = kiln::random::normal({2, 5, 3}, 0, 1, 6);
   lstm(x);

@@ -284,7 +284,22 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const Tensor r = lstm_sequence_grad(slice(g, 2, 0, 2 * units), y, x(1), x(2), x(3));
       const Tensor first = squeeze(slice(r, 0, 0, 1), {0});
       return {slice(r, 2, 0, 4 * units), slice(first, 1, 5 * units, 6 * units),
-              slice(first, 1, 6 * units, 7 * units), lstm_weight_grad(r)};
+              slice(first, 1, 6 * units, 7 * units),
+              recurrent_weight_grad(r, units, 4, 4 * units, 0)};
+    }
+    case Prim::gru_sequence: {
+      // r holds per step the gradients of x's projection and of q = h W + b_rec, h_{t-1} and
+      // the gradient of h_{t-1} (ops/recurrent.hpp).
+      const std::int64_t units = x(1).dim(1);
+      if (y.dim(2) != 5 * units)
+        fail("gru_sequence",
+             "the gradient needs the gate activations, which the forward pass saves only while "
+             "a GradientTape records");
+      const Tensor r = gru_sequence_grad(slice(g, 2, 0, units), y, x(1), x(2));
+      const Tensor dq = slice(r, 2, 3 * units, 6 * units);
+      return {slice(r, 2, 0, 3 * units),
+              squeeze(slice(slice(r, 0, 0, 1), 2, 7 * units, 8 * units), {0}),
+              recurrent_weight_grad(r, units, 3, 6 * units, 3 * units), sum(dq, {0, 1})};
     }
     default:
       return std::vector<Tensor>(in.size());

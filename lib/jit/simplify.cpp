@@ -131,38 +131,49 @@ std::size_t fold_constants(GraphData& g) {
   return folded;
 }
 
-/// lstm_sequence keeps its gate activations for a gradient (ops/recurrent.hpp) whenever it is
-/// traced. Where every use of its output is a slice within the h and c columns (a forward pass,
-/// nothing differentiated it), the gates are never read: the node drops them (output [T, B,
-/// 2U] instead of [T, B, 6U]; the slices' starts and steps stay valid). Returns the count.
-static std::size_t drop_unread_gates(GraphData& g) {
+namespace {
+
+/// The columns of a fused recurrence's output that hold its state (lstm_sequence: h and c;
+/// gru_sequence: h), or 0 for other nodes.
+std::int64_t state_columns(const GraphData& g, const Node& n) {
+  if (n.kind != Node::Kind::primitive) return 0;
+  const std::int64_t units =
+      n.inputs.size() > 1 ? g.nodes[static_cast<std::size_t>(n.inputs[1])].shape.back() : 0;
+  if (n.prim == Prim::lstm_sequence) return 2 * units;
+  if (n.prim == Prim::gru_sequence) return units;
+  return 0;
+}
+
+/// lstm_sequence and gru_sequence keep their gate activations for a gradient (ops/recurrent.hpp)
+/// whenever they are traced. Where every use of the output is a slice within the state columns
+/// (a forward pass: nothing differentiated it), the gates are never read: the node drops them
+/// (the slices' starts and steps stay valid). Returns the count.
+std::size_t drop_unread_gates(GraphData& g) {
   std::vector<bool> only_state_slices(g.nodes.size(), true);
   for (auto o : g.outputs) only_state_slices[static_cast<std::size_t>(o)] = false;
   for (auto s : g.side_effects) only_state_slices[static_cast<std::size_t>(s)] = false;
   for (const Node& n : g.nodes) {
     for (auto in : n.inputs) {
-      const Node& x = g.nodes[static_cast<std::size_t>(in)];
-      if (x.kind != Node::Kind::primitive || x.prim != Prim::lstm_sequence) continue;
-      const std::int64_t state_columns =
-          2 * g.nodes[static_cast<std::size_t>(x.inputs[1])].shape[1];
+      const std::int64_t columns = state_columns(g, g.nodes[static_cast<std::size_t>(in)]);
+      if (columns == 0) continue;
       const bool reads_state = n.kind == Node::Kind::primitive && n.prim == Prim::slice &&
                                n.shape[2] > 0 &&
-                               n.attrs.ints[4] + (n.shape[2] - 1) * n.attrs.ints[5] < state_columns;
+                               n.attrs.ints[4] + (n.shape[2] - 1) * n.attrs.ints[5] < columns;
       if (!reads_state) only_state_slices[static_cast<std::size_t>(in)] = false;
     }
   }
   std::size_t dropped = 0;
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     Node& n = g.nodes[i];
-    if (n.kind != Node::Kind::primitive || n.prim != Prim::lstm_sequence || !only_state_slices[i])
-      continue;
-    const std::int64_t state_columns = 2 * g.nodes[static_cast<std::size_t>(n.inputs[1])].shape[1];
-    if (n.shape[2] == state_columns) continue;
-    n.shape[2] = state_columns;
+    const std::int64_t columns = state_columns(g, n);
+    if (columns == 0 || !only_state_slices[i] || n.shape[2] == columns) continue;
+    n.shape[2] = columns;
     ++dropped;
   }
   return dropped;
 }
+
+}  // namespace
 
 std::size_t simplify_algebra(GraphData& g) {
   const std::size_t dropped_gates = drop_unread_gates(g);

@@ -1,133 +1,21 @@
-// Kernels of the recurrent family: a whole LSTM recurrence in one call (lstm_sequence), its
-// backward recurrence (lstm_sequence_grad) and the recurrent kernel's gradient
-// (lstm_weight_grad). The layouts are documented at the front ends, lib/ops/recurrent.cpp.
-//
-// Each time step is one GEMM (h_{t-1} times the recurrent kernel) and the gate math on its
-// output while that output is still in cache. With several threads the units are cut into
-// parts, one per thread: part p owns units [u0, u1) of all four gates, so its GEMM reads only
-// its columns of the kernel (packed once per call, contiguous: they stay in that core's cache
-// from step to step) and its gate math needs nothing from the other parts. The parts of a step
-// need the whole h of the step before, so the threads meet once per step (PhaseTeam).
+// Kernels of the recurrent family (kernels/recurrent_parts.hpp explains how a step runs): a whole
+// LSTM recurrence in one call (lstm_sequence), its backward recurrence (lstm_sequence_grad), and
+// the recurrent kernel's gradient of either fused layer (recurrent_weight_grad); the GRU's are in
+// recurrent_gru.cpp. The layouts are documented at the front ends, lib/ops/recurrent.hpp.
 
-#include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <exception>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "core/fail.hpp"
-#include "kernels/elementwise_table.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/kernel.hpp"
-#include "kernels/parallel.hpp"
+#include "kernels/recurrent_parts.hpp"
 
 namespace kiln::detail {
 
 namespace {
 
-/// Multiply-adds per time step from which the units are cut into one part per thread: below
-/// it a step (a few microseconds) is too short to pay for the threads meeting every step.
-constexpr std::int64_t split_step_work = std::int64_t{1} << 19;
-/// Units per part at least (a multiple of the widest SIMD vector of f32).
-constexpr std::int64_t min_part_units = 32;
-
-/// `parts` parts stepping through `phases` phases together: part p of phase k starts after
-/// every part of phase k - 1 has finished. The threads parallel_for gives (however many) run
-/// the parts: each first claims the part it claimed before (so the data a part keeps reading
-/// stays in one core's cache), then any part of the phase nobody has claimed, then waits for
-/// the phase to end. A thread that is late, or never comes (a busy pool runs everything on the
-/// caller), leaves its parts to the others: every phase completes whoever runs it.
-class PhaseTeam {
- public:
-  PhaseTeam(int parts, std::int64_t phases)
-      : parts_(parts), phases_(phases), claimed_(static_cast<std::size_t>(parts)) {}
-
-  /// Runs fn(part, phase) for every part and phase. fn must not throw across the team: an
-  /// exception is kept, the phase still counts as done, and the first one is rethrown here.
-  template <class F>
-  void run(F&& fn) {
-    auto work = [&](std::int64_t begin, std::int64_t) { join(static_cast<int>(begin), fn); };
-    parallel_for(parts_, 1, work);
-    if (error_) std::rethrow_exception(error_);
-  }
-
- private:
-  struct alignas(64) Counter {
-    std::atomic<std::int64_t> value{0};
-  };
-
-  template <class F>
-  void join(int first, F& fn) {
-    for (std::int64_t k = done_.value.load(std::memory_order_acquire) / parts_; k < phases_; ++k) {
-      for (int i = 0; i < parts_; ++i) {
-        const int p = (first + i) % parts_;
-        std::int64_t expected = k;
-        if (!claimed_[static_cast<std::size_t>(p)].value.compare_exchange_strong(
-                expected, k + 1, std::memory_order_acq_rel))
-          continue;
-        try {
-          fn(p, k);
-        } catch (...) {
-          const std::lock_guard lock(error_mutex_);
-          if (!error_) error_ = std::current_exception();
-        }
-        done_.value.fetch_add(1, std::memory_order_acq_rel);
-      }
-      wait_for(parts_ * (k + 1));
-    }
-  }
-
-  void wait_for(std::int64_t count) const {
-    for (int spins = 0; done_.value.load(std::memory_order_acquire) < count; ++spins) {
-      if (spins < 4096)
-        __builtin_ia32_pause();
-      else
-        std::this_thread::yield();  // the thread we wait for may need this core
-    }
-  }
-
-  const int parts_;
-  const std::int64_t phases_;
-  std::vector<Counter> claimed_;  // per part: the phases claimed so far
-  Counter done_;                  // parts finished, over all phases
-  std::mutex error_mutex_;
-  std::exception_ptr error_;
-};
-
-/// The units [begin, end) of each part: as many parts as threads when a step is long enough,
-/// cut at multiples of 16.
-std::vector<std::int64_t> part_bounds(std::int64_t batch, std::int64_t units) {
-  std::int64_t parts = 1;
-  if (batch * units * 4 * units >= split_step_work)
-    parts = std::min<std::int64_t>(num_threads(), units / min_part_units);
-  parts = std::max<std::int64_t>(parts, 1);
-  std::vector<std::int64_t> bounds{0};
-  for (std::int64_t p = 1; p < parts; ++p) bounds.push_back(units * p / parts / 16 * 16);
-  bounds.push_back(units);
-  return bounds;
-}
-
-int to_int(std::int64_t v) { return static_cast<int>(v); }
-
-/// The elementwise row kernels the gate math runs on, as this process's instruction set runs
-/// them (the same bits on every one: docs/architecture.md, "What each instruction set
-/// computes"), so the fused LSTM computes what the scan LSTM's ops compute.
-struct RowKernels {
-  UnaryRowFn sigmoid, tanh;
-  BinaryRowFn add, mul;
-  static RowKernels of(DType dtype) {
-    const auto unary = [&](Prim p) {
-      return reinterpret_cast<UnaryRowFn>(row_kernel(p, dtype, dtype));
-    };
-    const auto binary = [&](Prim p) {
-      return reinterpret_cast<BinaryRowFn>(row_kernel(p, dtype, dtype));
-    };
-    return {unary(Prim::sigmoid), unary(Prim::tanh), binary(Prim::add), binary(Prim::mul)};
-  }
-};
+using namespace recurrent;  // NOLINT(google-build-using-namespace): this file is its user
 
 // ------------------------------------------------------------------ lstm_sequence
 
@@ -160,13 +48,7 @@ void lstm_forward(const KernelCall& call) {
     q.u0 = bounds[static_cast<std::size_t>(p)];
     q.width = bounds[static_cast<std::size_t>(p) + 1] - q.u0;
     const std::int64_t n = 4 * q.width;
-    if (parts > 1) {
-      q.packed.resize(static_cast<std::size_t>(units * n));
-      for (std::int64_t r = 0; r < units; ++r)
-        for (std::int64_t g = 0; g < 4; ++g)
-          std::memcpy(q.packed.data() + r * n + g * q.width, w + r * 4 * units + g * units + q.u0,
-                      static_cast<std::size_t>(q.width) * sizeof(T));
-    }
+    if (parts > 1) q.packed = pack_gate_columns(w, units, units, 4, q.u0, q.width);
     q.z.resize(static_cast<std::size_t>(batch * n));
     q.scratch.resize(static_cast<std::size_t>(2 * q.width));
     const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
@@ -264,39 +146,6 @@ template <class T>
 }
 
 template <class T>
-void backward_row_sse2(const BackwardRow<T>& a) {
-  backward_row(a);
-}
-template <class T>
-[[gnu::target("avx2,fma")]] void backward_row_avx2(const BackwardRow<T>& a) {
-  backward_row(a);
-}
-template <class T>
-[[gnu::target("avx512f,avx2,fma")]] void backward_row_avx512(const BackwardRow<T>& a) {
-  backward_row(a);
-}
-
-/// backward_row for the instruction set this process runs (simd_level(), which KILN_SIMD
-/// lowers): each is the same arithmetic; with FMA (avx2, avx512) some products and sums round
-/// once instead of twice.
-template <class T>
-void (*backward_row_for())(const BackwardRow<T>&) {
-  switch (simd_level()) {
-    case SimdLevel::avx512:
-      return &backward_row_avx512<T>;
-    case SimdLevel::avx2:
-      return &backward_row_avx2<T>;
-    case SimdLevel::sse2:
-      break;
-  }
-  return &backward_row_sse2<T>;
-}
-
-/// Backward. Inputs: g [T, B, 6U] (the gradient of lstm_sequence's output; its gate columns
-/// are ignored), y [T, B, 6U] (that output, gates saved), h0, c0, w [U, 4U]. Output r [T, B,
-/// 7U]: per step t, the pre-activation gradient dz_t (4U, gates i, f, g, o), h_{t-1} (U) and
-/// the gradients of the state entering step t, dh_{t-1} and dc_{t-1} (U each).
-template <class T>
 void lstm_backward(const KernelCall& call) {
   const T* gy = call.inputs[0].ptr<const T>();
   const T* y = call.inputs[1].ptr<const T>();
@@ -333,7 +182,7 @@ void lstm_backward(const KernelCall& call) {
     q.gemm = std::make_unique<Gemm<T>>(shape);
   }
   const UnaryRowFn tanh = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64).tanh;
-  const auto row_math = backward_row_for<T>();
+  const auto row_math = for_this_isa<BackwardRow<T>, &backward_row<T>>();
 
   // Phase k: part p's dh_{s} from step s + 1's dz (k > 0), then the gate math of step
   // s = T - 1 - k; the last phase (k = T) only the GEMM of step 0.
@@ -376,22 +225,25 @@ void lstm_backward(const KernelCall& call) {
   PhaseTeam(parts, steps + 1).run(phase);
 }
 
-/// lstm_weight_grad: r [T, B, 7U] (lstm_sequence_grad's output) -> the recurrent kernel's
-/// gradient [U, 4U] = the sum over steps and rows of h_{t-1}^T dz_t, one GEMM over T B rows.
+/// recurrent_weight_grad: r [T, B, row] (a backward recurrence's output) -> the recurrent
+/// kernel's gradient [U, G U] = the sum over steps and rows of r's h_{t-1} columns (U from
+/// attrs.ints[2]) transposed times its gate-gradient columns (G U from attrs.ints[3]): one GEMM
+/// over T B rows. attrs.ints = {U, G, h column, gate column}.
 template <class T>
-void lstm_weight_gradient(const KernelCall& call) {
+void recurrent_weight_gradient(const KernelCall& call) {
   const ArrayRef& r = call.inputs[0];
-  const std::int64_t rows = r.shape[0] * r.shape[1], units = call.out.shape[0];
+  const std::vector<std::int64_t>& at = call.attrs.ints;
+  const std::int64_t rows = r.shape[0] * r.shape[1], units = at[0], n = at[0] * at[1];
   T* out = call.out.ptr<T>();
   if (rows == 0) {
-    std::fill(out, out + units * 4 * units, T(0));
+    std::fill(out, out + units * n, T(0));
     return;
   }
-  const GemmShape shape{to_int(units), to_int(4 * units), to_int(rows),
-                        true,          to_int(7 * units), to_int(7 * units)};
+  const int ld = to_int(r.shape[2]);
+  const GemmShape shape{to_int(units), to_int(n), to_int(rows), true, ld, ld};
   const T* base = r.ptr<const T>();
   const Gemm<T> gemm(shape);
-  gemm(base + 4 * units, base, out);
+  gemm(base + at[2], base + at[3], out);
 }
 
 template <class T>
@@ -401,8 +253,12 @@ void run_recurrent_typed(const KernelCall& call) {
       return lstm_forward<T>(call);
     case Prim::lstm_sequence_grad:
       return lstm_backward<T>(call);
-    case Prim::lstm_weight_grad:
-      return lstm_weight_gradient<T>(call);
+    case Prim::gru_sequence:
+      return gru_forward<T>(call);
+    case Prim::gru_sequence_grad:
+      return gru_backward<T>(call);
+    case Prim::recurrent_weight_grad:
+      return recurrent_weight_gradient<T>(call);
     default:
       fail(name(call.prim), "no recurrent kernel");
   }

@@ -405,6 +405,22 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
           return_sequences ? transpose(hs, {1, 0, 2}) : h};
 }
 
+/// nn::GRU's recurrence as one fused primitive (detail::gru_sequence), as fused_lstm.
+std::vector<Tensor> fused_gru(const Tensor& x, const Tensor& kernel, const Tensor& input_bias,
+                              const Tensor& recurrent, const Tensor& recurrent_bias,
+                              std::vector<Tensor> state, std::int64_t units, bool go_backwards,
+                              bool return_sequences) {
+  Tensor time_major = transpose(x, {1, 0, 2});
+  if (go_backwards) time_major = reverse_time(time_major);
+  if (state.empty()) state.push_back(zeros({x.dim(0), units}, x.dtype()));
+  const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
+  const Tensor hs = slice(detail::gru_sequence(matmul(time_major, kernel) + input_bias, state[0],
+                                               recurrent, recurrent_bias, keep_gates),
+                          2, 0, units);
+  const Tensor h = last_step(hs);
+  return {h, return_sequences ? transpose(hs, {1, 0, 2}) : h};
+}
+
 /// The layer's outputs from recur's result: {output} or, with return_state, {output, state...}.
 std::vector<Tensor> layer_outputs(std::vector<Tensor> result, std::size_t state_size,
                                   bool return_state, const std::vector<Variable>& carried) {
@@ -523,6 +539,14 @@ std::vector<Tensor> GRU::call(const Tensor& x, const RecurrentCallOptions& call_
   const std::vector<Tensor> biases = unstack(bias.value(), 0);  // input bias, recurrent bias
   const Tensor k = kernel.value(), r = recurrent.value(), input_bias = biases[0];
   const Tensor recurrent_bias = biases[1];
+  const std::int64_t time = x.dim(1);
+  const bool segmented =
+      options_.checkpoint_every > 1 && !is_dynamic_dim(time) && time > options_.checkpoint_every;
+  if (options_.fused && !options_.unroll && !mask.defined() && !segmented &&
+      !is_dynamic_dim(time) && (dtype == DType::f32 || dtype == DType::f64))
+    return layer_outputs(fused_gru(x, k, input_bias, r, recurrent_bias, std::move(state), units_,
+                                   options_.go_backwards, options_.return_sequences),
+                         1, options_.return_state, carried);
   const Step step = [r, recurrent_bias](const Tensor& xt, const std::vector<Tensor>& s) {
     const bool zero = s.empty();
     const std::vector<Tensor> xs = split(xt, 3, -1);

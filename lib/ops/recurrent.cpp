@@ -1,7 +1,7 @@
-// Front ends of the fused recurrences (ops/recurrent.hpp). Prim::lstm_sequence,
-// lstm_sequence_grad and lstm_weight_grad take contiguous inputs of one float dtype and no
-// attrs; their layouts are documented in ops/recurrent.hpp, their kernels in
-// lib/kernels/recurrent.cpp.
+// Front ends of the fused recurrences (ops/recurrent.hpp). Prim::lstm_sequence, gru_sequence
+// and their _grad take contiguous inputs of one float dtype and no attrs;
+// recurrent_weight_grad's attrs.ints are {units, gates, h column, gate column}; their layouts are
+// documented in ops/recurrent.hpp, their kernels in lib/kernels/recurrent.cpp.
 #include "ops/recurrent.hpp"
 
 #include "core/fail.hpp"
@@ -67,13 +67,52 @@ Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, co
   return apply(Prim::lstm_sequence_grad, {g, y, h0, c0, w}, Attrs{}, y.dtype(), out);
 }
 
-Tensor lstm_weight_grad(const Tensor& r) {
-  constexpr std::string_view op = "lstm_weight_grad";
+Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const Tensor& b_rec,
+                    bool save_gates) {
+  constexpr std::string_view op = "gru_sequence";
+  check_float(op, {&xp, &h0, &w, &b_rec});
+  if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
+    fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
+  const std::int64_t units = h0.dim(1);
+  if (xp.ndim() != 3 || xp.dim(2) != 3 * units || xp.dim(1) != h0.dim(0))
+    fail(op, "the projected input must be [time, batch, 3 units] = [?, {}, {}], got {}",
+         dim_text(h0.dim(0)), 3 * units, xp.shape());
+  if (w.shape() != Shape{units, 3 * units})
+    fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 3 * units, w.shape());
+  if (b_rec.shape() != Shape{3 * units})
+    fail(op, "the recurrent bias must be [{}], got {}", 3 * units, b_rec.shape());
+  const Shape out{xp.dim(0), xp.dim(1), (save_gates ? 5 : 1) * units};
+  return apply(Prim::gru_sequence, {xp, h0, w, b_rec}, Attrs{}, xp.dtype(), out);
+}
+
+Tensor gru_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& w) {
+  constexpr std::string_view op = "gru_sequence_grad";
+  check_float(op, {&g, &y, &h0, &w});
+  if (h0.ndim() != 2) fail(op, "h0 must be [batch, units], got {}", h0.shape());
+  const std::int64_t units = h0.dim(1);
+  if (y.ndim() != 3 || y.dim(2) != 5 * units || g.shape() != Shape{y.dim(0), y.dim(1), units})
+    fail(op,
+         "needs the output y [time, batch, 5 units] (saved gates) and the gradient of its h "
+         "columns [time, batch, units], got {} and {}",
+         y.shape(), g.shape());
+  if (y.dim(1) != h0.dim(0) || w.shape() != Shape{units, 3 * units})
+    fail(op, "h0 [batch, units] and w [units, 3 units] do not fit y {}: {}, {}", y.shape(),
+         h0.shape(), w.shape());
+  const Shape out{y.dim(0), y.dim(1), 8 * units};
+  return apply(Prim::gru_sequence_grad, {g, y, h0, w}, Attrs{}, y.dtype(), out);
+}
+
+Tensor recurrent_weight_grad(const Tensor& r, std::int64_t units, std::int64_t gates,
+                             std::int64_t h_column, std::int64_t gate_column) {
+  constexpr std::string_view op = "recurrent_weight_grad";
   check_float(op, {&r});
-  if (r.ndim() != 3 || is_dynamic_dim(r.dim(2)) || r.dim(2) % 7 != 0)
-    fail(op, "needs lstm_sequence_grad's [time, batch, 7 units], got {}", r.shape());
-  const std::int64_t units = r.dim(2) / 7;
-  return apply(Prim::lstm_weight_grad, {r}, Attrs{}, r.dtype(), Shape{units, 4 * units});
+  if (r.ndim() != 3 || is_dynamic_dim(r.dim(2)) || units <= 0 || gates <= 0 || h_column < 0 ||
+      h_column + units > r.dim(2) || gate_column < 0 || gate_column + gates * units > r.dim(2))
+    fail(op, "columns [{}, +{}) and [{}, +{}) do not fit {}", h_column, units, gate_column,
+         gates * units, r.shape());
+  Attrs attrs;
+  attrs.ints = {units, gates, h_column, gate_column};
+  return apply(Prim::recurrent_weight_grad, {r}, attrs, r.dtype(), Shape{units, gates * units});
 }
 
 }  // namespace kiln::detail

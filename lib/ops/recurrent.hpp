@@ -19,14 +19,34 @@ Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const
                      bool save_gates);
 
 /// The backward recurrence of lstm_sequence: g [T, B, 2U] (the gradient of its output y's h and
-/// c columns), y [T, B, 6U] (saved gates), h0, c0, w -> r [T, B, 7U]: per step the pre-activation gradient dz_t (4U), h_{t-1}
-/// (U), and the gradients of h_{t-1} and c_{t-1} (U each; at t = 0 those of h0 and c0).
-/// Not differentiable.
+/// c columns), y [T, B, 6U] (saved gates), h0, c0, w -> r [T, B, 7U]: per step the pre-activation
+/// gradient dz_t (4U), h_{t-1} (U), and the gradients of h_{t-1} and c_{t-1} (U each; at t = 0
+/// those of h0 and c0). Not differentiable.
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
                           const Tensor& w);
 
-/// The recurrent kernel's gradient from lstm_sequence_grad's r: sum over t and b of
-/// h_{t-1}^T dz_t, [U, 4U]. Not differentiable.
-Tensor lstm_weight_grad(const Tensor& r);
+/// The GRU recurrence (Keras's GRU with reset_after) over every time step in one call
+/// (Prim::gru_sequence). xp [T, B, 3U]: each step's x_t W_in + b_in, gates z, r, n; h0 [B, U];
+/// w [U, 3U]: the recurrent kernel; b_rec [3U]: the recurrent bias. Returns y [T, B, S U]: h_t
+/// (S = 1) and with `save_gates` (S = 5) z, r, n and q_n after it. Steps: q = h_{t-1} w + b_rec;
+/// z = sigmoid(x_z + q_z); r = sigmoid(x_r + q_r); n = tanh(x_n + r q_n);
+/// h_t = z h_{t-1} + (1 - z) n. Differentiable in xp, h0, w and b_rec (through
+/// gru_sequence_grad; the saved columns have no gradient of their own).
+Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const Tensor& b_rec,
+                    bool save_gates);
+
+/// The backward recurrence of gru_sequence: g [T, B, U] (the gradient of its h columns), y [T,
+/// B, 5U] (saved), h0, w -> r [T, B, 8U]: per step the pre-activation gradients of x's
+/// projection (3U) and of q (3U), h_{t-1} (U) and the gradient of h_{t-1} (U; at t = 0 h0's).
+/// Not differentiable.
+Tensor gru_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& w);
+
+/// A fused recurrence's recurrent-kernel gradient from its backward output r [T, B, row]: the
+/// sum over t and b of r's h_{t-1} columns [h_column, h_column + U) transposed times its
+/// gate-gradient columns [gate_column, gate_column + gates U): [U, gates U]. Not
+/// differentiable. (LSTM: gates 4, columns 4U and 0 of 7U; GRU: gates 3, columns 6U and 3U of
+/// 8U.)
+Tensor recurrent_weight_grad(const Tensor& r, std::int64_t units, std::int64_t gates,
+                             std::int64_t h_column, std::int64_t gate_column);
 
 }  // namespace kiln::detail

@@ -185,6 +185,9 @@ struct GRUOptions {
   bool unroll = false;
   /// As for LSTMOptions::checkpoint_every.
   std::int64_t checkpoint_every = 1;
+  /// Run the recurrence as one fused primitive when the call allows it, as
+  /// LSTMOptions::fused (the same conditions; false: the step as ops in a kiln::scan).
+  bool fused = true;
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer recurrent_initializer = init::orthogonal();
   init::Initializer bias_initializer = init::zeros();

@@ -1,13 +1,16 @@
-// The fused LSTM (Prim::lstm_sequence and its gradient, lib/kernels/recurrent.cpp): nn::LSTM's
-// default against its scan form (fused = false) over a table of shapes and options, eagerly and
-// traced, outputs and gradients; the primitive's gradient against finite differences; the unit
-// split over threads (sizes on both sides of it, an uneven cut); a busy pool; errors.
+// The fused recurrences (Prim::lstm_sequence, gru_sequence and their gradients,
+// lib/kernels/recurrent*.cpp): nn::LSTM's and nn::GRU's defaults against their scan forms (fused =
+// false) over a table of shapes and options, eagerly and traced, outputs and gradients; the
+// primitives' gradients against finite differences; the unit split over threads (sizes on both
+// sides of it, an uneven cut); a busy pool; errors.
 #include <catch2/catch.hpp>
 
 #include <array>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <kiln/kiln.hpp>
@@ -22,10 +25,14 @@ using kiln::Tensor;
 using kiln::test::max_diff;
 using Tensors = std::vector<Tensor>;
 
+struct Options {
+  bool return_sequences = false, return_state = false, go_backwards = false;
+};
+
 struct Case {
   std::string name;
   std::int64_t batch, steps, features, units;
-  kiln::nn::LSTMOptions options;
+  Options options;
   bool initial_state = false;
   kiln::DType dtype = kiln::DType::f32;
 };
@@ -44,13 +51,21 @@ const std::vector<Case> cases = {
     {"split, f64, backwards", 32, 3, 4, 64, {.go_backwards = true}, false, kiln::DType::f64},
 };
 
-kiln::nn::LSTMOptions with_fused(kiln::nn::LSTMOptions o, bool fused) {
-  o.fused = fused;
-  return o;
+template <class Layer>
+Layer make_layer(std::int64_t units, const Options& o, bool fused) {
+  std::conditional_t<std::is_same_v<Layer, kiln::nn::LSTM>, kiln::nn::LSTMOptions,
+                     kiln::nn::GRUOptions>
+      options;
+  options.return_sequences = o.return_sequences;
+  options.return_state = o.return_state;
+  options.go_backwards = o.go_backwards;
+  options.fused = fused;
+  return Layer(units, options);
 }
 
 /// Copies a's weights into b (same shapes).
-void copy_weights(const kiln::nn::LSTM& from, kiln::nn::LSTM& to) {
+template <class Layer>
+void copy_weights(const Layer& from, Layer& to) {
   to.kernel().assign(from.kernel().value());
   to.recurrent_kernel().assign(from.recurrent_kernel().value());
   to.bias().assign(from.bias().value());
@@ -58,7 +73,8 @@ void copy_weights(const kiln::nn::LSTM& from, kiln::nn::LSTM& to) {
 
 /// The layer's outputs, a weighted loss of all of them, and its gradients with respect to the
 /// input, the initial state (when given) and the three weights.
-Tensors outputs_and_gradients(kiln::nn::LSTM& layer, const Tensor& x, const Tensors& state) {
+template <class Layer>
+Tensors outputs_and_gradients(Layer& layer, const Tensor& x, const Tensors& state) {
   kiln::GradientTape tape;
   tape.watch(x);
   for (const Tensor& s : state) tape.watch(s);
@@ -75,20 +91,26 @@ Tensors outputs_and_gradients(kiln::nn::LSTM& layer, const Tensor& x, const Tens
 
 }  // namespace
 
-TEST_CASE("the fused LSTM equals the scan LSTM: outputs and gradients, eager and traced",
-          "[fused_lstm][nn]") {
+TEMPLATE_TEST_CASE(
+    "the fused LSTM and GRU equal their scan forms: outputs and gradients, eager "
+    "and traced",
+    "[fused_recurrent][nn]", kiln::nn::LSTM, kiln::nn::GRU) {
+  using Layer = TestType;
+  constexpr bool lstm = std::is_same_v<Layer, kiln::nn::LSTM>;
   for (const Case& c : cases) {
     INFO(c.name);
     const double tol = c.dtype == kiln::DType::f64 ? 1e-11 : 2e-5;
-    kiln::nn::LSTM fused(c.units, with_fused(c.options, true));
-    kiln::nn::LSTM scan(c.units, with_fused(c.options, false));
+    Layer fused = make_layer<Layer>(c.units, c.options, true);
+    Layer scan = make_layer<Layer>(c.units, c.options, false);
     const Tensor x =
         kiln::cast(kiln::random::normal({c.batch, c.steps, c.features}, 0, 1, 7), c.dtype);
     Tensors state;
     if (c.initial_state)
-      for (std::uint64_t seed : {8, 9})
+      for (std::uint64_t seed : {8, 9}) {
+        if (!lstm && seed == 9) break;  // the GRU's state is h alone
         state.push_back(
             kiln::cast(kiln::random::normal({c.batch, c.units}, 0, 0.5, seed), c.dtype));
+      }
     fused(x);
     scan(x);
     copy_weights(fused, scan);
@@ -108,20 +130,53 @@ TEST_CASE("the fused LSTM equals the scan LSTM: outputs and gradients, eager and
       CHECK(max_diff(eager[i], want[i]) <= tol * scale);
       CHECK(max_diff(traced[i], want[i]) <= tol * scale);
     }
-    // The fused form has no scan: one lstm_sequence node (and its two gradient nodes).
+    // The fused form has no scan: one fused node and its gradient nodes.
     const std::string graph = traced_fn.get_concrete_function(x, state).graph().to_string();
     INFO(graph);
-    CHECK(graph.find("lstm_sequence ") != std::string::npos);
-    CHECK(graph.find("lstm_sequence_grad") != std::string::npos);
+    const std::string primitive = lstm ? "lstm_sequence" : "gru_sequence";
+    CHECK(graph.find(primitive + " ") != std::string::npos);
+    CHECK(graph.find(primitive + "_grad") != std::string::npos);
     CHECK(graph.find("scan") == std::string::npos);
   }
 }
 
-TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_lstm][autodiff]") {
+namespace {
+
+/// Checks the tape's gradient of loss(args) against central differences at a spread of
+/// elements of each argument (all of them would take long at 64 units).
+void check_against_finite_differences(const std::function<Tensor(const Tensors&, bool)>& loss,
+                                      const Tensors& args) {
+  kiln::GradientTape tape;
+  for (const Tensor& a : args) tape.watch(a);
+  const Tensors grads = tape.gradient(loss(args, true), args);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    INFO("argument " << i);
+    const std::vector<double> got = grads[i].to_vector<double>();
+    const std::vector<double> values = args[i].to_vector<double>();
+    const std::size_t stride = std::max<std::size_t>(1, values.size() / 40);
+    for (std::size_t j = 0; j < values.size(); j += stride) {
+      Tensors plus = args, minus = args;
+      std::vector<double> vp = values, vm = values;
+      vp[j] += 1e-6;
+      vm[j] -= 1e-6;
+      plus[i] = kiln::tensor(vp, args[i].shape());
+      minus[i] = kiln::tensor(vm, args[i].shape());
+      const double numeric =
+          (loss(plus, false).item<double>() - loss(minus, false).item<double>()) / 2e-6;
+      INFO("element " << j);
+      CHECK(std::abs(got[j] - numeric) <= 1e-6 * (1 + std::abs(numeric)));
+    }
+  }
+}
+
+/// Shapes for the gradient checks: one part (4 units) and two (64 units, batch 32: cut at 32).
+const std::vector<std::array<std::int64_t, 3>> gradient_shapes = {{2, 4, 3}, {32, 64, 2}};
+
+}  // namespace
+
+TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_recurrent][autodiff]") {
   using kiln::DType;
-  // 1 part (4 units) and 2 parts (64 units, batch 32: cut at 32).
-  for (const auto& [batch, units, steps] :
-       std::vector<std::array<std::int64_t, 3>>{{2, 4, 3}, {32, 64, 2}}) {
+  for (const auto& [batch, units, steps] : gradient_shapes) {
     INFO("batch " << batch << ", units " << units);
     const Tensors args{kiln::random::normal({steps, batch, 4 * units}, 0, 1, 11, DType::f64),
                        kiln::random::normal({batch, units}, 0, 0.5, 12, DType::f64),
@@ -129,37 +184,35 @@ TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_lstm][a
                        kiln::random::normal({units, 4 * units}, 0, 0.3, 14, DType::f64)};
     // Weights over h and c of every step (the gate columns carry no gradient).
     const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 15, DType::f64);
-    const auto loss = [&](const Tensors& a, bool save) {
-      const Tensor y = kiln::detail::lstm_sequence(a[0], a[1], a[2], a[3], save);
-      return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
-    };
-    kiln::GradientTape tape;
-    for (const Tensor& a : args) tape.watch(a);
-    const Tensors grads = tape.gradient(loss(args, true), args);
-    // Check a spread of elements (all of them would take long at 64 units).
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      INFO("argument " << i);
-      const std::vector<double> got = grads[i].to_vector<double>();
-      const std::vector<double> values = args[i].to_vector<double>();
-      const std::size_t stride = std::max<std::size_t>(1, values.size() / 40);
-      for (std::size_t j = 0; j < values.size(); j += stride) {
-        Tensors plus = args, minus = args;
-        std::vector<double> vp = values, vm = values;
-        vp[j] += 1e-6;
-        vm[j] -= 1e-6;
-        plus[i] = kiln::tensor(vp, args[i].shape());
-        minus[i] = kiln::tensor(vm, args[i].shape());
-        const double numeric =
-            (loss(plus, false).item<double>() - loss(minus, false).item<double>()) / 2e-6;
-        INFO("element " << j);
-        CHECK(std::abs(got[j] - numeric) <= 1e-6 * (1 + std::abs(numeric)));
-      }
-    }
+    check_against_finite_differences(
+        [&](const Tensors& a, bool save) {
+          const Tensor y = kiln::detail::lstm_sequence(a[0], a[1], a[2], a[3], save);
+          return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
+        },
+        args);
+  }
+}
+
+TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurrent][autodiff]") {
+  using kiln::DType;
+  for (const auto& [batch, units, steps] : gradient_shapes) {
+    INFO("batch " << batch << ", units " << units);
+    const Tensors args{kiln::random::normal({steps, batch, 3 * units}, 0, 1, 16, DType::f64),
+                       kiln::random::normal({batch, units}, 0, 0.5, 17, DType::f64),
+                       kiln::random::normal({units, 3 * units}, 0, 0.3, 18, DType::f64),
+                       kiln::random::normal({3 * units}, 0, 0.3, 19, DType::f64)};
+    const Tensor weights = kiln::random::normal({steps, batch, units}, 0, 1, 20, DType::f64);
+    check_against_finite_differences(
+        [&](const Tensors& a, bool save) {
+          const Tensor y = kiln::detail::gru_sequence(a[0], a[1], a[2], a[3], save);
+          return kiln::sum(kiln::slice(y, 2, 0, units) * weights);
+        },
+        args);
   }
 }
 
 TEST_CASE("the fused LSTM runs from several threads at once (a busy pool)",
-          "[fused_lstm][threads]") {
+          "[fused_recurrent][threads]") {
   kiln::nn::LSTM layer(64, {.return_sequences = true});
   const Tensor x = kiln::random::normal({32, 5, 8}, 0, 1, 21);
   const Tensor want = layer(x);
@@ -170,7 +223,8 @@ TEST_CASE("the fused LSTM runs from several threads at once (a busy pool)",
   for (const Tensor& g : got) CHECK(max_diff(g, want) == 0);
 }
 
-TEST_CASE("lstm_sequence rejects bad arguments with errors naming it", "[fused_lstm][errors]") {
+TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
+          "[fused_recurrent][errors]") {
   using kiln::detail::lstm_sequence;
   const Tensor xp = kiln::zeros({3, 2, 8}), h = kiln::zeros({2, 2}), w = kiln::zeros({2, 8});
   const auto message = [](auto&& f) {
@@ -196,6 +250,13 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it", "[fused_l
   CHECK(message([&] {
           lstm_sequence(xp, kiln::cast(h, kiln::DType::f64), h, w, false);
         }).starts_with("[lstm_sequence] dtypes differ"));
+  CHECK(message([&] {
+          kiln::detail::gru_sequence(kiln::zeros({3, 2, 6}), h, kiln::zeros({2, 6}),
+                                     kiln::zeros({5}), false);
+        }).starts_with("[gru_sequence] the recurrent bias must be [6]"));
+  CHECK(message([&] {
+          kiln::detail::recurrent_weight_grad(kiln::zeros({3, 2, 14}), 2, 4, 13, 0);
+        }).starts_with("[recurrent_weight_grad] columns"));
   // The gradient of an output without the saved gates.
   CHECK(message([&] {
           kiln::GradientTape tape;

@@ -1,0 +1,230 @@
+// The fused GRU (gru_sequence and gru_sequence_grad; kernels/recurrent_parts.hpp explains how a
+// step runs, lib/ops/recurrent.hpp documents the layouts). Keras's GRU with reset_after: per
+// step q = h_{t-1} W + b_rec; z = sigmoid(x_z + q_z); r = sigmoid(x_r + q_r);
+// n = tanh(x_n + r q_n); h_t = z h_{t-1} + (1 - z) n.
+
+#include <memory>
+#include <vector>
+
+#include "kernels/gemm.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/recurrent_parts.hpp"
+
+namespace kiln::detail::recurrent {
+
+namespace {
+
+DType dtype_of(std::size_t element_size) { return element_size == 4 ? DType::f32 : DType::f64; }
+
+}  // namespace
+
+/// Forward. Inputs: xp [T, B, 3U] (x_t W_in + b_in), h0 [B, U], w [U, 3U], b_rec [3U]; output
+/// y [T, B, S U]: h_t (S = 1) and, saved for the gradient (S = 5), z, r, n and q_n.
+template <class T>
+void gru_forward(const KernelCall& call) {
+  const ArrayRef& xp = call.inputs[0];
+  const T* h0 = call.inputs[1].ptr<const T>();
+  const T* w = call.inputs[2].ptr<const T>();
+  const T* b_rec = call.inputs[3].ptr<const T>();
+  const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
+  const std::int64_t row_size = call.out.shape[2];
+  const bool save = row_size == 5 * units;
+  T* y = call.out.ptr<T>();
+  if (steps == 0 || batch == 0) return;
+
+  const std::vector<std::int64_t> bounds = part_bounds(batch, units);
+  const int parts = static_cast<int>(bounds.size()) - 1;
+  struct Part {
+    std::int64_t u0 = 0, width = 0;
+    std::vector<T> packed, bias;  // the part's columns of w [U, 3 width] and of b_rec [3 width]
+    std::vector<T> q;             // h_{t-1} W for the part [B, 3 width]
+    std::vector<T> scratch;       // [4 width]: z, r, n and a temporary
+    std::unique_ptr<Gemm<T>> first, later;  // h0 (rows U apart) and h_{t-1} in y (S U apart)
+  };
+  std::vector<Part> part(static_cast<std::size_t>(parts));
+  for (int p = 0; p < parts; ++p) {
+    Part& pt = part[static_cast<std::size_t>(p)];
+    pt.u0 = bounds[static_cast<std::size_t>(p)];
+    pt.width = bounds[static_cast<std::size_t>(p) + 1] - pt.u0;
+    const std::int64_t n = 3 * pt.width;
+    pt.packed =
+        parts > 1 ? pack_gate_columns(w, units, units, 3, pt.u0, pt.width) : std::vector<T>();
+    pt.bias = pack_gate_columns(b_rec, 1, units, 3, pt.u0, pt.width);
+    pt.q.resize(static_cast<std::size_t>(batch * n));
+    pt.scratch.resize(static_cast<std::size_t>(4 * pt.width));
+    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
+    pt.first = std::make_unique<Gemm<T>>(shape);
+    GemmShape later = shape;
+    later.lda = to_int(row_size);
+    pt.later = std::make_unique<Gemm<T>>(later);
+  }
+  const RowKernels row = RowKernels::of(dtype_of(sizeof(T)));
+
+  const auto step = [&](int p, std::int64_t t) {
+    Part& pt = part[static_cast<std::size_t>(p)];
+    const std::int64_t wd = pt.width, u0 = pt.u0;
+    const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
+    const std::int64_t prev_ld = t == 0 ? units : row_size;
+    (t == 0 ? *pt.first : *pt.later)(h_prev, parts > 1 ? pt.packed.data() : w, pt.q.data());
+    T* z = pt.scratch.data();
+    T* r = z + wd;
+    T* n = r + wd;
+    T* r_scratch = n + wd;
+    const T one = 1;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      T* q = pt.q.data() + b * 3 * wd;
+      const T* x = xp.ptr<const T>() + (t * batch + b) * 3 * units + u0;
+      const T* hp = h_prev + b * prev_ld + u0;
+      row.add(q, 1, pt.bias.data(), 1, q, 3 * wd);  // q = h W + b_rec
+      row.add(x, 1, q, 1, z, wd);
+      row.add(x + units, 1, q + wd, 1, r, wd);
+      row.sigmoid(z, 1, z, 2 * wd);  // z, r
+      row.mul(r, 1, q + 2 * wd, 1, n, wd);
+      row.add(x + 2 * units, 1, n, 1, n, wd);
+      row.tanh(n, 1, n, wd);
+      T* out = y + (t * batch + b) * row_size;
+      T* h = out + u0;
+      row.mul(z, 1, hp, 1, h, wd);
+      row.sub(&one, 0, z, 1, r_scratch, wd);  // 1 - z
+      row.mul(r_scratch, 1, n, 1, r_scratch, wd);
+      row.add(h, 1, r_scratch, 1, h, wd);  // z h_{t-1} + (1 - z) n
+      if (save) {
+        std::memcpy(out + units + u0, z, static_cast<std::size_t>(wd) * sizeof(T));
+        std::memcpy(out + 2 * units + u0, r, static_cast<std::size_t>(wd) * sizeof(T));
+        std::memcpy(out + 3 * units + u0, n, static_cast<std::size_t>(wd) * sizeof(T));
+        std::memcpy(out + 4 * units + u0, q + 2 * wd, static_cast<std::size_t>(wd) * sizeof(T));
+      }
+    }
+  };
+  PhaseTeam(parts, steps).run(step);
+}
+
+namespace {
+
+/// One row of one part of a GRU backward step: the gradient of h_s (upstream), the carried
+/// one (dh_s through step s + 1), the saved z, r, n, q_n of step s and h_{s-1}, each at the
+/// part's first unit; `out` is the row of r at that unit.
+template <class T>
+struct GruBackwardRow {
+  const T *gh, *carry_h, *z, *r, *n, *qn, *h_prev;
+  T* out;
+  std::int64_t units, width;
+};
+
+/// h_s = z h_{s-1} + (1 - z) n differentiated: the pre-activation gradients of z, r and n (for
+/// x's projection), those of q = h W + b_rec (z, r, r dn), h_{s-1}, and dh_{s-1}'s direct part
+/// z dh (the GEMM adds dq W^T to it).
+template <class T>
+[[gnu::always_inline]] inline void gru_backward_row(const GruBackwardRow<T>& a) {
+  const T* __restrict gh = a.gh;
+  const T* __restrict carry_h = a.carry_h;
+  const T* __restrict gz = a.z;
+  const T* __restrict gr = a.r;
+  const T* __restrict gn = a.n;
+  const T* __restrict qn = a.qn;
+  const T* __restrict h_prev = a.h_prev;
+  const std::int64_t u = a.units;
+  T* __restrict dxz = a.out;
+  T* __restrict dxr = a.out + u;
+  T* __restrict dxn = a.out + 2 * u;
+  T* __restrict dqz = a.out + 3 * u;
+  T* __restrict dqr = a.out + 4 * u;
+  T* __restrict dqn = a.out + 5 * u;
+  T* __restrict h_copy = a.out + 6 * u;
+  T* __restrict dh_prev = a.out + 7 * u;
+#pragma GCC ivdep
+  for (std::int64_t j = 0; j < a.width; ++j) {
+    const T dh = gh[j] + carry_h[j];
+    const T z = gz[j], r = gr[j], n = gn[j], hp = h_prev[j];
+    const T dn = dh * (T(1) - z) * (T(1) - n * n);
+    const T dz = dh * (hp - n) * z * (T(1) - z);
+    const T dr = dn * qn[j] * r * (T(1) - r);
+    dxz[j] = dz;
+    dxr[j] = dr;
+    dxn[j] = dn;
+    dqz[j] = dz;
+    dqr[j] = dr;
+    dqn[j] = dn * r;
+    h_copy[j] = hp;
+    dh_prev[j] = dh * z;
+  }
+}
+
+}  // namespace
+
+/// Backward. Inputs: g [T, B, U] (the gradient of y's h columns), y [T, B, 5U] (saved), h0, w
+/// [U, 3U]. Output r [T, B, 8U]: per step the pre-activation gradients of x's projection (3U),
+/// of q = h_{t-1} W + b_rec (3U), h_{t-1} (U) and the gradient of h_{t-1} (U; at t = 0 h0's).
+template <class T>
+void gru_backward(const KernelCall& call) {
+  const T* gy = call.inputs[0].ptr<const T>();
+  const T* y = call.inputs[1].ptr<const T>();
+  const T* h0 = call.inputs[2].ptr<const T>();
+  const T* w = call.inputs[3].ptr<const T>();
+  const std::int64_t steps = call.inputs[1].shape[0], batch = call.inputs[1].shape[1];
+  const std::int64_t units = call.inputs[2].shape[1], yrow = 5 * units, rrow = 8 * units;
+  T* r = call.out.ptr<T>();
+  if (steps == 0 || batch == 0) return;
+
+  const std::vector<std::int64_t> bounds = part_bounds(batch, units);
+  const int parts = static_cast<int>(bounds.size()) - 1;
+  struct Part {
+    std::int64_t u0 = 0, width = 0;
+    std::vector<T> packed;  // w's rows of the part, transposed: [3U, width]
+    std::vector<T> zeros;   // [width]
+    std::unique_ptr<Gemm<T>> gemm;
+  };
+  std::vector<Part> part(static_cast<std::size_t>(parts));
+  for (int p = 0; p < parts; ++p) {
+    Part& pt = part[static_cast<std::size_t>(p)];
+    pt.u0 = bounds[static_cast<std::size_t>(p)];
+    pt.width = bounds[static_cast<std::size_t>(p) + 1] - pt.u0;
+    pt.packed.resize(static_cast<std::size_t>(3 * units * pt.width));
+    transpose_matrix(pt.packed.data(), w + pt.u0 * 3 * units, sizeof(T), 3 * units, pt.width,
+                     3 * units);
+    pt.zeros.assign(static_cast<std::size_t>(pt.width), T(0));
+    // dh_{t-1}[:, part] += dq_t [B, 3U] (rows 8U apart in r) times packed, in r's dh column.
+    GemmShape shape{to_int(batch), to_int(pt.width), to_int(3 * units),
+                    false,         to_int(rrow),     to_int(pt.width)};
+    shape.accumulate = true;
+    shape.ldc = to_int(rrow);
+    pt.gemm = std::make_unique<Gemm<T>>(shape);
+  }
+  const auto row_math = for_this_isa<GruBackwardRow<T>, &gru_backward_row<T>>();
+
+  // Phase k: part p's dh_s from step s + 1's dq (k > 0), then the gate math of step
+  // s = T - 1 - k; the last phase (k = T) only the GEMM of step 0.
+  const auto phase = [&](int p, std::int64_t k) {
+    Part& pt = part[static_cast<std::size_t>(p)];
+    const std::int64_t u0 = pt.u0, s = steps - 1 - k;
+    if (k > 0) {
+      T* next = r + (s + 1) * batch * rrow;
+      (*pt.gemm)(next + 3 * units, pt.packed.data(), next + 7 * units + u0);
+    }
+    if (s < 0) return;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const T* yr = y + (s * batch + b) * yrow;
+      const T* carry = k > 0 ? r + ((s + 1) * batch + b) * rrow + 7 * units + u0 : nullptr;
+      const T* h_prev = s == 0 ? h0 + b * units : yr - batch * yrow;
+      const GruBackwardRow<T> a{gy + (s * batch + b) * units + u0,
+                                carry ? carry : pt.zeros.data(),
+                                yr + units + u0,
+                                yr + 2 * units + u0,
+                                yr + 3 * units + u0,
+                                yr + 4 * units + u0,
+                                h_prev + u0,
+                                r + (s * batch + b) * rrow + u0,
+                                units,
+                                pt.width};
+      row_math(a);
+    }
+  };
+  PhaseTeam(parts, steps + 1).run(phase);
+}
+
+template void gru_forward<float>(const KernelCall&);
+template void gru_forward<double>(const KernelCall&);
+template void gru_backward<float>(const KernelCall&);
+template void gru_backward<double>(const KernelCall&);
+
+}  // namespace kiln::detail::recurrent

@@ -1,0 +1,179 @@
+#pragma once
+// What the fused recurrences (kernels/recurrent.cpp: LSTM; recurrent_gru.cpp: GRU) share: the
+// cut of the units into one part per thread, the team that steps the parts through the time
+// steps together, the row kernels of the gate math, and per-instruction-set builds of the
+// plain loops of the backward gate math.
+//
+// Each time step is one GEMM (h_{t-1} times the recurrent kernel) and the gate math on its
+// output while that output is still in cache. With several threads the units are cut into
+// parts, one per thread: part p owns units [u0, u1) of every gate, so its GEMM reads only its
+// columns of the kernel (packed once per call, contiguous: they stay in that core's cache from
+// step to step) and its gate math needs nothing from the other parts. The parts of a step need
+// the whole h of the step before, so the threads meet once per step (PhaseTeam).
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kernels/elementwise_table.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/parallel.hpp"
+
+namespace kiln::detail::recurrent {
+
+/// Multiply-adds per time step from which the units are cut into one part per thread: below
+/// it a step (a few microseconds) is too short to pay for the threads meeting every step.
+constexpr std::int64_t split_step_work = std::int64_t{1} << 19;
+/// Units per part at least (a multiple of the widest SIMD vector of f32).
+constexpr std::int64_t min_part_units = 32;
+
+/// `parts` parts stepping through `phases` phases together: part p of phase k starts after
+/// every part of phase k - 1 has finished. The threads parallel_for gives (however many) run
+/// the parts: each first claims the part it claimed before (so the data a part keeps reading
+/// stays in one core's cache), then any part of the phase nobody has claimed, then waits for
+/// the phase to end. A thread that is late, or never comes (a busy pool runs everything on the
+/// caller), leaves its parts to the others: every phase completes whoever runs it.
+class PhaseTeam {
+ public:
+  PhaseTeam(int parts, std::int64_t phases)
+      : parts_(parts), phases_(phases), claimed_(static_cast<std::size_t>(parts)) {}
+
+  /// Runs fn(part, phase) for every part and phase. fn must not throw across the team: an
+  /// exception is kept, the phase still counts as done, and the first one is rethrown here.
+  template <class F>
+  void run(F&& fn) {
+    auto work = [&](std::int64_t begin, std::int64_t) { join(static_cast<int>(begin), fn); };
+    parallel_for(parts_, 1, work);
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  struct alignas(64) Counter {
+    std::atomic<std::int64_t> value{0};
+  };
+
+  template <class F>
+  void join(int first, F& fn) {
+    for (std::int64_t k = done_.value.load(std::memory_order_acquire) / parts_; k < phases_; ++k) {
+      for (int i = 0; i < parts_; ++i) {
+        const int p = (first + i) % parts_;
+        std::int64_t expected = k;
+        if (!claimed_[static_cast<std::size_t>(p)].value.compare_exchange_strong(
+                expected, k + 1, std::memory_order_acq_rel))
+          continue;
+        try {
+          fn(p, k);
+        } catch (...) {
+          const std::lock_guard lock(error_mutex_);
+          if (!error_) error_ = std::current_exception();
+        }
+        done_.value.fetch_add(1, std::memory_order_acq_rel);
+      }
+      wait_for(parts_ * (k + 1));
+    }
+  }
+
+  void wait_for(std::int64_t count) const {
+    for (int spins = 0; done_.value.load(std::memory_order_acquire) < count; ++spins) {
+      if (spins < 4096)
+        __builtin_ia32_pause();
+      else
+        std::this_thread::yield();  // the thread we wait for may need this core
+    }
+  }
+
+  const int parts_;
+  const std::int64_t phases_;
+  std::vector<Counter> claimed_;  // per part: the phases claimed so far
+  Counter done_;                  // parts finished, over all phases
+  std::mutex error_mutex_;
+  std::exception_ptr error_;
+};
+
+/// The units [begin, end) of each part: as many parts as threads when a step is long enough,
+/// cut at multiples of 16.
+inline std::vector<std::int64_t> part_bounds(std::int64_t batch, std::int64_t units) {
+  std::int64_t parts = 1;
+  if (batch * units * 4 * units >= split_step_work)
+    parts = std::min<std::int64_t>(num_threads(), units / min_part_units);
+  parts = std::max<std::int64_t>(parts, 1);
+  std::vector<std::int64_t> bounds{0};
+  for (std::int64_t p = 1; p < parts; ++p) bounds.push_back(units * p / parts / 16 * 16);
+  bounds.push_back(units);
+  return bounds;
+}
+
+inline int to_int(std::int64_t v) { return static_cast<int>(v); }
+
+/// The elementwise row kernels the gate math runs on, as this process's instruction set runs
+/// them (the same bits on every one: docs/architecture.md, "What each instruction set
+/// computes"), so the fused LSTM computes what the scan LSTM's ops compute.
+struct RowKernels {
+  UnaryRowFn sigmoid, tanh;
+  BinaryRowFn add, sub, mul;
+  static RowKernels of(DType dtype) {
+    const auto unary = [&](Prim p) {
+      return reinterpret_cast<UnaryRowFn>(row_kernel(p, dtype, dtype));
+    };
+    const auto binary = [&](Prim p) {
+      return reinterpret_cast<BinaryRowFn>(row_kernel(p, dtype, dtype));
+    };
+    return {unary(Prim::sigmoid), unary(Prim::tanh), binary(Prim::add), binary(Prim::sub),
+            binary(Prim::mul)};
+  }
+};
+
+/// The columns [u0, u0 + width) of each of the `gates` blocks of w [U, gates U], side by side:
+/// [U, gates width] (a part's share of the recurrent kernel, or of a bias when U is 1).
+template <class T>
+std::vector<T> pack_gate_columns(const T* w, std::int64_t rows, std::int64_t units, int gates,
+                                 std::int64_t u0, std::int64_t width) {
+  const std::int64_t n = gates * width;
+  std::vector<T> packed(static_cast<std::size_t>(rows * n));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t g = 0; g < gates; ++g)
+      std::memcpy(packed.data() + r * n + g * width, w + r * gates * units + g * units + u0,
+                  static_cast<std::size_t>(width) * sizeof(T));
+  return packed;
+}
+
+/// A function of the backward gate math, compiled for each instruction set: Body is a plain
+/// loop (always_inline) that the compiler vectorizes at the width of the target it is inlined
+/// into. for_this_isa picks the build for simd_level() (which KILN_SIMD lowers). Each build is
+/// the same arithmetic; with FMA (avx2, avx512) some products and sums round once, not twice.
+template <class A, void (*Body)(const A&)>
+void on_sse2(const A& a) {
+  Body(a);
+}
+template <class A, void (*Body)(const A&)>
+[[gnu::target("avx2,fma")]] void on_avx2(const A& a) {
+  Body(a);
+}
+template <class A, void (*Body)(const A&)>
+[[gnu::target("avx512f,avx2,fma")]] void on_avx512(const A& a) {
+  Body(a);
+}
+template <class A, void (*Body)(const A&)>
+void (*for_this_isa())(const A&) {
+  switch (simd_level()) {
+    case SimdLevel::avx512:
+      return &on_avx512<A, Body>;
+    case SimdLevel::avx2:
+      return &on_avx2<A, Body>;
+    case SimdLevel::sse2:
+      break;
+  }
+  return &on_sse2<A, Body>;
+}
+
+/// The GRU kernels (recurrent_gru.cpp), for float and double.
+template <class T>
+void gru_forward(const KernelCall& call);
+template <class T>
+void gru_backward(const KernelCall& call);
+
+}  // namespace kiln::detail::recurrent
