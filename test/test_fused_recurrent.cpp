@@ -265,3 +265,35 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
           tape.gradient(kiln::sum(y), Tensors{xp});
         }).starts_with("[lstm_sequence] the gradient needs the gate activations"));
 }
+
+TEMPLATE_TEST_CASE(
+    "with a dynamic time dim the fused layers equal their scan forms, gradients "
+    "too, with one trace",
+    "[fused_recurrent][nn]", kiln::nn::LSTM, kiln::nn::GRU) {
+  using Layer = TestType;
+  constexpr std::int64_t batch = 32, features = 5, units = 64;  // two parts
+  Layer fused = make_layer<Layer>(units, {.return_sequences = true, .return_state = true}, true);
+  Layer scan = make_layer<Layer>(units, {.return_sequences = true, .return_state = true}, false);
+  const Tensor x0 = kiln::random::normal({batch, 3, features}, 0, 1, 30);
+  fused(x0);
+  scan(x0);
+  copy_weights(fused, scan);
+  const auto spec =
+      kiln::FunctionOptions{.input_signature = {kiln::TensorSpec({batch, -1, features})}};
+  auto traced_fused =
+      kiln::function([&](const Tensor& x) { return outputs_and_gradients(fused, x, {}); }, spec);
+  auto traced_scan =
+      kiln::function([&](const Tensor& x) { return outputs_and_gradients(scan, x, {}); }, spec);
+  for (std::int64_t steps : {1, 4, 9}) {
+    INFO("T = " << steps);
+    const Tensor x = kiln::random::normal({batch, steps, features}, 0, 1, 31);
+    const Tensors got = traced_fused(x), want = traced_scan(x);
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      INFO("result " << i);
+      const double scale = 1 + kiln::max(kiln::abs(want[i])).item<float>();
+      CHECK(max_diff(got[i], want[i]) <= 2e-5 * scale);
+    }
+  }
+  CHECK(traced_fused.tracing_count() == 1);
+}

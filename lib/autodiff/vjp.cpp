@@ -142,6 +142,16 @@ std::vector<Tensor> elementwise_vjp(const TapeEntry& e, const Tensor& g) {
   return std::vector<Tensor>(e.inputs.size());  // not differentiable
 }
 
+/// Columns [from, to) of step 0 of a fused recurrence's backward output r [T, B, row]: the
+/// gradients of the initial state. A dynamic time dim cannot be sliced while tracing, so there
+/// the sum over time is taken: the backward kernels leave those columns zero after step 0 (see
+/// ops/recurrent.hpp).
+Tensor first_step(const Tensor& r, std::int64_t from, std::int64_t to) {
+  const Tensor columns = slice(r, 2, from, to);
+  if (is_dynamic_dim(r.dim(0))) return sum(columns, {0});
+  return squeeze(slice(columns, 0, 0, 1), {0});
+}
+
 }  // namespace
 
 bool is_differentiable(Prim p) { return info(p).differentiable; }
@@ -274,18 +284,17 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
     }
     case Prim::lstm_sequence: {
-      // y holds the saved gates (the front end saves them while a tape records); r holds dz,
-      // h_{t-1} and the state gradients per step (ops/recurrent.hpp).
+      // y holds the saved gates (the front end saves them while a tape records or a trace
+      // runs); r holds dz, h_{t-1} and the state gradients per step (ops/recurrent.hpp).
       const std::int64_t units = x(1).dim(1);
       if (y.dim(2) != 6 * units)
         fail("lstm_sequence",
              "the gradient needs the gate activations, which the forward pass saves only while "
              "a GradientTape records");
       const Tensor r = lstm_sequence_grad(slice(g, 2, 0, 2 * units), y, x(1), x(2), x(3));
-      const Tensor first = squeeze(slice(r, 0, 0, 1), {0});
-      return {slice(r, 2, 0, 4 * units), slice(first, 1, 5 * units, 6 * units),
-              slice(first, 1, 6 * units, 7 * units),
-              recurrent_weight_grad(r, units, 4, 4 * units, 0)};
+      const Tensor state = first_step(r, 5 * units, 7 * units);
+      return {slice(r, 2, 0, 4 * units), slice(state, 1, 0, units),
+              slice(state, 1, units, 2 * units), recurrent_weight_grad(r, units, 4, 4 * units, 0)};
     }
     case Prim::gru_sequence: {
       // r holds per step the gradients of x's projection and of q = h W + b_rec, h_{t-1} and
@@ -297,8 +306,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
              "a GradientTape records");
       const Tensor r = gru_sequence_grad(slice(g, 2, 0, units), y, x(1), x(2));
       const Tensor dq = slice(r, 2, 3 * units, 6 * units);
-      return {slice(r, 2, 0, 3 * units),
-              squeeze(slice(slice(r, 0, 0, 1), 2, 7 * units, 8 * units), {0}),
+      return {slice(r, 2, 0, 3 * units), first_step(r, 7 * units, 8 * units),
               recurrent_weight_grad(r, units, 3, 6 * units, 3 * units), sum(dq, {0, 1})};
     }
     default:

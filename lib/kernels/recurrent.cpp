@@ -3,6 +3,7 @@
 // the recurrent kernel's gradient of either fused layer (recurrent_weight_grad); the GRU's are in
 // recurrent_gru.cpp. The layouts are documented at the front ends, lib/ops/recurrent.hpp.
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -220,6 +221,12 @@ void lstm_backward(const KernelCall& call) {
                              units,
                              wd};
       row_math(a);
+      if (carry != nullptr) {  // read: zero (r documents only step 0's state gradients)
+        std::memset(const_cast<T*>(carry) + 5 * units + u0, 0,
+                    static_cast<std::size_t>(wd) * sizeof(T));
+        std::memset(const_cast<T*>(carry) + 6 * units + u0, 0,
+                    static_cast<std::size_t>(wd) * sizeof(T));
+      }
     }
   };
   PhaseTeam(parts, steps + 1).run(phase);

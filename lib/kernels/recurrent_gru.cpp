@@ -3,6 +3,7 @@
 // step q = h_{t-1} W + b_rec; z = sigmoid(x_z + q_z); r = sigmoid(x_r + q_r);
 // n = tanh(x_n + r q_n); h_t = z h_{t-1} + (1 - z) n.
 
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -217,6 +218,8 @@ void gru_backward(const KernelCall& call) {
                                 units,
                                 pt.width};
       row_math(a);
+      if (carry != nullptr)  // read: zero (r documents only step 0's state gradient)
+        std::memset(const_cast<T*>(carry), 0, static_cast<std::size_t>(pt.width) * sizeof(T));
     }
   };
   PhaseTeam(parts, steps + 1).run(phase);

@@ -379,13 +379,37 @@ std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tens
   return final_state;
 }
 
-/// The last step of a time-major sequence [time, ...] with a static time dim.
-Tensor last_step(const Tensor& seq) {
-  return squeeze(slice(seq, 0, seq.dim(0) - 1, seq.dim(0)), {0});
+/// The last step of each time-major sequence [time, ...], or of `initial` when there are no
+/// steps (a dynamic time dim of 0). A dynamic time dim cannot be sliced while tracing: there the
+/// steps are counted from the end (a reversed counting scan, as in reverse_time) and the sum over
+/// time keeps the step whose count is 0 (one pass over the sequence; its gradient is the same
+/// mask).
+std::vector<Tensor> last_steps(const std::vector<Tensor>& seqs,
+                               const std::vector<Tensor>& initial) {
+  const std::int64_t steps = seqs[0].dim(0);
+  std::vector<Tensor> out;
+  if (!is_dynamic_dim(steps)) {
+    for (const Tensor& seq : seqs) out.push_back(squeeze(slice(seq, 0, steps - 1, steps), {0}));
+    return out;
+  }
+  const auto count = [](const std::vector<Tensor>& c, const std::vector<Tensor>&) {
+    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{{c[0] + 1}, {c[0]}};
+  };
+  const Tensor from_end =
+      scan(count, {scalar(0.0, DType::i64)}, {stop_gradient(seqs[0])}, {.reverse = true}).second[0];
+  const Tensor is_last = equal(from_end, scalar(0.0, DType::i64));
+  const Tensor any_step = any(is_last);
+  for (std::size_t i = 0; i < seqs.size(); ++i) {
+    Shape mask_shape{steps};
+    for (std::size_t d = 1; d < seqs[i].shape().size(); ++d) mask_shape.push_back(1);
+    const Tensor last = sum(where(reshape(is_last, mask_shape), seqs[i], zeros_like(seqs[i])), {0});
+    out.push_back(where(any_step, last, initial[i]));
+  }
+  return out;
 }
 
 /// nn::LSTM's recurrence as one fused primitive (detail::lstm_sequence): the result of recur()
-/// for an input without a mask and with a static time dim, in the scan form. It keeps the gate
+/// for an input without a mask, in the scan form. It keeps the gate
 /// activations for the gradient while a tape records or a trace runs.
 std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                                const Tensor& recurrent, std::vector<Tensor> state,
@@ -400,9 +424,8 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
   const Tensor y = detail::lstm_sequence(matmul(time_major, kernel) + bias, state[0], state[1],
                                          recurrent, keep_gates);
   const Tensor hs = slice(y, 2, 0, units);
-  const Tensor h = last_step(hs);
-  return {h, last_step(slice(y, 2, units, 2 * units)),
-          return_sequences ? transpose(hs, {1, 0, 2}) : h};
+  const std::vector<Tensor> last = last_steps({hs, slice(y, 2, units, 2 * units)}, state);
+  return {last[0], last[1], return_sequences ? transpose(hs, {1, 0, 2}) : last[0]};
 }
 
 /// nn::GRU's recurrence as one fused primitive (detail::gru_sequence), as fused_lstm.
@@ -417,7 +440,7 @@ std::vector<Tensor> fused_gru(const Tensor& x, const Tensor& kernel, const Tenso
   const Tensor hs = slice(detail::gru_sequence(matmul(time_major, kernel) + input_bias, state[0],
                                                recurrent, recurrent_bias, keep_gates),
                           2, 0, units);
-  const Tensor h = last_step(hs);
+  const Tensor h = last_steps({hs}, state).front();
   return {h, return_sequences ? transpose(hs, {1, 0, 2}) : h};
 }
 
@@ -476,7 +499,7 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
   const bool segmented =
       options_.checkpoint_every > 1 && !is_dynamic_dim(time) && time > options_.checkpoint_every;
   if (options_.fused && !options_.unroll && !mask.defined() && !segmented &&
-      !is_dynamic_dim(time) && (dtype == DType::f32 || dtype == DType::f64))
+      (dtype == DType::f32 || dtype == DType::f64))
     return layer_outputs(fused_lstm(x, k, b, r, std::move(state), units_, options_.go_backwards,
                                     options_.return_sequences),
                          2, options_.return_state, carried);
@@ -543,7 +566,7 @@ std::vector<Tensor> GRU::call(const Tensor& x, const RecurrentCallOptions& call_
   const bool segmented =
       options_.checkpoint_every > 1 && !is_dynamic_dim(time) && time > options_.checkpoint_every;
   if (options_.fused && !options_.unroll && !mask.defined() && !segmented &&
-      !is_dynamic_dim(time) && (dtype == DType::f32 || dtype == DType::f64))
+      (dtype == DType::f32 || dtype == DType::f64))
     return layer_outputs(fused_gru(x, k, input_bias, r, recurrent_bias, std::move(state), units_,
                                    options_.go_backwards, options_.return_sequences),
                          1, options_.return_state, carried);

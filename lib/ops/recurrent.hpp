@@ -20,8 +20,9 @@ Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const
 
 /// The backward recurrence of lstm_sequence: g [T, B, 2U] (the gradient of its output y's h and
 /// c columns), y [T, B, 6U] (saved gates), h0, c0, w -> r [T, B, 7U]: per step the pre-activation
-/// gradient dz_t (4U), h_{t-1} (U), and the gradients of h_{t-1} and c_{t-1} (U each; at t = 0
-/// those of h0 and c0). Not differentiable.
+/// gradient dz_t (4U), h_{t-1} (U), and 2U columns that hold the gradients of h0 and c0 at t = 0
+/// and zeros at every later step (the kernel's carries, cleared once read, so the sum over time
+/// gives them where T is dynamic). Not differentiable.
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
                           const Tensor& w);
 
@@ -37,8 +38,8 @@ Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const T
 
 /// The backward recurrence of gru_sequence: g [T, B, U] (the gradient of its h columns), y [T,
 /// B, 5U] (saved), h0, w -> r [T, B, 8U]: per step the pre-activation gradients of x's
-/// projection (3U) and of q (3U), h_{t-1} (U) and the gradient of h_{t-1} (U; at t = 0 h0's).
-/// Not differentiable.
+/// projection (3U) and of q (3U), h_{t-1} (U), and U columns that hold h0's gradient at t = 0 and
+/// zeros after it (as lstm_sequence_grad's). Not differentiable.
 Tensor gru_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& w);
 
 /// A fused recurrence's recurrent-kernel gradient from its backward output r [T, B, row]: the

@@ -124,7 +124,7 @@ struct LSTMOptions {
   /// projection over all steps, every state kept. Not with unroll.
   std::int64_t checkpoint_every = 1;
   /// Run the recurrence as one fused primitive when the call allows it (f32 or f64, scan
-  /// form, a static time dim, no mask or sequence_lengths, no checkpointing segments): each step's
+  /// form, no mask or sequence_lengths, no checkpointing segments): each step's
   /// recurrent GEMM and gate math in one pass while the GEMM's output is in cache, the units cut
   /// into one part per thread at large sizes (docs/architecture.md, "Fused LSTM"). false: the step
   /// runs as ordinary ops in a kiln::scan (the same results within rounding; needed for
