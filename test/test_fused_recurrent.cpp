@@ -297,3 +297,27 @@ TEMPLATE_TEST_CASE(
   }
   CHECK(traced_fused.tracing_count() == 1);
 }
+
+TEST_CASE("a second-order gradient through a fused layer is an error naming the way around it",
+          "[fused_recurrent][errors]") {
+  kiln::nn::LSTM fused(4), scan(4, {.fused = false});
+  const Tensor x = kiln::random::normal({2, 3, 2}, 0, 1, 40);
+  fused(x);
+  scan(x);
+  copy_weights(fused, scan);
+  const auto second_order = [&](kiln::nn::LSTM& layer) {
+    kiln::GradientTape outer;
+    outer.watch(x);
+    Tensor g;
+    {
+      kiln::GradientTape inner;
+      inner.watch(x);
+      g = inner.gradient(kiln::sum(kiln::square(layer(x))), Tensors{x})[0];
+    }
+    return outer.gradient(kiln::sum(g), Tensors{x})[0];
+  };
+  CHECK(second_order(scan).shape() == x.shape());  // the scan form has second order
+  CHECK_THROWS_WITH(second_order(fused),
+                    Catch::Contains("a second-order gradient through a fused LSTM or GRU is not "
+                                    "supported; construct the layer with fused = false"));
+}

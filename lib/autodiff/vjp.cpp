@@ -309,6 +309,12 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       return {slice(r, 2, 0, 3 * units), first_step(r, 7 * units, 8 * units),
               recurrent_weight_grad(r, units, 3, 6 * units, 3 * units), sum(dq, {0, 1})};
     }
+    case Prim::lstm_sequence_grad:
+    case Prim::gru_sequence_grad:
+    case Prim::recurrent_weight_grad:
+      fail(name(e.prim),
+           "a second-order gradient through a fused LSTM or GRU is not supported; construct the "
+           "layer with fused = false (its steps then run as ordinary ops in a kiln::scan)");
     default:
       return std::vector<Tensor>(in.size());
   }

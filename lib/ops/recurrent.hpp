@@ -22,7 +22,7 @@ Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const
 /// c columns), y [T, B, 6U] (saved gates), h0, c0, w -> r [T, B, 7U]: per step the pre-activation
 /// gradient dz_t (4U), h_{t-1} (U), and 2U columns that hold the gradients of h0 and c0 at t = 0
 /// and zeros at every later step (the kernel's carries, cleared once read, so the sum over time
-/// gives them where T is dynamic). Not differentiable.
+/// gives them where T is dynamic). Its gradient is an error (no second order).
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
                           const Tensor& w);
 
@@ -39,14 +39,14 @@ Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const T
 /// The backward recurrence of gru_sequence: g [T, B, U] (the gradient of its h columns), y [T,
 /// B, 5U] (saved), h0, w -> r [T, B, 8U]: per step the pre-activation gradients of x's
 /// projection (3U) and of q (3U), h_{t-1} (U), and U columns that hold h0's gradient at t = 0 and
-/// zeros after it (as lstm_sequence_grad's). Not differentiable.
+/// zeros after it (as lstm_sequence_grad's). Its gradient is an error (no second order).
 Tensor gru_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& w);
 
 /// A fused recurrence's recurrent-kernel gradient from its backward output r [T, B, row]: the
 /// sum over t and b of r's h_{t-1} columns [h_column, h_column + U) transposed times its
-/// gate-gradient columns [gate_column, gate_column + gates U): [U, gates U]. Not
-/// differentiable. (LSTM: gates 4, columns 4U and 0 of 7U; GRU: gates 3, columns 6U and 3U of
-/// 8U.)
+/// gate-gradient columns [gate_column, gate_column + gates U): [U, gates U]. Its gradient is an
+/// error (no second order). (LSTM: gates 4, columns 4U and 0 of 7U; GRU: gates 3, columns 6U and 3U
+/// of 8U.)
 Tensor recurrent_weight_grad(const Tensor& r, std::int64_t units, std::int64_t gates,
                              std::int64_t h_column, std::int64_t gate_column);
 
