@@ -16,6 +16,8 @@
 #include <kiln/kiln.hpp>
 
 #include "finite_difference.hpp"
+#include "kernels/parallel.hpp"
+#include "kernels/recurrent_parts.hpp"
 #include "layer_test_support.hpp"
 #include "ops/recurrent.hpp"
 
@@ -37,8 +39,9 @@ struct Case {
   kiln::DType dtype = kiln::DType::f32;
 };
 
-// units * 4 * units * batch >= 2^19 cuts the units into one part per thread (two here): the
-// 64- and 80-unit rows (80: parts of 32 and 48 units); the others run as one part.
+// A call is cut into one part per thread when units * 4 * units * batch >= 2^19 and T times
+// that >= 2^23 (checked below, so the table keeps covering both forms): the 64- and 80-unit
+// rows (80: parts of 32 and 48 units); the others run as one part.
 const std::vector<Case> cases = {
     {"small, last h", 3, 5, 4, 6, {}},
     {"one step", 2, 1, 3, 5, {}},
@@ -46,9 +49,9 @@ const std::vector<Case> cases = {
     {"go_backwards", 3, 7, 4, 5, {.return_sequences = true, .go_backwards = true}},
     {"initial state", 3, 4, 4, 6, {.return_state = true}, true},
     {"f64", 2, 5, 3, 4, {.return_sequences = true}, false, kiln::DType::f64},
-    {"split in two parts", 32, 6, 8, 64, {.return_sequences = true, .return_state = true}},
-    {"uneven parts", 32, 4, 8, 80, {.return_state = true}, true},
-    {"split, f64, backwards", 32, 3, 4, 64, {.go_backwards = true}, false, kiln::DType::f64},
+    {"split in two parts", 32, 16, 8, 64, {.return_sequences = true, .return_state = true}},
+    {"uneven parts", 32, 12, 8, 80, {.return_state = true}, true},
+    {"split, f64, backwards", 32, 16, 4, 64, {.go_backwards = true}, false, kiln::DType::f64},
 };
 
 template <class Layer>
@@ -170,7 +173,7 @@ void check_against_finite_differences(const std::function<Tensor(const Tensors&,
 }
 
 /// Shapes for the gradient checks: one part (4 units) and two (64 units, batch 32: cut at 32).
-const std::vector<std::array<std::int64_t, 3>> gradient_shapes = {{2, 4, 3}, {32, 64, 2}};
+const std::vector<std::array<std::int64_t, 3>> gradient_shapes = {{2, 4, 3}, {32, 64, 16}};
 
 }  // namespace
 
@@ -181,12 +184,13 @@ TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_recurre
     const Tensors args{kiln::random::normal({steps, batch, 4 * units}, 0, 1, 11, DType::f64),
                        kiln::random::normal({batch, units}, 0, 0.5, 12, DType::f64),
                        kiln::random::normal({batch, units}, 0, 0.5, 13, DType::f64),
-                       kiln::random::normal({units, 4 * units}, 0, 0.3, 14, DType::f64)};
+                       kiln::random::normal({units, 4 * units}, 0, 0.3, 14, DType::f64),
+                       kiln::random::normal({4 * units}, 0, 0.3, 21, DType::f64)};
     // Weights over h and c of every step (the gate columns carry no gradient).
     const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 15, DType::f64);
     check_against_finite_differences(
         [&](const Tensors& a, bool save) {
-          const Tensor y = kiln::detail::lstm_sequence(a[0], a[1], a[2], a[3], save);
+          const Tensor y = kiln::detail::lstm_sequence(a[0], a[1], a[2], a[3], a[4], save);
           return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
         },
         args);
@@ -200,21 +204,32 @@ TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurren
     const Tensors args{kiln::random::normal({steps, batch, 3 * units}, 0, 1, 16, DType::f64),
                        kiln::random::normal({batch, units}, 0, 0.5, 17, DType::f64),
                        kiln::random::normal({units, 3 * units}, 0, 0.3, 18, DType::f64),
-                       kiln::random::normal({3 * units}, 0, 0.3, 19, DType::f64)};
+                       kiln::random::normal({3 * units}, 0, 0.3, 19, DType::f64),
+                       kiln::random::normal({3 * units}, 0, 0.3, 22, DType::f64)};
     const Tensor weights = kiln::random::normal({steps, batch, units}, 0, 1, 20, DType::f64);
     check_against_finite_differences(
         [&](const Tensors& a, bool save) {
-          const Tensor y = kiln::detail::gru_sequence(a[0], a[1], a[2], a[3], save);
+          const Tensor y = kiln::detail::gru_sequence(a[0], a[1], a[2], a[3], a[4], save);
           return kiln::sum(kiln::slice(y, 2, 0, units) * weights);
         },
         args);
   }
 }
 
+TEST_CASE("the tables above cover one part and the split into parts", "[fused_recurrent]") {
+  using kiln::detail::recurrent::part_bounds;
+  const std::size_t threads = static_cast<std::size_t>(kiln::detail::num_threads());
+  CHECK(part_bounds(5, 3, 6).size() == 2);  // one part: [0, 6)
+  CHECK(part_bounds(16, 32, 64).size() == std::min<std::size_t>(threads, 2) + 1);
+  CHECK(part_bounds(12, 32, 80).size() == std::min<std::size_t>(threads, 2) + 1);
+  if (threads >= 2) CHECK(part_bounds(12, 32, 80)[1] == 32);  // the uneven cut
+  CHECK(part_bounds(9, 32, 64).size() == 2);                  // a short call stays whole
+}
+
 TEST_CASE("the fused LSTM runs from several threads at once (a busy pool)",
           "[fused_recurrent][threads]") {
   kiln::nn::LSTM layer(64, {.return_sequences = true});
-  const Tensor x = kiln::random::normal({32, 5, 8}, 0, 1, 21);
+  const Tensor x = kiln::random::normal({32, 16, 8}, 0, 1, 21);
   const Tensor want = layer(x);
   std::vector<Tensor> got(3);
   std::vector<std::thread> threads;
@@ -226,7 +241,8 @@ TEST_CASE("the fused LSTM runs from several threads at once (a busy pool)",
 TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
           "[fused_recurrent][errors]") {
   using kiln::detail::lstm_sequence;
-  const Tensor xp = kiln::zeros({3, 2, 8}), h = kiln::zeros({2, 2}), w = kiln::zeros({2, 8});
+  const Tensor xp = kiln::zeros({3, 2, 8}), h = kiln::zeros({2, 2}), w = kiln::zeros({2, 8}),
+               b = kiln::zeros({8});
   const auto message = [](auto&& f) {
     try {
       f();
@@ -236,24 +252,27 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
     return std::string("no error");
   };
   CHECK(message([&] {
-          lstm_sequence(kiln::zeros({3, 2, 7}), h, h, w, false);
+          lstm_sequence(kiln::zeros({3, 2, 7}), h, h, w, b, false);
         }).starts_with("[lstm_sequence] the projected input must be"));
   CHECK(message([&] {
-          lstm_sequence(xp, h, kiln::zeros({2, 3}), w, false);
+          lstm_sequence(xp, h, kiln::zeros({2, 3}), w, b, false);
         }).starts_with("[lstm_sequence] c0 must have h0's shape"));
   CHECK(message([&] {
-          lstm_sequence(xp, h, h, kiln::zeros({8, 2}), false);
+          lstm_sequence(xp, h, h, kiln::zeros({8, 2}), b, false);
         }).starts_with("[lstm_sequence] the recurrent kernel must be [2, 8]"));
   CHECK(message([&] {
-          lstm_sequence(kiln::cast(xp, kiln::DType::i32), h, h, w, false);
+          lstm_sequence(kiln::cast(xp, kiln::DType::i32), h, h, w, b, false);
         }).starts_with("[lstm_sequence] needs f32 or f64"));
   CHECK(message([&] {
-          lstm_sequence(xp, kiln::cast(h, kiln::DType::f64), h, w, false);
+          lstm_sequence(xp, kiln::cast(h, kiln::DType::f64), h, w, b, false);
         }).starts_with("[lstm_sequence] dtypes differ"));
   CHECK(message([&] {
           kiln::detail::gru_sequence(kiln::zeros({3, 2, 6}), h, kiln::zeros({2, 6}),
-                                     kiln::zeros({5}), false);
+                                     kiln::zeros({6}), kiln::zeros({5}), false);
         }).starts_with("[gru_sequence] the recurrent bias must be [6]"));
+  CHECK(message([&] {
+          lstm_sequence(xp, h, h, w, kiln::zeros({7}), false);
+        }).starts_with("[lstm_sequence] the bias must be [8]"));
   CHECK(message([&] {
           kiln::detail::recurrent_weight_grad(kiln::zeros({3, 2, 14}), 2, 4, 13, 0);
         }).starts_with("[recurrent_weight_grad] columns"));
@@ -261,7 +280,7 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
   CHECK(message([&] {
           kiln::GradientTape tape;
           tape.watch(xp);
-          const Tensor y = lstm_sequence(xp, h, h, w, false);
+          const Tensor y = lstm_sequence(xp, h, h, w, b, false);
           tape.gradient(kiln::sum(y), Tensors{xp});
         }).starts_with("[lstm_sequence] the gradient needs the gate activations"));
 }
@@ -284,7 +303,7 @@ TEMPLATE_TEST_CASE(
       kiln::function([&](const Tensor& x) { return outputs_and_gradients(fused, x, {}); }, spec);
   auto traced_scan =
       kiln::function([&](const Tensor& x) { return outputs_and_gradients(scan, x, {}); }, spec);
-  for (std::int64_t steps : {1, 4, 9}) {
+  for (std::int64_t steps : {1, 9, 20}) {
     INFO("T = " << steps);
     const Tensor x = kiln::random::normal({batch, steps, features}, 0, 1, 31);
     const Tensors got = traced_fused(x), want = traced_scan(x);

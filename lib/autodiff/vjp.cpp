@@ -293,8 +293,9 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
              "a GradientTape records");
       const Tensor r = lstm_sequence_grad(slice(g, 2, 0, 2 * units), y, x(1), x(2), x(3));
       const Tensor state = first_step(r, 5 * units, 7 * units);
-      return {slice(r, 2, 0, 4 * units), slice(state, 1, 0, units),
-              slice(state, 1, units, 2 * units), recurrent_weight_grad(r, units, 4, 4 * units, 0)};
+      const Tensor dz = slice(r, 2, 0, 4 * units);
+      return {dz, slice(state, 1, 0, units), slice(state, 1, units, 2 * units),
+              recurrent_weight_grad(r, units, 4, 4 * units, 0), sum(dz, {0, 1})};
     }
     case Prim::gru_sequence: {
       // r holds per step the gradients of x's projection and of q = h W + b_rec, h_{t-1} and
@@ -306,8 +307,10 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
              "a GradientTape records");
       const Tensor r = gru_sequence_grad(slice(g, 2, 0, units), y, x(1), x(2));
       const Tensor dq = slice(r, 2, 3 * units, 6 * units);
-      return {slice(r, 2, 0, 3 * units), first_step(r, 7 * units, 8 * units),
-              recurrent_weight_grad(r, units, 3, 6 * units, 3 * units), sum(dq, {0, 1})};
+      const Tensor dx = slice(r, 2, 0, 3 * units);
+      return {dx, first_step(r, 7 * units, 8 * units),
+              recurrent_weight_grad(r, units, 3, 6 * units, 3 * units), sum(dx, {0, 1}),
+              sum(dq, {0, 1})};
     }
     case Prim::lstm_sequence_grad:
     case Prim::gru_sequence_grad:

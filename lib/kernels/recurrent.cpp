@@ -20,7 +20,7 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 
 // ------------------------------------------------------------------ lstm_sequence
 
-/// Forward. Inputs: xp [T, B, 4U] (each step's x W + b), h0 [B, U], c0 [B, U], w [U, 4U];
+/// Forward. Inputs: xp [T, B, 4U] (each step's x W), h0 [B, U], c0 [B, U], w [U, 4U], b [4U];
 /// output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate activations i, f, g, o).
 template <class T>
 void lstm_forward(const KernelCall& call) {
@@ -28,17 +28,19 @@ void lstm_forward(const KernelCall& call) {
   const T* h0 = call.inputs[1].ptr<const T>();
   const T* c0 = call.inputs[2].ptr<const T>();
   const T* w = call.inputs[3].ptr<const T>();
+  const T* bias = call.inputs[4].ptr<const T>();
   const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];  // S U
   const bool save_gates = row_size == 6 * units;
   T* y = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
-  const std::vector<std::int64_t> bounds = part_bounds(batch, units);
+  const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   struct Part {
     std::int64_t u0 = 0, width = 0;
     std::vector<T> packed;   // w's columns of the part, [U, 4 width] (one part: w itself)
+    std::vector<T> bias;     // b's columns of the part, [4 width]
     std::vector<T> z;        // the step's pre-activations [B, 4 width]
     std::vector<T> scratch;  // [2 width]
     std::unique_ptr<Gemm<T>> first, later;  // h0 (rows U apart) and h_{t-1} in y (S U apart)
@@ -50,6 +52,7 @@ void lstm_forward(const KernelCall& call) {
     q.width = bounds[static_cast<std::size_t>(p) + 1] - q.u0;
     const std::int64_t n = 4 * q.width;
     if (parts > 1) q.packed = pack_gate_columns(w, units, units, 4, q.u0, q.width);
+    q.bias = pack_gate_columns(bias, 1, units, 4, q.u0, q.width);
     q.z.resize(static_cast<std::size_t>(batch * n));
     q.scratch.resize(static_cast<std::size_t>(2 * q.width));
     const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
@@ -77,7 +80,9 @@ void lstm_forward(const KernelCall& call) {
       else
         for (std::int64_t g = 0; g < 4; ++g)
           row.add(z + g * wd, 1, x + g * units + u0, 1, z + g * wd, wd);
-      row.sigmoid(z, 1, z, 2 * wd);  // i, f
+      row.add(z, 1, q.bias.data(), 1, z, 4 * wd);  // + b (in cache, where a separate add would
+                                                   // pass over all of xp once more)
+      row.sigmoid(z, 1, z, 2 * wd);                // i, f
       row.tanh(z + 2 * wd, 1, z + 2 * wd, wd);
       row.sigmoid(z + 3 * wd, 1, z + 3 * wd, wd);
       T* out = y + (t * batch + b) * row_size;
@@ -158,7 +163,7 @@ void lstm_backward(const KernelCall& call) {
   T* r = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
-  const std::vector<std::int64_t> bounds = part_bounds(batch, units);
+  const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   struct Part {
     std::int64_t u0 = 0, width = 0;

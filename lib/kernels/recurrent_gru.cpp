@@ -19,27 +19,28 @@ DType dtype_of(std::size_t element_size) { return element_size == 4 ? DType::f32
 
 }  // namespace
 
-/// Forward. Inputs: xp [T, B, 3U] (x_t W_in + b_in), h0 [B, U], w [U, 3U], b_rec [3U]; output
+/// Forward. Inputs: xp [T, B, 3U] (x_t W_in), h0 [B, U], w [U, 3U], b_in [3U], b_rec [3U]; output
 /// y [T, B, S U]: h_t (S = 1) and, saved for the gradient (S = 5), z, r, n and q_n.
 template <class T>
 void gru_forward(const KernelCall& call) {
   const ArrayRef& xp = call.inputs[0];
   const T* h0 = call.inputs[1].ptr<const T>();
   const T* w = call.inputs[2].ptr<const T>();
-  const T* b_rec = call.inputs[3].ptr<const T>();
+  const T* b_in = call.inputs[3].ptr<const T>();
+  const T* b_rec = call.inputs[4].ptr<const T>();
   const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];
   const bool save = row_size == 5 * units;
   T* y = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
-  const std::vector<std::int64_t> bounds = part_bounds(batch, units);
+  const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   struct Part {
     std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed, bias;  // the part's columns of w [U, 3 width] and of b_rec [3 width]
-    std::vector<T> q;             // h_{t-1} W for the part [B, 3 width]
-    std::vector<T> scratch;       // [4 width]: z, r, n and a temporary
+    std::vector<T> packed, bias, bias_in;   // the part's columns of w [U, 3 width], b_rec, b_in
+    std::vector<T> q;                       // h_{t-1} W for the part [B, 3 width]
+    std::vector<T> scratch;                 // [7 width]: z, r, n, a temporary, x + b_in
     std::unique_ptr<Gemm<T>> first, later;  // h0 (rows U apart) and h_{t-1} in y (S U apart)
   };
   std::vector<Part> part(static_cast<std::size_t>(parts));
@@ -51,8 +52,9 @@ void gru_forward(const KernelCall& call) {
     pt.packed =
         parts > 1 ? pack_gate_columns(w, units, units, 3, pt.u0, pt.width) : std::vector<T>();
     pt.bias = pack_gate_columns(b_rec, 1, units, 3, pt.u0, pt.width);
+    pt.bias_in = pack_gate_columns(b_in, 1, units, 3, pt.u0, pt.width);
     pt.q.resize(static_cast<std::size_t>(batch * n));
-    pt.scratch.resize(static_cast<std::size_t>(4 * pt.width));
+    pt.scratch.resize(static_cast<std::size_t>(7 * pt.width));
     const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
     pt.first = std::make_unique<Gemm<T>>(shape);
     GemmShape later = shape;
@@ -71,17 +73,19 @@ void gru_forward(const KernelCall& call) {
     T* r = z + wd;
     T* n = r + wd;
     T* r_scratch = n + wd;
+    T* xb = r_scratch + wd;
     const T one = 1;
     for (std::int64_t b = 0; b < batch; ++b) {
       T* q = pt.q.data() + b * 3 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 3 * units + u0;
       const T* hp = h_prev + b * prev_ld + u0;
       row.add(q, 1, pt.bias.data(), 1, q, 3 * wd);  // q = h W + b_rec
-      row.add(x, 1, q, 1, z, wd);
-      row.add(x + units, 1, q + wd, 1, r, wd);
-      row.sigmoid(z, 1, z, 2 * wd);  // z, r
+      for (std::int64_t g = 0; g < 3; ++g)          // x W + b_in
+        row.add(x + g * units, 1, pt.bias_in.data() + g * wd, 1, xb + g * wd, wd);
+      row.add(xb, 1, q, 1, z, 2 * wd);  // z, r
+      row.sigmoid(z, 1, z, 2 * wd);
       row.mul(r, 1, q + 2 * wd, 1, n, wd);
-      row.add(x + 2 * units, 1, n, 1, n, wd);
+      row.add(xb + 2 * wd, 1, n, 1, n, wd);
       row.tanh(n, 1, n, wd);
       T* out = y + (t * batch + b) * row_size;
       T* h = out + u0;
@@ -167,7 +171,7 @@ void gru_backward(const KernelCall& call) {
   T* r = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
-  const std::vector<std::int64_t> bounds = part_bounds(batch, units);
+  const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   struct Part {
     std::int64_t u0 = 0, width = 0;

@@ -421,8 +421,8 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
   // A trace may be differentiated later (a kiln::checkpoint replays its graph under a tape);
   // simplify drops the gates again where nothing reads them.
   const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
-  const Tensor y = detail::lstm_sequence(matmul(time_major, kernel) + bias, state[0], state[1],
-                                         recurrent, keep_gates);
+  const Tensor y = detail::lstm_sequence(matmul(time_major, kernel), state[0], state[1], recurrent,
+                                         bias, keep_gates);
   const Tensor hs = slice(y, 2, 0, units);
   const std::vector<Tensor> last = last_steps({hs, slice(y, 2, units, 2 * units)}, state);
   return {last[0], last[1], return_sequences ? transpose(hs, {1, 0, 2}) : last[0]};
@@ -437,8 +437,8 @@ std::vector<Tensor> fused_gru(const Tensor& x, const Tensor& kernel, const Tenso
   if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.push_back(zeros({x.dim(0), units}, x.dtype()));
   const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
-  const Tensor hs = slice(detail::gru_sequence(matmul(time_major, kernel) + input_bias, state[0],
-                                               recurrent, recurrent_bias, keep_gates),
+  const Tensor hs = slice(detail::gru_sequence(matmul(time_major, kernel), state[0], recurrent,
+                                               input_bias, recurrent_bias, keep_gates),
                           2, 0, units);
   const Tensor h = last_steps({hs}, state).front();
   return {h, return_sequences ? transpose(hs, {1, 0, 2}) : h};

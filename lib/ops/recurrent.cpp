@@ -41,12 +41,14 @@ std::int64_t check_state_and_kernel(std::string_view op, const Tensor& xp, const
 }  // namespace
 
 Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const Tensor& w,
-                     bool save_gates) {
+                     const Tensor& b, bool save_gates) {
   constexpr std::string_view op = "lstm_sequence";
-  check_float(op, {&xp, &h0, &c0, &w});
+  check_float(op, {&xp, &h0, &c0, &w, &b});
   const std::int64_t units = check_state_and_kernel(op, xp, h0, c0, w);
+  if (b.shape() != Shape{4 * units})
+    fail(op, "the bias must be [{}], got {}", 4 * units, b.shape());
   const Shape out{xp.dim(0), xp.dim(1), (save_gates ? 6 : 2) * units};
-  return apply(Prim::lstm_sequence, {xp, h0, c0, w}, Attrs{}, xp.dtype(), out);
+  return apply(Prim::lstm_sequence, {xp, h0, c0, w, b}, Attrs{}, xp.dtype(), out);
 }
 
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
@@ -67,10 +69,10 @@ Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, co
   return apply(Prim::lstm_sequence_grad, {g, y, h0, c0, w}, Attrs{}, y.dtype(), out);
 }
 
-Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const Tensor& b_rec,
-                    bool save_gates) {
+Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const Tensor& b_in,
+                    const Tensor& b_rec, bool save_gates) {
   constexpr std::string_view op = "gru_sequence";
-  check_float(op, {&xp, &h0, &w, &b_rec});
+  check_float(op, {&xp, &h0, &w, &b_in, &b_rec});
   if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
     fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
   const std::int64_t units = h0.dim(1);
@@ -79,10 +81,12 @@ Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const T
          dim_text(h0.dim(0)), 3 * units, xp.shape());
   if (w.shape() != Shape{units, 3 * units})
     fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 3 * units, w.shape());
+  if (b_in.shape() != Shape{3 * units})
+    fail(op, "the input bias must be [{}], got {}", 3 * units, b_in.shape());
   if (b_rec.shape() != Shape{3 * units})
     fail(op, "the recurrent bias must be [{}], got {}", 3 * units, b_rec.shape());
   const Shape out{xp.dim(0), xp.dim(1), (save_gates ? 5 : 1) * units};
-  return apply(Prim::gru_sequence, {xp, h0, w, b_rec}, Attrs{}, xp.dtype(), out);
+  return apply(Prim::gru_sequence, {xp, h0, w, b_in, b_rec}, Attrs{}, xp.dtype(), out);
 }
 
 Tensor gru_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& w) {
