@@ -136,12 +136,11 @@ namespace {
 /// The columns of a fused recurrence's output that hold its state (lstm_sequence: h and c;
 /// gru_sequence: h), or 0 for other nodes.
 std::int64_t state_columns(const GraphData& g, const Node& n) {
-  if (n.kind != Node::Kind::primitive) return 0;
-  const std::int64_t units =
-      n.inputs.size() > 1 ? g.nodes[static_cast<std::size_t>(n.inputs[1])].shape.back() : 0;
-  if (n.prim == Prim::lstm_sequence) return 2 * units;
-  if (n.prim == Prim::gru_sequence) return units;
-  return 0;
+  if (n.kind != Node::Kind::primitive ||
+      (n.prim != Prim::lstm_sequence && n.prim != Prim::gru_sequence))
+    return 0;
+  const std::int64_t units = g.nodes[static_cast<std::size_t>(n.inputs[1])].shape.back();
+  return n.prim == Prim::lstm_sequence ? 2 * units : units;
 }
 
 /// lstm_sequence and gru_sequence keep their gate activations for a gradient (ops/recurrent.hpp)
