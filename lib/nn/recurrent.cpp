@@ -248,14 +248,21 @@ std::int64_t segment_steps(std::string_view op, std::int64_t k, bool unroll) {
 /// segment of the remaining steps. Traced under a tape the outer scan keeps one state per
 /// segment; its gradient replays a segment's projection and inner scan. Eagerly each segment is
 /// a kiln::checkpoint.
+/// A segment's recurrence run as one fused primitive instead of a scan: (state, the segment's
+/// projected inputs, reverse) -> (final state, ys at their inputs' positions), as scan(body).
+using SegmentRun = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
+    const std::vector<Tensor>&, const std::vector<Tensor>&, bool)>;
+
 std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
     const ScanBody& body, const std::function<Tensor(const Tensor&)>& projected,
-    const std::vector<Tensor>& state, const std::vector<Tensor>& xs, std::int64_t k, bool reverse) {
+    const std::vector<Tensor>& state, const std::vector<Tensor>& xs, std::int64_t k, bool reverse,
+    const SegmentRun& fused_segment) {
   using Tensors = std::vector<Tensor>;
   const std::int64_t steps = xs[0].dim(0), segments = steps / k, rest = steps % k;
   const std::size_t ns = state.size();
   const auto run = [&](const Tensors& s, Tensors x) {
     x[0] = projected(x[0]);
+    if (fused_segment) return fused_segment(s, x, reverse);
     return scan(body, s, x, {.reverse = reverse});
   };
   // Steps [from, from + count * size) of xs as `count` segments of `size` steps, run from s.
@@ -316,7 +323,8 @@ std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
 std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tensor&)>& projected,
                           const Step& step, std::vector<Tensor> state, std::size_t state_size,
                           std::int64_t units, bool unroll, bool go_backwards, bool return_sequences,
-                          const Tensor& mask, std::int64_t checkpoint_every) {
+                          const Tensor& mask, std::int64_t checkpoint_every,
+                          const SegmentRun& fused_segment = {}) {
   const bool masked = mask.defined();
   // A masked step needs the previous state to carry through, so it starts from explicit zeros
   // (the batch may be dynamic); the output before the first real step is zeros.
@@ -366,9 +374,10 @@ std::vector<Tensor> recur(const Tensor& x, const std::function<Tensor(const Tens
     if (return_sequences) y.push_back(masked ? next.back() : next[0]);
     return std::pair<std::vector<Tensor>, std::vector<Tensor>>{std::move(next), std::move(y)};
   };
-  auto [final_state, ys] =
-      segmented ? segmented_recurrence(body, projected, state, xs, checkpoint_every, go_backwards)
-                : scan(body, state, xs, {.reverse = go_backwards});
+  auto [final_state, ys] = segmented
+                               ? segmented_recurrence(body, projected, state, xs, checkpoint_every,
+                                                      go_backwards, fused_segment)
+                               : scan(body, state, xs, {.reverse = go_backwards});
   if (!masked) final_state.push_back(final_state[0]);  // the last output is h
   if (return_sequences) {
     // A reversed scan leaves each step's output at its input's position; Keras's go_backwards
@@ -426,6 +435,23 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
   const Tensor hs = slice(y, 2, 0, units);
   const std::vector<Tensor> last = last_steps({hs, slice(y, 2, units, 2 * units)}, state);
   return {last[0], last[1], return_sequences ? transpose(hs, {1, 0, 2}) : last[0]};
+}
+
+/// A checkpointing segment of nn::LSTM as one fused recurrence (recur's SegmentRun): xs[0] is
+/// the segment's projection without the bias, which the primitive adds.
+SegmentRun fused_lstm_segment(const Tensor& recurrent, const Tensor& bias, std::int64_t units,
+                              bool return_sequences) {
+  return [recurrent, bias, units, return_sequences](const std::vector<Tensor>& s,
+                                                    const std::vector<Tensor>& xs, bool reverse) {
+    const Tensor xp = reverse ? reverse_time(xs[0]) : xs[0];
+    const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
+    const Tensor y = detail::lstm_sequence(xp, s[0], s[1], recurrent, bias, keep_gates);
+    const Tensor hs = slice(y, 2, 0, units);
+    std::vector<Tensor> ys;
+    if (return_sequences) ys.push_back(reverse ? reverse_time(hs) : hs);
+    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{
+        last_steps({hs, slice(y, 2, units, 2 * units)}, s), std::move(ys)};
+  };
 }
 
 /// nn::GRU's recurrence as one fused primitive (detail::gru_sequence), as fused_lstm.
@@ -498,11 +524,19 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
   const std::int64_t time = x.dim(1);
   const bool segmented =
       options_.checkpoint_every > 1 && !is_dynamic_dim(time) && time > options_.checkpoint_every;
-  if (options_.fused && !options_.unroll && !mask.defined() && !segmented &&
-      (dtype == DType::f32 || dtype == DType::f64))
+  const bool fused = options_.fused && !options_.unroll && !mask.defined() &&
+                     (dtype == DType::f32 || dtype == DType::f64);
+  if (fused && !segmented)
     return layer_outputs(fused_lstm(x, k, b, r, std::move(state), units_, options_.go_backwards,
                                     options_.return_sequences),
                          2, options_.return_state, carried);
+  if (fused)  // checkpointing segments, each one fused recurrence
+    return layer_outputs(
+        recur(
+            x, [&](const Tensor& in) { return matmul(in, k); }, Step(), std::move(state), 2, units_,
+            false, options_.go_backwards, options_.return_sequences, mask,
+            options_.checkpoint_every, fused_lstm_segment(r, b, units_, options_.return_sequences)),
+        2, options_.return_state, carried);
   const Step step = [r](const Tensor& xt, const std::vector<Tensor>& s) {
     // The zero state: no h @ recurrent_kernel, and the forget term vanishes.
     const LSTMState next = s.empty() ? lstm_update(xt, Tensor(), true)
