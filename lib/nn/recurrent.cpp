@@ -417,6 +417,13 @@ std::vector<Tensor> last_steps(const std::vector<Tensor>& seqs,
   return out;
 }
 
+/// Whether a fused recurrence keeps its gate activations for a gradient: while a tape records,
+/// and while a trace runs (it may be differentiated later: a kiln::checkpoint replays its graph
+/// under a tape); simplify drops them again where nothing reads them.
+bool keep_gates_for_gradient() {
+  return detail::any_tape_recording() || detail::active_trace() != nullptr;
+}
+
 /// nn::LSTM's recurrence as one fused primitive (detail::lstm_sequence): the result of recur()
 /// for an input without a mask, in the scan form. It keeps the gate
 /// activations for the gradient while a tape records or a trace runs.
@@ -427,9 +434,7 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
   // Keras's go_backwards sequence is in processing order: the recurrence of the reversed input.
   if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.assign(2, zeros({x.dim(0), units}, x.dtype()));
-  // A trace may be differentiated later (a kiln::checkpoint replays its graph under a tape);
-  // simplify drops the gates again where nothing reads them.
-  const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
+  const bool keep_gates = keep_gates_for_gradient();
   const Tensor y = detail::lstm_sequence(matmul(time_major, kernel), state[0], state[1], recurrent,
                                          bias, keep_gates);
   const Tensor hs = slice(y, 2, 0, units);
@@ -444,7 +449,7 @@ SegmentRun fused_lstm_segment(const Tensor& recurrent, const Tensor& bias, std::
   return [recurrent, bias, units, return_sequences](const std::vector<Tensor>& s,
                                                     const std::vector<Tensor>& xs, bool reverse) {
     const Tensor xp = reverse ? reverse_time(xs[0]) : xs[0];
-    const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
+    const bool keep_gates = keep_gates_for_gradient();
     const Tensor y = detail::lstm_sequence(xp, s[0], s[1], recurrent, bias, keep_gates);
     const Tensor hs = slice(y, 2, 0, units);
     std::vector<Tensor> ys;
@@ -462,7 +467,7 @@ std::vector<Tensor> fused_gru(const Tensor& x, const Tensor& kernel, const Tenso
   Tensor time_major = transpose(x, {1, 0, 2});
   if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.push_back(zeros({x.dim(0), units}, x.dtype()));
-  const bool keep_gates = detail::any_tape_recording() || detail::active_trace() != nullptr;
+  const bool keep_gates = keep_gates_for_gradient();
   const Tensor hs = slice(detail::gru_sequence(matmul(time_major, kernel), state[0], recurrent,
                                                input_bias, recurrent_bias, keep_gates),
                           2, 0, units);
