@@ -43,6 +43,7 @@
 
 #include <kiln/kiln.hpp>
 
+#include "copy_reference.hpp"
 #include "harness.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/streaming.hpp"
@@ -50,6 +51,7 @@
 
 namespace {
 
+using kiln::bench::share;
 using kiln::bench::ThreadTeam;
 
 using kiln::Shape;
@@ -74,31 +76,6 @@ struct Buffer {
   std::size_t size;
 };
 
-/// out[i] = sum of the inputs' [i], [begin, end) of it, a full 64-byte line per iteration,
-/// written with non-temporal stores (SSE2's movntps) when `stream`, else plain stores (the
-/// buffers are 64-byte aligned and every part starts on a line).
-void sum_part(const std::vector<const float*>& in, float* out, std::size_t begin, std::size_t end,
-              bool stream) {
-  std::size_t i = begin;
-#if defined(__SSE2__)
-  for (; i + 16 <= end; i += 16) {
-    __m128 v[4];
-    for (int j = 0; j < 4; ++j) v[j] = _mm_load_ps(in[0] + i + 4 * j);
-    for (std::size_t k = 1; k < in.size(); ++k)
-      for (int j = 0; j < 4; ++j) v[j] = _mm_add_ps(v[j], _mm_load_ps(in[k] + i + 4 * j));
-    if (stream)
-      for (int j = 0; j < 4; ++j) _mm_stream_ps(out + i + 4 * j, v[j]);
-    else
-      for (int j = 0; j < 4; ++j) _mm_store_ps(out + i + 4 * j, v[j]);
-  }
-#endif
-  for (; i < end; ++i) {
-    float s = in[0][i];
-    for (std::size_t k = 1; k < in.size(); ++k) s += in[k][i];
-    out[i] = s;
-  }
-}
-
 /// The sum of x[begin, end) in four 4-lane accumulators (a read-only pass at full speed).
 float read_part(const float* x, std::size_t begin, std::size_t end) {
   std::size_t i = begin;
@@ -113,13 +90,6 @@ float read_part(const float* x, std::size_t begin, std::size_t end) {
 #endif
   for (; i < end; ++i) total += x[i];
   return total;
-}
-
-/// [begin, end) of thread id's share of n elements, cut on 64-byte lines.
-std::pair<std::size_t, std::size_t> share(std::size_t n, int id, int threads) {
-  const std::size_t lines = (n + 15) / 16;
-  const auto t = static_cast<std::size_t>(threads), i = static_cast<std::size_t>(id);
-  return {std::min(n, lines * i / t * 16), std::min(n, lines * (i + 1) / t * 16)};
 }
 
 /// One row of the table.
@@ -163,13 +133,7 @@ int main(int argc, char** argv) try {
   // kiln streams outputs larger than the last-level cache; so do the references.
   const bool stream = static_cast<std::int64_t>(mib16) > kiln::detail::stream_output_bytes();
   const auto copy_team = [&](const std::vector<const float*>& in, bool nt) {
-    return std::make_unique<ThreadTeam>(threads, [&in, &rout, nt](int id, int t) {
-      const auto [begin, end] = share(floats16, id, t);
-      sum_part(in, rout.data, begin, end, nt);
-#if defined(__SSE2__)
-      if (nt) _mm_sfence();
-#endif
-    });
+    return kiln::bench::sum_copy_team(in, rout.data, floats16, threads, nt);
   };
   const auto copy1 = copy_team(one, stream), copy3 = copy_team(three, stream);
   const auto copy3_other = copy_team(three, !stream);

@@ -167,7 +167,9 @@ TEST_CASE("a batch-split plan computes what the whole plan computes", "[batch_sp
     const Tensor per_row =
         kiln::reshape(kiln::cast(kiln::arange(batch * hidden), kiln::f32), {batch, hidden}) * 0.01F;
     GraphData g = record({xs.shape()}, [&](const std::vector<Tensor>& p) {
-      return std::vector<Tensor>{lstm(weights, p[0]) + per_row, kiln::tanh(p[0])};
+      // The same value twice: each output is a tensor of its own.
+      const Tensor t = kiln::tanh(p[0]);
+      return std::vector<Tensor>{lstm(weights, p[0]) + per_row, t, t};
     });
     kiln::detail::fuse_elementwise(g);
     const auto split = kiln::detail::plan_batch_split(g);
@@ -182,9 +184,13 @@ TEST_CASE("a batch-split plan computes what the whole plan computes", "[batch_sp
     kiln::detail::run_plan(whole, g, args, "test", expected);
     for (int call = 0; call < 3; ++call) {
       kiln::detail::run_batch_split(*split, g, args, "test", got);
-      REQUIRE(got.size() == 2);
+      // The halves write their rows straight into the whole outputs.
+      REQUIRE(got.size() == 3);
       CHECK(close(got[0], expected[0]));
       CHECK(close(got[1], expected[1]));
+      CHECK(close(got[2], expected[1]));
+      CHECK(got[1].data() != got[2].data());
+      CHECK((got[0].is_contiguous() && got[1].is_contiguous() && got[2].is_contiguous()));
     }
     CHECK(close(got[0], lstm(weights, xs) + per_row));
   }
