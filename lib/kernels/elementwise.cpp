@@ -518,25 +518,6 @@ void run_bound(const BoundOp* ops, std::size_t num_ops, std::int64_t first, std:
 /// start them early. Short blocks keep the input streams and the output stream busy.
 constexpr std::int64_t stream_block = 128;
 
-/// How far ahead of the block being computed (in bytes of each stream) a short-block kernel
-/// asks for its flat inputs and its plain-stored output to be brought into L2. The hardware
-/// prefetchers alone left the chain `tanh(a*b+c)*0.5` over 4M f32 at 3.4 ms against 2.6 ms for
-/// a copy 3->1 (two threads, AVX-512); asking 8 KiB ahead brought it to 2.5-2.9 ms: the loads of
-/// the next blocks are in flight while the current one runs the instructions that read none.
-constexpr std::int64_t stream_prefetch_bytes = 8192;
-
-/// Asks for bytes [from, from + count) of a stream that ends at `end` to be brought into L2
-/// (for writing when `write`), one request per 64-byte line.
-inline void prefetch_stream(const char* from, std::int64_t count, const char* end, bool write) {
-  const char* last = std::min(from + count, end);
-  for (const char* p = from; p < last; p += 64) {
-    if (write)
-      __builtin_prefetch(p, 1, 2);
-    else
-      __builtin_prefetch(p, 0, 2);
-  }
-}
-
 /// FusedLayout::Mode::blocks: blocks of fused_block output elements in row-major order (across
 /// rows of other ranks), with strided inputs gathered into contiguous scratch first.
 void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const void* const* inputs,
