@@ -30,6 +30,12 @@ struct Shape3 {
 /// products (hoisted projections over all steps), a short contraction, square ones.
 const std::vector<Shape3> grid = {
     {32, 80, 20, "tiny (the 5-step RNN)"},
+    {32, 10, 80, "tiny, narrow C"},
+    {32, 20, 80, "workload 8's smallest"},
+    {128, 20, 128, "C rows of 20 floats"},
+    {16, 64, 64, "tiny, 16 rows"},
+    {64, 64, 64, "64^3"},
+    {128, 128, 128, "128^3"},
     {64, 256, 64, "RNN step, hidden 64"},
     {64, 1024, 256, "LSTM step, hidden 256"},
     {64, 2048, 512, "LSTM step, hidden 512"},

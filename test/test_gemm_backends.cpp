@@ -6,6 +6,7 @@
 // whatever order a library adds in. scripts/test.sh runs this once per KILN_SIMD level.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include <kiln/kiln.hpp>
 
 #include "core/tensor_impl.hpp"
+#include "kernels/elementwise_table.hpp"
 #include "kernels/gemm.hpp"
 
 namespace {
@@ -142,4 +144,42 @@ TEST_CASE("a forced GEMM backend is the one that runs, where it can", "[matmul][
   // The automatic choice never names "automatic".
   CHECK(Gemm<float>(large).backend() != GemmBackend::automatic);
   CHECK(Gemm<double>(GemmShape{8, 8, 8, false, 8, 8}).backend() != GemmBackend::automatic);
+}
+
+TEST_CASE("small f32 products go where the calibration put them", "[matmul][gemm]") {
+  using kiln::detail::Gemm;
+  using kiln::detail::GemmShape;
+  if (kiln::detail::forced_gemm_backend() != GemmBackend::automatic) {
+    WARN("KILN_GEMM forces a backend: the automatic choice is not used");
+    return;
+  }
+  const auto& backends = kiln::detail::available_gemm_backends(sizeof(float));
+  if (std::find(backends.begin(), backends.end(), GemmBackend::xsmm) == backends.end()) {
+    WARN("libxsmm does not run here (KILN_SIMD=sse2?): every product goes to the libraries");
+    return;
+  }
+  const auto shape = [](int m, int n, int k) { return GemmShape{m, n, k, false, k, n}; };
+  const bool avx512 = kiln::detail::simd_level() == kiln::detail::SimdLevel::avx512;
+  struct Case {
+    const char* what;
+    GemmShape s;
+    GemmBackend avx512, avx2;
+  };
+  const Case cases[] = {
+      {"tiny (32x20x20): libxsmm's call is the cheapest", shape(32, 20, 20), GemmBackend::xsmm,
+       GemmBackend::xsmm},
+      {"C rows of 20 floats: a quarter-full last vector", shape(32, 20, 80), GemmBackend::openblas,
+       GemmBackend::openblas},
+      {"C rows of 80 floats: full vectors", shape(32, 80, 20), GemmBackend::xsmm,
+       GemmBackend::openblas},
+      {"C rows of 12 floats: one vector (and too little work to leave libxsmm on AVX2)",
+       shape(32, 12, 80), GemmBackend::xsmm, GemmBackend::xsmm},
+      {"128x20x128", shape(128, 20, 128), GemmBackend::openblas, GemmBackend::openblas},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    CHECK(Gemm<float>(c.s).backend() == (avx512 ? c.avx512 : c.avx2));
+  }
+  // f64 products were not calibrated against OpenBLAS: small ones stay on libxsmm.
+  CHECK(Gemm<double>(shape(32, 20, 80)).backend() == GemmBackend::xsmm);
 }

@@ -68,6 +68,31 @@ void ensure_xsmm_initialized() {
 
 bool xsmm_runs() { return simd_level() != SimdLevel::sse2; }
 
+/// Whether libxsmm generates AVX-512 code (else AVX2: xsmm_runs()).
+bool xsmm_avx512() {
+  ensure_xsmm_initialized();
+  return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512;
+}
+
+/// A small f32 product that OpenBLAS runs faster than libxsmm (work enough for OpenBLAS's call
+/// to pay; the smallest stay on libxsmm, 32x20x20: 49 against 38 GFLOP/s). With AVX-512, a C
+/// whose rows (libxsmm's columns: it computes C^T = B^T A^T) fill their last vector by three
+/// quarters or less: libxsmm's masked last vector wastes a quarter or more of every
+/// multiply-add (32x20x80: OpenBLAS 82 against 58, 32x36x80: 91 against 78, 128x20x128: 103
+/// against 68), while a C of one vector or less stays (32x12x80: 57 against 73). With AVX2
+/// (KILN_SIMD=avx2, or a CPU without AVX-512), libxsmm 1.17's kernels trailed OpenBLAS on every
+/// such product measured (32x20x80: 46 against 81, 32x40x80: 80 against 90, 32x80x20: 74
+/// against 81). The tables are in docs/performance.md, "GEMM backends".
+bool openblas_beats_xsmm(const GemmShape& s, std::size_t element_size) {
+  if (element_size != sizeof(float) || std::int64_t{s.m} * s.n * s.k < (std::int64_t{1} << 15))
+    return false;
+  if (!xsmm_avx512()) return true;
+  constexpr int w = 16;  // f32 lanes of a 64-byte vector
+  if (s.n <= w) return false;
+  const int padded = (s.n + w - 1) / w * w;
+  return 4 * s.n <= 3 * padded;
+}
+
 /// kiln's pool is the only one that runs GEMM work: the libraries run single-threaded kernels
 /// on tiles of C that the pool shares out (Gemm::plan_tiles). A library's own team waits at
 /// barriers for a thread that another process may keep off its core (oneDNN's OpenMP team ran
@@ -190,7 +215,8 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   // OpenBLAS 67).
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   if (s.n < 16 && work >= (std::int64_t{1} << 16)) return library;
-  if (is_small(s.m, s.n, s.k)) return GemmBackend::xsmm;
+  if (is_small(s.m, s.n, s.k))
+    return openblas_beats_xsmm(s, element_size) ? GemmBackend::openblas : GemmBackend::xsmm;
   // Long contractions (64x256x1024: oneDNN 193 against libxsmm's 113; 256x1024x1024: 184
   // against 148), where the libraries' blocking of K pays.
   if (s.k >= 1024) return library;
