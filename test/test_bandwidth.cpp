@@ -302,4 +302,27 @@ TEST_CASE("the softmax primitive gives the bits of its composite, eager and trac
     CHECK(same_bits(kiln::softmax(rows, -1), composite_softmax(rows, -1)));
   }
   CHECK(same_bits(kiln::softmax(special, -1), composite_softmax(special, -1)));
+  // Rows long enough for the max's vector accumulators (4 vectors of any instruction set, then
+  // single vectors, then a scalar tail), with one NaN or +inf at positions in each part, rows
+  // of -inf only, and zeros of both signs.
+  for (std::int64_t length : {67, 200, 1031}) {
+    CAPTURE(length);
+    std::vector<float> base =
+        kiln::random::normal({length}, 0, 3, static_cast<std::uint64_t>(length)).to_vector<float>();
+    std::vector<std::vector<float>> rows;
+    for (std::int64_t at :
+         {std::int64_t{0}, std::int64_t{17}, std::int64_t{63}, length / 2, length - 2, length - 1})
+      for (float v : {nan, inf}) {
+        rows.push_back(base);
+        rows.back()[static_cast<std::size_t>(at)] = v;
+      }
+    rows.emplace_back(static_cast<std::size_t>(length), -inf);
+    rows.emplace_back(static_cast<std::size_t>(length), -0.f);
+    rows.back()[static_cast<std::size_t>(length / 3)] = 0.f;
+    rows.back()[1] = -5.f;
+    for (const auto& row : rows) {
+      const Tensor x = kiln::reshape(kiln::tensor<float>(row), {1, length});
+      CHECK(same_bits(kiln::softmax(x, -1), composite_softmax(x, -1)));
+    }
+  }
 }

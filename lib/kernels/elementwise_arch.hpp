@@ -37,6 +37,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/copy_rows_arch.hpp"
 #include "kernels/elementwise_ops_arch.hpp"
+#include "kernels/softmax_rows_arch.hpp"
 
 namespace kiln::detail {
 
@@ -275,6 +276,10 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   fill_by_dtype<WhereEntries<Arch>::template Entry>(t.where);
   t.copy_rows = &copy_rows<Arch>;
   t.stream_copy = &stream_copy<Arch>;
+  t.max_row[dtype_index(DType::f32)] = &max_row<Arch, float>;
+  t.max_row[dtype_index(DType::f64)] = &max_row<Arch, double>;
+  t.exp_shifted_row[dtype_index(DType::f32)] = &exp_shifted_row<Arch, float>;
+  t.exp_shifted_row[dtype_index(DType::f64)] = &exp_shifted_row<Arch, double>;
   return t;
 }
 

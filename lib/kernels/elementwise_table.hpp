@@ -73,6 +73,10 @@ using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* 
 /// and plain stores for its unaligned head and tail. The caller fences (sfence) before the
 /// result is read by another thread.
 using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
+/// *out = the max of the n >= 1 elements at in, NaN when one is NaN (softmax's shift).
+using MaxRowFn = void (*)(const void* in, std::int64_t n, void* out);
+/// out[i] = exp(in[i] - *shift) for i < n: the row table's sub then exp, in one pass.
+using ExpShiftedRowFn = void (*)(const void* in, const void* shift, void* out, std::int64_t n);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -85,6 +89,8 @@ struct ElementwiseRowTable {
   WhereRowFn where[num_dtypes] = {};   // [dtype of a and b]
   CopyRowsFn copy_rows = nullptr;      // short rows in full-width vector moves
   StreamCopyFn stream_copy = nullptr;  // large outputs, non-temporal stores
+  MaxRowFn max_row[num_dtypes] = {};   // softmax's pieces, floating-point dtypes only
+  ExpShiftedRowFn exp_shifted_row[num_dtypes] = {};
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and

@@ -402,30 +402,12 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
-/// The value softmax subtracts from row[0, n) (n >= 1): its max when finite, else 0, as the
-/// composite's where(isfinite(max), max, 0). The max is taken by the instruction set's
-/// `maximum` row kernel over halves (NaN propagates), in `buffer` (n / 2 + 1 elements). It may
-/// differ from the pairwise max only in the sign of a zero maximum, and x - (+0) and x - (-0)
-/// have the same exp, so softmax's bits are the composite's.
-template <class T>
-T softmax_shift(const T* row, std::int64_t n, BinaryRowFn maximum, T* buffer) {
-  const T* from = row;
-  std::int64_t length = n;
-  while (length > 1) {
-    const std::int64_t half = length / 2;
-    maximum(from, 1, from + half, 1, buffer, half);  // reads past `half` are not written
-    if (length % 2 != 0) buffer[half] = from[length - 1];
-    length = half + length % 2;
-    from = buffer;
-  }
-  const T m = from[0];
-  return std::isfinite(m) ? m : T{0};
-}
-
 /// Prim::softmax over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
-/// per row, in one pass over memory, the composite of lib/ops/reduce.cpp with the same kernels,
-/// so the same bits: m = max (NaN wins; softmax_shift), shift = m when finite else 0, e = exp(x -
-/// shift) by the instruction set's sub and exp row kernels, s = the pairwise sum of e, y = e / s by
+/// per row, in one pass over memory, the composite of lib/ops/reduce.cpp with the same bits:
+/// m = the row's max (NaN wins; the row table's max_row), shift = m when finite else 0 (as the
+/// composite's where(isfinite(max), max, 0); a max differs from another order's only in the
+/// sign of a zero maximum, and x - (+0) and x - (-0) have the same exp), e = exp(x - shift) by
+/// the row table's exp_shifted_row (its sub then exp), s = the pairwise sum of e, y = e / s by
 /// its div row kernel. The row stays in this thread's scratch between the steps; rows are split
 /// over the threads, and large outputs are written with non-temporal stores.
 template <class T>
@@ -436,10 +418,9 @@ void softmax_typed(const KernelCall& call) {
   if (rows == 0) return;
   const ElementwiseRowTable& table = elementwise_rows();
   const std::size_t type = dtype_index(in.dtype);
-  const BinaryRowFn sub = table.binary[binary_row_index(Prim::sub)][type];
-  const UnaryRowFn exp = table.unary[unary_row_index(Prim::exp)][type];
+  const MaxRowFn max_row = table.max_row[type];
+  const ExpShiftedRowFn exp_shifted = table.exp_shifted_row[type];
   const BinaryRowFn div = table.binary[binary_row_index(Prim::div)][type];
-  const BinaryRowFn maximum = table.binary[binary_row_index(Prim::maximum)][type];
   const StreamCopyFn stream_copy = table.stream_copy;
   const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
   const T* x = in.ptr<const T>();
@@ -449,9 +430,10 @@ void softmax_typed(const KernelCall& call) {
     std::vector<T> scratch(static_cast<std::size_t>(contiguous_scratch_size(n)));
     for (std::int64_t r = begin; r < end; ++r) {
       const T* row = x + r * n;
-      const T shift = softmax_shift(row, n, maximum, e.data());
-      sub(row, 1, &shift, 0, e.data(), n);
-      exp(e.data(), 1, e.data(), n);
+      T shift;
+      max_row(row, n, &shift);
+      if (!std::isfinite(shift)) shift = T{0};
+      exp_shifted(row, &shift, e.data(), n);
       const T s = reduce_contiguous<SumReducer<T>>(e.data(), n, scratch.data());
       if (!stream) {
         div(e.data(), 1, &s, 0, y + r * n, n);
