@@ -24,6 +24,8 @@ using kiln::detail::GemmBackend;
 struct Shape3 {
   int m, n, k;
   const char* what;
+  bool trans_a = false;  // A stored as [k, m], read through a transpose (a weight gradient x^T dy)
+  bool trans_b = false;  // B stored as [n, k] (an input gradient dy W^T)
 };
 
 /// Shape classes: a batch of rows against a wide weight (RNN steps, Dense layers), tall
@@ -43,6 +45,8 @@ const std::vector<Shape3> grid = {
     {256, 1024, 1024, "Dense 1024, batch 256"},
     {256, 10, 1024, "Dense 10, batch 256"},
     {1024, 256, 64, "weight gradient, K=64"},
+    {1024, 1024, 256, "weight gradient, Dense 1024 (A^T)", true},
+    {256, 1024, 1024, "input gradient, Dense 1024 (B^T)", false, true},
     {3200, 1024, 128, "projection over 50 steps"},
     {12800, 1024, 128, "projection over 200 steps"},
     {512, 512, 512, "512^3"},
@@ -83,8 +87,12 @@ int main(int argc, char** argv) {
   fmt::print("{} auto's choice |\n{}---|\n", header, rule);
   for (const Shape3& s : grid) {
     if (quick && std::int64_t{s.m} * s.n * s.k > (1 << 24)) continue;
-    const Tensor a = kiln::random::uniform({s.m, s.k}, -1, 1, 1);
-    const Tensor b = kiln::random::uniform({s.k, s.n}, -1, 1, 2);
+    // Operands as stored: a transposed one is the transpose of a contiguous matrix.
+    const Tensor a = s.trans_a ? kiln::random::uniform({s.k, s.m}, -1, 1, 1)
+                               : kiln::random::uniform({s.m, s.k}, -1, 1, 1);
+    const Tensor b = s.trans_b ? kiln::random::uniform({s.n, s.k}, -1, 1, 2)
+                               : kiln::random::uniform({s.k, s.n}, -1, 1, 2);
+    const bool ta = s.trans_a, tb = s.trans_b;
     std::string row = fmt::format("| {}x{}x{} | {} |", s.m, s.n, s.k, s.what);
     Tensor reference;
     double best = 0;
@@ -92,7 +100,9 @@ int main(int argc, char** argv) {
     for (GemmBackend backend : backends) {
       kiln::detail::set_gemm_backend(backend);
       // A new function per backend: the backend is chosen when the plan is built.
-      auto f = kiln::function([](const Tensor& x, const Tensor& y) { return kiln::matmul(x, y); });
+      auto f = kiln::function([ta, tb](const Tensor& x, const Tensor& y) {
+        return kiln::matmul(ta ? kiln::transpose(x) : x, tb ? kiln::transpose(y) : y);
+      });
       const Tensor c = f(a, b);
       if (!reference.defined()) reference = c;
       const float error = kiln::max(kiln::abs(c - reference)).item<float>();
@@ -110,7 +120,9 @@ int main(int argc, char** argv) {
       row += markdown && winner ? fmt::format(" **{:.0f}** |", figures[i])
                                 : fmt::format(" {:.0f} |", figures[i]);
     }
-    const kiln::detail::GemmShape shape{s.m, s.n, s.k, false, s.k, s.n};
+    kiln::detail::GemmShape shape{
+        s.m, s.n, s.k, s.trans_a, s.trans_a ? s.m : s.k, s.trans_b ? s.k : s.n};
+    shape.trans_b = s.trans_b;
     fmt::print("{} {} |\n", row, kiln::detail::Gemm<float>(shape).describe());
   }
   kiln::detail::set_gemm_backend(GemmBackend::automatic);
