@@ -630,11 +630,11 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
       if (l.short_blocks) {
         for (std::size_t k = 0; k < l.num_inputs; ++k)
           if (l.how[k] == FusedRead::flat)
-            prefetch_stream(base(k) + first * l.size[k] + stream_prefetch_bytes, count * l.size[k],
-                            base(k) + l.total * l.size[k], false);
+            prefetch_stream(base(k), (first * l.size[k]) + stream_prefetch_bytes, count * l.size[k],
+                            l.total * l.size[k], false);
         if (!l.stream_output)
-          prefetch_stream(out_base + first * l.out_size + stream_prefetch_bytes, count * l.out_size,
-                          out_base + l.total * l.out_size, true);
+          prefetch_stream(out_base, (first * l.out_size) + stream_prefetch_bytes,
+                          count * l.out_size, l.total * l.out_size, true);
       }
       run_bound(ops.data(), num_ops, first, count);
       if (l.stream_output) stream_copy(out_base + first * l.out_size, staged, count * l.out_size);

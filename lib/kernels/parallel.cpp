@@ -135,8 +135,12 @@ class ThreadPool {
       if (!ready()) {
         const std::uint64_t seen = posted_.load(std::memory_order_relaxed);
         lock.unlock();
-        spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
+        const bool posted =
+            spin_until([&] { return posted_.load(std::memory_order_acquire) != seen; });
         lock.lock();
+        // A job came and its chunks were all claimed before this worker got here: jobs are
+        // coming, so look for the next one again rather than sleep.
+        if (posted && !ready()) continue;
       }
       work_ready_.wait(lock, ready);
       if (stop_) return;

@@ -31,15 +31,17 @@ void set_stream_output_bytes(std::int64_t bytes);
 /// the instructions that read no input.
 inline constexpr std::int64_t stream_prefetch_bytes = 8192;
 
-/// Asks for bytes [from, from + count) of a stream that ends at `end` to be brought into L2
-/// (for writing when `write`), one request per 64-byte line. Never faults.
-inline void prefetch_stream(const char* from, std::int64_t count, const char* end, bool write) {
-  const char* last = std::min(from + count, end);
-  for (const char* p = from; p < last; p += 64) {
+/// Asks for bytes [from, from + count) of the `total` bytes at `base` to be brought into L2 (for
+/// writing when `write`), one request per 64-byte line; offsets past `total` are skipped, so
+/// every address asked for is inside the stream. Never faults.
+inline void prefetch_stream(const char* base, std::int64_t from, std::int64_t count,
+                            std::int64_t total, bool write) {
+  const std::int64_t last = std::min(from + count, total);
+  for (std::int64_t at = from; at < last; at += 64) {
     if (write)
-      __builtin_prefetch(p, 1, 2);
+      __builtin_prefetch(base + at, 1, 2);
     else
-      __builtin_prefetch(p, 0, 2);
+      __builtin_prefetch(base + at, 0, 2);
   }
 }
 
