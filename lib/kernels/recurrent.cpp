@@ -37,43 +37,22 @@ void lstm_forward(const KernelCall& call) {
 
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  struct Part {
-    std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed;   // w's columns of the part, [U, 4 width] (one part: w itself)
-    std::vector<T> bias;     // b's columns of the part, [4 width]
-    std::vector<T> z;        // the step's pre-activations [B, 4 width]
-    std::vector<T> scratch;  // [2 width]
-    std::unique_ptr<Gemm<T>> first, later;  // h0 (rows U apart) and h_{t-1} in y (S U apart)
-  };
-  std::vector<Part> part(static_cast<std::size_t>(parts));
-  for (int p = 0; p < parts; ++p) {
-    Part& q = part[static_cast<std::size_t>(p)];
-    q.u0 = bounds[static_cast<std::size_t>(p)];
-    q.width = bounds[static_cast<std::size_t>(p) + 1] - q.u0;
-    const std::int64_t n = 4 * q.width;
-    if (parts > 1) q.packed = pack_gate_columns(w, units, units, 4, q.u0, q.width);
-    q.bias = pack_gate_columns(bias, 1, units, 4, q.u0, q.width);
-    q.z.resize(static_cast<std::size_t>(batch * n));
-    q.scratch.resize(static_cast<std::size_t>(2 * q.width));
-    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
-    q.first = std::make_unique<Gemm<T>>(shape);
-    GemmShape later = shape;
-    later.lda = to_int(row_size);
-    q.later = std::make_unique<Gemm<T>>(later);
-  }
+  std::vector<ForwardPart<T>> part = forward_parts(bounds, w, bias, units, 4, batch, row_size);
+  std::vector<std::vector<T>> scratch;  // per part, f c_{t-1} and i g of a row [2 width]
+  for (const ForwardPart<T>& q : part) scratch.emplace_back(static_cast<std::size_t>(2 * q.width));
   const RowKernels row = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64);
 
   const auto step = [&](int p, std::int64_t t) {
-    Part& q = part[static_cast<std::size_t>(p)];
+    ForwardPart<T>& q = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = q.width, u0 = q.u0;
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    (t == 0 ? *q.first : *q.later)(h_prev, parts > 1 ? q.packed.data() : w, q.z.data());
-    T* fc = q.scratch.data();
+    (t == 0 ? *q.first : *q.later)(h_prev, q.kernel(w), q.product.data());
+    T* fc = scratch[static_cast<std::size_t>(p)].data();
     T* ig = fc + wd;
     for (std::int64_t b = 0; b < batch; ++b) {
-      T* z = q.z.data() + b * 4 * wd;
+      T* z = q.product.data() + b * 4 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 4 * units;
       if (parts == 1)
         row.add(z, 1, x, 1, z, 4 * wd);

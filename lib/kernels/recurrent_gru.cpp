@@ -36,52 +36,36 @@ void gru_forward(const KernelCall& call) {
 
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  struct Part {
-    std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed, bias, bias_in;   // the part's columns of w [U, 3 width], b_rec, b_in
-    std::vector<T> q;                       // h_{t-1} W for the part [B, 3 width]
-    std::vector<T> scratch;                 // [7 width]: z, r, n, a temporary, x + b_in
-    std::unique_ptr<Gemm<T>> first, later;  // h0 (rows U apart) and h_{t-1} in y (S U apart)
-  };
-  std::vector<Part> part(static_cast<std::size_t>(parts));
-  for (int p = 0; p < parts; ++p) {
-    Part& pt = part[static_cast<std::size_t>(p)];
-    pt.u0 = bounds[static_cast<std::size_t>(p)];
-    pt.width = bounds[static_cast<std::size_t>(p) + 1] - pt.u0;
-    const std::int64_t n = 3 * pt.width;
-    pt.packed =
-        parts > 1 ? pack_gate_columns(w, units, units, 3, pt.u0, pt.width) : std::vector<T>();
-    pt.bias = pack_gate_columns(b_rec, 1, units, 3, pt.u0, pt.width);
-    pt.bias_in = pack_gate_columns(b_in, 1, units, 3, pt.u0, pt.width);
-    pt.q.resize(static_cast<std::size_t>(batch * n));
-    pt.scratch.resize(static_cast<std::size_t>(7 * pt.width));
-    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
-    pt.first = std::make_unique<Gemm<T>>(shape);
-    GemmShape later = shape;
-    later.lda = to_int(row_size);
-    pt.later = std::make_unique<Gemm<T>>(later);
+  // Per part: q = h_{t-1} W [B, 3 width] (the product), b_rec, and here b_in's columns and a
+  // row's scratch [7 width]: z, r, n, a temporary, x + b_in.
+  std::vector<ForwardPart<T>> part = forward_parts(bounds, w, b_rec, units, 3, batch, row_size);
+  std::vector<std::vector<T>> bias_in, scratch;
+  for (const ForwardPart<T>& pt : part) {
+    bias_in.push_back(pack_gate_columns(b_in, 1, units, 3, pt.u0, pt.width));
+    scratch.emplace_back(static_cast<std::size_t>(7 * pt.width));
   }
   const RowKernels row = RowKernels::of(dtype_of(sizeof(T)));
 
   const auto step = [&](int p, std::int64_t t) {
-    Part& pt = part[static_cast<std::size_t>(p)];
+    ForwardPart<T>& pt = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = pt.width, u0 = pt.u0;
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    (t == 0 ? *pt.first : *pt.later)(h_prev, parts > 1 ? pt.packed.data() : w, pt.q.data());
-    T* z = pt.scratch.data();
+    (t == 0 ? *pt.first : *pt.later)(h_prev, pt.kernel(w), pt.product.data());
+    const T* b_in_part = bias_in[static_cast<std::size_t>(p)].data();
+    T* z = scratch[static_cast<std::size_t>(p)].data();
     T* r = z + wd;
     T* n = r + wd;
     T* r_scratch = n + wd;
     T* xb = r_scratch + wd;
     const T one = 1;
     for (std::int64_t b = 0; b < batch; ++b) {
-      T* q = pt.q.data() + b * 3 * wd;
+      T* q = pt.product.data() + b * 3 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 3 * units + u0;
       const T* hp = h_prev + b * prev_ld + u0;
       row.add(q, 1, pt.bias.data(), 1, q, 3 * wd);  // q = h W + b_rec
       for (std::int64_t g = 0; g < 3; ++g)          // x W + b_in
-        row.add(x + g * units, 1, pt.bias_in.data() + g * wd, 1, xb + g * wd, wd);
+        row.add(x + g * units, 1, b_in_part + g * wd, 1, xb + g * wd, wd);
       row.add(xb, 1, q, 1, z, 2 * wd);  // z, r
       row.sigmoid(z, 1, z, 2 * wd);
       row.mul(r, 1, q + 2 * wd, 1, n, wd);

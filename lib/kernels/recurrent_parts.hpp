@@ -15,11 +15,13 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "kernels/elementwise_table.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 
@@ -145,6 +147,46 @@ std::vector<T> pack_gate_columns(const T* w, std::int64_t rows, std::int64_t uni
       std::memcpy(packed.data() + r * n + g * width, w + r * gates * units + g * units + u0,
                   static_cast<std::size_t>(width) * sizeof(T));
   return packed;
+}
+
+/// One part of a forward recurrence (LSTM, GRU): units [u0, u0 + width) of every gate, with its
+/// columns of the recurrent kernel w [U, gates U] packed side by side (w itself when there is
+/// one part: `packed` stays empty), its columns of a bias, the buffer of its step's product
+/// h_{t-1} w [B, gates width], and the two GEMMs of that product: from h0 (rows U apart) at step
+/// 0, from h_{t-1} inside the output y (rows `row_size` apart) after.
+template <class T>
+struct ForwardPart {
+  std::int64_t u0 = 0, width = 0;
+  std::vector<T> packed, bias, product;
+  std::unique_ptr<Gemm<T>> first, later;
+
+  /// The recurrent kernel's columns of this part.
+  const T* kernel(const T* w) const { return packed.empty() ? w : packed.data(); }
+};
+
+/// The parts of a forward recurrence over `bounds` (part_bounds), for w [U, gates U] and
+/// `bias` [gates U], batch rows and output rows of `row_size` elements.
+template <class T>
+std::vector<ForwardPart<T>> forward_parts(const std::vector<std::int64_t>& bounds, const T* w,
+                                          const T* bias, std::int64_t units, int gates,
+                                          std::int64_t batch, std::int64_t row_size) {
+  const std::size_t parts = bounds.size() - 1;
+  std::vector<ForwardPart<T>> out(parts);
+  for (std::size_t p = 0; p < parts; ++p) {
+    ForwardPart<T>& q = out[p];
+    q.u0 = bounds[p];
+    q.width = bounds[p + 1] - q.u0;
+    const std::int64_t n = gates * q.width;
+    if (parts > 1) q.packed = pack_gate_columns(w, units, units, gates, q.u0, q.width);
+    q.bias = pack_gate_columns(bias, 1, units, gates, q.u0, q.width);
+    q.product.resize(static_cast<std::size_t>(batch * n));
+    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
+    q.first = std::make_unique<Gemm<T>>(shape);
+    GemmShape later = shape;
+    later.lda = to_int(row_size);
+    q.later = std::make_unique<Gemm<T>>(later);
+  }
+  return out;
 }
 
 /// A function of the backward gate math, compiled for each instruction set: Body is a plain
