@@ -243,15 +243,16 @@ std::int64_t segment_steps(std::string_view op, std::int64_t k, bool unroll) {
   return k;
 }
 
-/// recur's scan in segments of k steps (static time above k): a scan over segments whose body
-/// projects the segment's raw inputs (xs[0], time-major) in one matmul and scans them, then one
-/// segment of the remaining steps. Traced under a tape the outer scan keeps one state per
-/// segment; its gradient replays a segment's projection and inner scan. Eagerly each segment is
-/// a kiln::checkpoint.
 /// A segment's recurrence run as one fused primitive instead of a scan: (state, the segment's
 /// projected inputs, reverse) -> (final state, ys at their inputs' positions), as scan(body).
 using SegmentRun = std::function<std::pair<std::vector<Tensor>, std::vector<Tensor>>(
     const std::vector<Tensor>&, const std::vector<Tensor>&, bool)>;
+
+/// recur's scan in segments of k steps (static time above k): a scan over segments whose body
+/// projects the segment's raw inputs (xs[0], time-major) in one matmul and scans them (or runs
+/// fused_segment on them), then one segment of the remaining steps. Traced under a tape the outer
+/// scan keeps one state per segment; its gradient replays a segment's projection and inner scan.
+/// Eagerly each segment is a kiln::checkpoint.
 
 std::pair<std::vector<Tensor>, std::vector<Tensor>> segmented_recurrence(
     const ScanBody& body, const std::function<Tensor(const Tensor&)>& projected,
@@ -424,9 +425,21 @@ bool keep_gates_for_gradient() {
   return detail::any_tape_recording() || detail::active_trace() != nullptr;
 }
 
-/// nn::LSTM's recurrence as one fused primitive (detail::lstm_sequence): the result of recur()
-/// for an input without a mask, in the scan form. It keeps the gate
+/// lstm_sequence over xp (time-major projections without the bias, in processing order) from
+/// state {h, c}: every step's h [T, B, U] and the final {h, c} (last_steps). It keeps the gate
 /// activations for the gradient while a tape records or a trace runs.
+std::pair<Tensor, std::vector<Tensor>> run_fused_lstm(const Tensor& xp,
+                                                      const std::vector<Tensor>& state,
+                                                      const Tensor& recurrent, const Tensor& bias,
+                                                      std::int64_t units) {
+  const Tensor y =
+      detail::lstm_sequence(xp, state[0], state[1], recurrent, bias, keep_gates_for_gradient());
+  const Tensor hs = slice(y, 2, 0, units);
+  return {hs, last_steps({hs, slice(y, 2, units, 2 * units)}, state)};
+}
+
+/// nn::LSTM's recurrence as one fused primitive: the result of recur() for an input without a
+/// mask, in the scan form.
 std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                                const Tensor& recurrent, std::vector<Tensor> state,
                                std::int64_t units, bool go_backwards, bool return_sequences) {
@@ -434,11 +447,7 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
   // Keras's go_backwards sequence is in processing order: the recurrence of the reversed input.
   if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.assign(2, zeros({x.dim(0), units}, x.dtype()));
-  const bool keep_gates = keep_gates_for_gradient();
-  const Tensor y = detail::lstm_sequence(matmul(time_major, kernel), state[0], state[1], recurrent,
-                                         bias, keep_gates);
-  const Tensor hs = slice(y, 2, 0, units);
-  const std::vector<Tensor> last = last_steps({hs, slice(y, 2, units, 2 * units)}, state);
+  const auto [hs, last] = run_fused_lstm(matmul(time_major, kernel), state, recurrent, bias, units);
   return {last[0], last[1], return_sequences ? transpose(hs, {1, 0, 2}) : last[0]};
 }
 
@@ -448,14 +457,11 @@ SegmentRun fused_lstm_segment(const Tensor& recurrent, const Tensor& bias, std::
                               bool return_sequences) {
   return [recurrent, bias, units, return_sequences](const std::vector<Tensor>& s,
                                                     const std::vector<Tensor>& xs, bool reverse) {
-    const Tensor xp = reverse ? reverse_time(xs[0]) : xs[0];
-    const bool keep_gates = keep_gates_for_gradient();
-    const Tensor y = detail::lstm_sequence(xp, s[0], s[1], recurrent, bias, keep_gates);
-    const Tensor hs = slice(y, 2, 0, units);
+    auto [hs, last] =
+        run_fused_lstm(reverse ? reverse_time(xs[0]) : xs[0], s, recurrent, bias, units);
     std::vector<Tensor> ys;
     if (return_sequences) ys.push_back(reverse ? reverse_time(hs) : hs);
-    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{
-        last_steps({hs, slice(y, 2, units, 2 * units)}, s), std::move(ys)};
+    return std::pair<std::vector<Tensor>, std::vector<Tensor>>{std::move(last), std::move(ys)};
   };
 }
 

@@ -12,9 +12,9 @@ namespace kiln::detail {
 /// kernel; b [4U]: the bias (added in the kernel, where the projection's output is in cache). f32
 /// or f64; T and B may be dynamic, U must be static. Returns y [T, B, S U]: per step h_t then c_t
 /// (S = 2), and with `save_gates` (S = 6, what the gradient needs) the gate activations i, f, g, o
-/// after them. Differentiable in xp, h0, c0 and w (through lstm_sequence_grad; the gate columns of
-/// y have no gradient of their own and must not be differentiated). Steps: z = xp_t + h_{t-1} w +
-/// b; i, f, o = sigmoid; g = tanh; c_t = f c_{t-1} + i g; h_t = o tanh(c_t).
+/// after them. Differentiable in xp, h0, c0, w and b (through lstm_sequence_grad; the gate columns
+/// of y have no gradient of their own and must not be differentiated). Steps: z = xp_t + h_{t-1} w
+/// + b; i, f, o = sigmoid; g = tanh; c_t = f c_{t-1} + i g; h_t = o tanh(c_t).
 Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const Tensor& w,
                      const Tensor& b, bool save_gates);
 
@@ -28,11 +28,11 @@ Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, co
 
 /// The GRU recurrence (Keras's GRU with reset_after) over every time step in one call
 /// (Prim::gru_sequence). xp [T, B, 3U]: each step's x_t W_in, gates z, r, n; h0 [B, U];
-/// w [U, 3U]: the recurrent kernel; b_in, b_rec [3U]: the input and recurrent biases. With
-/// x = xp_t + b_in: Returns y [T, B, S U]: h_t
-/// (S = 1) and with `save_gates` (S = 5) z, r, n and q_n after it. Steps: q = h_{t-1} w + b_rec;
+/// w [U, 3U]: the recurrent kernel; b_in, b_rec [3U]: the input and recurrent biases. Returns
+/// y [T, B, S U]: h_t (S = 1) and with `save_gates` (S = 5) z, r, n and q_n after it. Steps:
+/// x = xp_t + b_in; q = h_{t-1} w + b_rec;
 /// z = sigmoid(x_z + q_z); r = sigmoid(x_r + q_r); n = tanh(x_n + r q_n);
-/// h_t = z h_{t-1} + (1 - z) n. Differentiable in xp, h0, w and b_rec (through
+/// h_t = z h_{t-1} + (1 - z) n. Differentiable in xp, h0, w, b_in and b_rec (through
 /// gru_sequence_grad; the saved columns have no gradient of their own).
 Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const Tensor& b_in,
                     const Tensor& b_rec, bool save_gates);
