@@ -62,6 +62,24 @@ Tensor make_transposed_view(const std::vector<double>& values, const Shape& shap
   return kiln::detail::make_view(base, shape, view_strides, 0);
 }
 
+/// The same logical values as make(values, shape, dtype), stored with `pad` more elements in
+/// each row of the last dim and read through a slice-like view: rows a fixed stride apart,
+/// which the reductions read in place (kernel's reduce_reads_in_place) when the reduced axes
+/// are all the outer ones or all the inner ones.
+Tensor make_row_slice(const std::vector<double>& values, const Shape& shape, DType dtype,
+                      std::int64_t pad) {
+  Shape padded = shape;
+  padded[padded.size() - 1] += pad;
+  const std::int64_t last = shape[shape.size() - 1], rows = shape.numel() / std::max<std::int64_t>(last, 1);
+  std::vector<double> storage(static_cast<std::size_t>(padded.numel()), -7.0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t k = 0; k < last; ++k)
+      storage[static_cast<std::size_t>(r * (last + pad) + k)] =
+          values[static_cast<std::size_t>(r * last + k)];
+  const Tensor base = make(storage, padded, dtype);
+  return kiln::detail::make_view(base, shape, kiln::detail::contiguous_strides(padded), 0);
+}
+
 std::vector<double> values_of(const Tensor& t) {
   std::vector<double> out;
   visit_dtype(t.dtype(), [&](auto tag) {
@@ -332,17 +350,21 @@ TEST_CASE("reductions match reference loops over ops, dtypes, axes and layouts",
         const Tensor contiguous = make(x, shape, dtype);
         const Tensor strided = make_transposed_view(x, shape, dtype);
         REQUIRE_FALSE(strided.is_contiguous());
+        const Tensor row_slice = make_row_slice(x, shape, dtype, 3);
+        REQUIRE_FALSE(row_slice.is_contiguous());
         for (const auto& axes : axis_lists)
           for (bool keepdims : {false, true}) {
             const Expected want =
                 reference_reduce(pattern.op, x, shape, axis_mask(shape, axes), keepdims);
             const DType out_dtype =
                 pattern.op == Op::all || pattern.op == Op::any ? DType::boolean : dtype;
-            for (const Tensor& input : {contiguous, strided}) {
+            const char* layouts[] = {"contiguous", "transposed", "row slice"};
+            int layout = 0;
+            for (const Tensor& input : {contiguous, strided, row_slice}) {
               INFO(op_name(pattern.op)
                    << " " << kiln::dtype_name(dtype) << " shape " << shape.to_string() << " axes "
                    << (axes ? Shape(*axes).to_string() : "all") << " keepdims " << keepdims
-                   << " contiguous " << input.is_contiguous());
+                   << " layout " << layouts[layout++]);
               const Tensor got = run_reduce(pattern.op, input, axes, keepdims);
               REQUIRE(got.dtype() == out_dtype);
               REQUIRE(got.shape() == want.shape);
@@ -351,8 +373,9 @@ TEST_CASE("reductions match reference loops over ops, dtypes, axes and layouts",
             }
           }
       }
-  // 8 patterns x 5 dtypes, minus bool sum/prod; keepdims on/off; contiguous and strided.
-  CHECK(cases == static_cast<int>((8 * 5 - 2) * axis_list_count * 2 * 2));
+  // 8 patterns x 5 dtypes, minus bool sum/prod; keepdims on/off; contiguous, transposed and
+  // row-sliced.
+  CHECK(cases == static_cast<int>((8 * 5 - 2) * axis_list_count * 2 * 3));
 }
 
 TEST_CASE("argmax and argmin match reference loops, first index wins", "[reduce]") {
@@ -738,5 +761,31 @@ TEST_CASE("reductions reject bad arguments with the op name first", "[reduce]") 
     INFO(row.prefix);
     CHECK_THROWS_AS(row.call(), kiln::Error);
     CHECK_THROWS_WITH(row.call(), StartsWith(row.prefix));
+  }
+}
+
+TEST_CASE("reductions read row slices in place with the bits of a contiguous copy", "[reduce]") {
+  // A fused kernel's wide output sliced to some of its columns (a bias gradient from a
+  // recurrent layer's backward rows): large enough for the reductions' thread splits.
+  const Tensor wide = kiln::random::normal({50, 64, 1792}, 0, 1, 11);
+  const auto columns = [](const Tensor& t) { return kiln::slice(t, 2, 256, 1280); };
+  const Tensor view = columns(wide);
+  REQUIRE_FALSE(view.is_contiguous());
+  const Tensor copy = view.contiguous();
+  auto traced = kiln::function([&](const Tensor& t) {
+    const Tensor c = columns(t);
+    return std::vector<Tensor>{kiln::sum(c, {0, 1}), kiln::sum(c, {2}), kiln::max(c, {0, 1}),
+                               kiln::min(c, {-1})};
+  });
+  const std::vector<Tensor> got_traced = traced(wide);
+  const std::vector<Tensor> got_eager = {kiln::sum(view, {0, 1}), kiln::sum(view, {2}),
+                                         kiln::max(view, {0, 1}), kiln::min(view, {-1})};
+  const std::vector<Tensor> want = {kiln::sum(copy, {0, 1}), kiln::sum(copy, {2}),
+                                    kiln::max(copy, {0, 1}), kiln::min(copy, {-1})};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    INFO("reduction " << i);
+    REQUIRE(got_eager[i].shape() == want[i].shape());
+    CHECK(got_eager[i].to_vector<float>() == want[i].to_vector<float>());
+    CHECK(got_traced[i].to_vector<float>() == want[i].to_vector<float>());
   }
 }

@@ -89,6 +89,12 @@ const char* matmul_jit_target();
 /// b). Other layouts must be made contiguous by the caller.
 bool matmul_reads_in_place(const ArrayRef& x, int which);
 
+/// Whether reduction p (reduce_sum, _prod, _max, _min, _all, _any) with attrs reads the
+/// non-contiguous input x directly: rows of contiguous elements a fixed stride apart (x's
+/// innermost dims contiguous, its outer ones row-major over that stride), reduced over every
+/// row or over every column. Other layouts must be made contiguous by the caller.
+bool reduce_reads_in_place(Prim p, const ArrayRef& x, const Attrs& attrs);
+
 /// A matmul's kernel chosen once for fixed operand layouts (shapes, strides, dtype): the
 /// libxsmm kernel or BLAS call and the walk over batch matrices. Compiled plans keep one per
 /// matmul step, so a call does no kernel lookup.

@@ -72,15 +72,15 @@ inline void run_flat(const FlatCall& call, const void* const* in, void* out) {
 
 /// Whether a kernel call reads input `which` of p (laid out as `in`) where it is, or needs a
 /// contiguous copy first. Elementwise kernels take any strides, broadcast ones too; dim_size
-/// reads no data; matmul reads some strided matrices in place (matmul_reads_in_place); every
-/// other kernel needs contiguous inputs.
-inline bool reads_in_place(Prim p, std::size_t which, const InputLayout& in) {
+/// reads no data; matmul reads some strided matrices in place (matmul_reads_in_place), and
+/// reductions some strided rows (reduce_reads_in_place); every other kernel needs contiguous
+/// inputs.
+inline bool reads_in_place(Prim p, const Attrs& attrs, std::size_t which, const InputLayout& in) {
   if (is_elementwise(p) || p == Prim::dim_size) return true;
-  if (p == Prim::matmul && which < 2 &&
-      matmul_reads_in_place(ArrayRef{nullptr, in.dtype, *in.shape, *in.strides},
-                            static_cast<int>(which)))
-    return true;
-  return is_contiguous_layout(*in.shape, *in.strides);
+  if (is_contiguous_layout(*in.shape, *in.strides)) return true;
+  const ArrayRef ref{nullptr, in.dtype, *in.shape, *in.strides};
+  if (p == Prim::matmul) return which < 2 && matmul_reads_in_place(ref, static_cast<int>(which));
+  return info(p).family == Family::reduce && reduce_reads_in_place(p, ref, attrs);
 }
 
 /// The layout a kernel reads an input in: broadcast to the output's shape for elementwise
@@ -139,7 +139,7 @@ auto lower(Prim p, const Attrs& attrs, DType out_dtype, const Shape& out_shape, 
     }
   }
   for (std::size_t i = 0; i < count; ++i)
-    if (!reads_in_place(p, i, target.input(i))) target.make_contiguous(i);
+    if (!reads_in_place(p, attrs, i, target.input(i))) target.make_contiguous(i);
   return target.kernel();
 }
 

@@ -54,6 +54,7 @@ void lstm_forward(const KernelCall& call) {
     for (std::int64_t b = 0; b < batch; ++b) {
       T* z = q.product.data() + b * 4 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 4 * units;
+      if (t + 1 < steps) prefetch_row_part(x + batch * 4 * units, 4, units, u0, wd);
       if (parts == 1)
         row.add(z, 1, x, 1, z, 4 * wd);
       else
@@ -61,20 +62,26 @@ void lstm_forward(const KernelCall& call) {
           row.add(z + g * wd, 1, x + g * units + u0, 1, z + g * wd, wd);
       row.add(z, 1, q.bias.data(), 1, z, 4 * wd);  // + b (in cache, where a separate add would
                                                    // pass over all of xp once more)
-      row.sigmoid(z, 1, z, 2 * wd);                // i, f
-      row.tanh(z + 2 * wd, 1, z + 2 * wd, wd);
-      row.sigmoid(z + 3 * wd, 1, z + 3 * wd, wd);
       T* out = y + (t * batch + b) * row_size;
+      // The activations of gates i, f, g, o: straight into y's saved-gate columns, or over z.
+      T* const gi = save_gates ? out + 2 * units + u0 : z;
+      T* const gf = save_gates ? out + 3 * units + u0 : z + wd;
+      T* const gg = save_gates ? out + 4 * units + u0 : z + 2 * wd;
+      T* const go = save_gates ? out + 5 * units + u0 : z + 3 * wd;
+      if (gf == gi + wd) {  // i and f side by side (one part, or nothing saved)
+        row.sigmoid(z, 1, gi, 2 * wd);
+      } else {
+        row.sigmoid(z, 1, gi, wd);
+        row.sigmoid(z + wd, 1, gf, wd);
+      }
+      row.tanh(z + 2 * wd, 1, gg, wd);
+      row.sigmoid(z + 3 * wd, 1, go, wd);
       T* c = out + units + u0;
-      row.mul(z + wd, 1, c_prev + b * prev_ld + u0, 1, fc, wd);  // f c_{t-1}
-      row.mul(z, 1, z + 2 * wd, 1, ig, wd);                      // i g
+      row.mul(gf, 1, c_prev + b * prev_ld + u0, 1, fc, wd);  // f c_{t-1}
+      row.mul(gi, 1, gg, 1, ig, wd);                         // i g
       row.add(fc, 1, ig, 1, c, wd);
       row.tanh(c, 1, fc, wd);
-      row.mul(z + 3 * wd, 1, fc, 1, out + u0, wd);  // h = o tanh(c)
-      if (save_gates)
-        for (std::int64_t g = 0; g < 4; ++g)
-          std::memcpy(out + (2 + g) * units + u0, z + g * wd,
-                      static_cast<std::size_t>(wd) * sizeof(T));
+      row.mul(go, 1, fc, 1, out + u0, wd);  // h = o tanh(c)
     }
   };
   PhaseTeam(parts, steps).run(step);

@@ -53,36 +53,42 @@ void gru_forward(const KernelCall& call) {
     const std::int64_t prev_ld = t == 0 ? units : row_size;
     (t == 0 ? *pt.first : *pt.later)(h_prev, pt.kernel(w), pt.product.data());
     const T* b_in_part = bias_in[static_cast<std::size_t>(p)].data();
-    T* z = scratch[static_cast<std::size_t>(p)].data();
-    T* r = z + wd;
-    T* n = r + wd;
-    T* r_scratch = n + wd;
+    T* const row_scratch = scratch[static_cast<std::size_t>(p)].data();
+    T* r_scratch = row_scratch + 3 * wd;
     T* xb = r_scratch + wd;
     const T one = 1;
     for (std::int64_t b = 0; b < batch; ++b) {
       T* q = pt.product.data() + b * 3 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 3 * units + u0;
       const T* hp = h_prev + b * prev_ld + u0;
+      T* out = y + (t * batch + b) * row_size;
+      // z, r and n: straight into y's saved columns, or in the scratch row.
+      T* const z = save ? out + units + u0 : row_scratch;
+      T* const r = save ? out + 2 * units + u0 : row_scratch + wd;
+      T* const n = save ? out + 3 * units + u0 : row_scratch + 2 * wd;
+      if (t + 1 < steps) prefetch_row_part(x - u0 + batch * 3 * units, 3, units, u0, wd);
       row.add(q, 1, pt.bias.data(), 1, q, 3 * wd);  // q = h W + b_rec
       for (std::int64_t g = 0; g < 3; ++g)          // x W + b_in
         row.add(x + g * units, 1, b_in_part + g * wd, 1, xb + g * wd, wd);
-      row.add(xb, 1, q, 1, z, 2 * wd);  // z, r
-      row.sigmoid(z, 1, z, 2 * wd);
+      if (r == z + wd) {  // z and r side by side (one part, or nothing saved)
+        row.add(xb, 1, q, 1, z, 2 * wd);
+        row.sigmoid(z, 1, z, 2 * wd);
+      } else {
+        row.add(xb, 1, q, 1, z, wd);
+        row.sigmoid(z, 1, z, wd);
+        row.add(xb + wd, 1, q + wd, 1, r, wd);
+        row.sigmoid(r, 1, r, wd);
+      }
       row.mul(r, 1, q + 2 * wd, 1, n, wd);
       row.add(xb + 2 * wd, 1, n, 1, n, wd);
       row.tanh(n, 1, n, wd);
-      T* out = y + (t * batch + b) * row_size;
       T* h = out + u0;
       row.mul(z, 1, hp, 1, h, wd);
       row.sub(&one, 0, z, 1, r_scratch, wd);  // 1 - z
       row.mul(r_scratch, 1, n, 1, r_scratch, wd);
       row.add(h, 1, r_scratch, 1, h, wd);  // z h_{t-1} + (1 - z) n
-      if (save) {
-        std::memcpy(out + units + u0, z, static_cast<std::size_t>(wd) * sizeof(T));
-        std::memcpy(out + 2 * units + u0, r, static_cast<std::size_t>(wd) * sizeof(T));
-        std::memcpy(out + 3 * units + u0, n, static_cast<std::size_t>(wd) * sizeof(T));
+      if (save)
         std::memcpy(out + 4 * units + u0, q + 2 * wd, static_cast<std::size_t>(wd) * sizeof(T));
-      }
     }
   };
   PhaseTeam(parts, steps).run(step);

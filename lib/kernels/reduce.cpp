@@ -9,11 +9,13 @@
 #include <emmintrin.h>
 #endif
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
@@ -122,21 +124,21 @@ std::int64_t accumulate_depth(std::int64_t rows) {
   return depth;
 }
 
-/// acc[k] = reduction over r of x[r * cols + k], for rows >= 1; pairwise over row blocks.
-/// scratch holds accumulate_depth(rows) * cols accumulators.
+/// acc[k] = reduction over r of x[r * ld + k] (k < cols <= ld), for rows >= 1; pairwise over
+/// row blocks. scratch holds accumulate_depth(rows) * cols accumulators.
 template <class R>
 void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t cols,
-                     typename R::Acc* acc, typename R::Acc* scratch) {
+                     std::int64_t ld, typename R::Acc* acc, typename R::Acc* scratch) {
   if (rows > kPairwiseRows) {
     const std::int64_t half = rows / 2;
-    accumulate_rows<R>(x, half, cols, acc, scratch);
-    accumulate_rows<R>(x + half * cols, rows - half, cols, scratch, scratch + cols);
+    accumulate_rows<R>(x, half, cols, ld, acc, scratch);
+    accumulate_rows<R>(x + half * ld, rows - half, cols, ld, scratch, scratch + cols);
     for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], scratch[k]);
     return;
   }
   for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::load(x[k]);
   for (std::int64_t r = 1; r < rows; ++r) {
-    const typename R::In* row = x + r * cols;
+    const typename R::In* row = x + r * ld;
     for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], R::load(row[k]));
   }
 }
@@ -151,7 +153,7 @@ constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 18;
 /// thread count. Runs accumulate_rows itself when the rows are too few to split at all.
 template <class R>
 void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int64_t cols,
-                           typename R::Acc* acc) {
+                           std::int64_t ld, typename R::Acc* acc) {
   using Acc = typename R::Acc;
   int levels = 0;
   // Four leaves per thread, claimed one by one (parallel_for_balanced): a thread that gets its
@@ -161,7 +163,7 @@ void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int6
   while (levels > 0 && (rows >> levels) <= kPairwiseRows + 1) --levels;
   if (levels == 0 || rows * cols < kParallelMinElements) {
     std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * cols));
-    accumulate_rows<R>(x, rows, cols, acc, scratch.data());
+    accumulate_rows<R>(x, rows, cols, ld, acc, scratch.data());
     return;
   }
   const std::size_t leaves = std::size_t{1} << levels;
@@ -185,7 +187,7 @@ void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int6
              ++leaf) {
           const std::int64_t n = first[leaf + 1] - first[leaf];
           std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(n) * cols));
-          accumulate_rows<R>(x + first[leaf] * cols, n, cols,
+          accumulate_rows<R>(x + first[leaf] * ld, n, cols, ld,
                              partial.data() + leaf * static_cast<std::size_t>(cols),
                              scratch.data());
         }
@@ -223,7 +225,8 @@ template <class R>
 typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
                                   typename R::Acc* scratch) {
   const std::int64_t rows = n / kRowWidth;
-  if (rows > 0) accumulate_rows<R>(x, rows, kRowWidth, scratch, scratch + kRowWidth);
+  if (rows > 0)
+    accumulate_rows<R>(x, rows, kRowWidth, kRowWidth, scratch, scratch + kRowWidth);
   return finish_contiguous<R>(x, n, scratch);
 }
 
@@ -232,7 +235,7 @@ template <class R>
 typename R::Acc reduce_contiguous_split(const typename R::In* x, std::int64_t n) {
   typename R::Acc lanes[kRowWidth];
   const std::int64_t rows = n / kRowWidth;
-  if (rows > 0) accumulate_rows_split<R>(x, rows, kRowWidth, lanes);
+  if (rows > 0) accumulate_rows_split<R>(x, rows, kRowWidth, kRowWidth, lanes);
   return finish_contiguous<R>(x, n, lanes);
 }
 
@@ -285,41 +288,50 @@ struct Stage {
   }
 };
 
-/// Reduces the middle axis of a contiguous [outer, rows, inner] array (rows >= 1) into
-/// out[outer, inner]: contiguous rows when inner == 1, else whole rows accumulated.
+/// Where reduce_middle_axis finds its elements: [outer, rows, inner] with inner contiguous,
+/// `row` elements between consecutive rows and `outer` between consecutive outer blocks (a
+/// contiguous array: inner and rows * inner).
+struct MiddleStrides {
+  std::int64_t outer = 0, row = 0;
+};
+
+/// Reduces the middle axis of an [outer, rows, inner] array (rows >= 1; `st` says where its
+/// elements are, row-major contiguous when st is {}) into out[outer, inner]: contiguous rows
+/// when inner == 1, else whole rows accumulated.
 template <class R>
 void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_t rows,
-                        std::int64_t inner, typename R::Out* out) {
+                        std::int64_t inner, typename R::Out* out, MiddleStrides st = {}) {
   using Acc = typename R::Acc;
+  if (st.row == 0) st = {rows * inner, inner};
   // (Inside a parallel region, work stays on its thread: the split below would recurse.)
   const bool parallel =
       outer * rows * inner >= kParallelMinElements && num_threads() > 1 && !inside_parallel_region;
   // Many independent outputs: split them over the threads (each is reduced as on one thread).
   if (parallel && outer >= 2 * num_threads()) {
     parallel_for_balanced(outer, 1, [&](std::int64_t begin, std::int64_t end) {
-      reduce_middle_axis<R>(x + begin * rows * inner, end - begin, rows, inner,
-                            out + begin * inner);
+      reduce_middle_axis<R>(x + begin * st.outer, end - begin, rows, inner, out + begin * inner,
+                            st);
     });
     return;
   }
-  if (inner == 1) {
+  if (inner == 1) {  // (then st.row is 1: only whole rows are strided)
     if (parallel) {
       for (std::int64_t o = 0; o < outer; ++o)
-        out[o] = R::store(reduce_contiguous_split<R>(x + o * rows, rows));
+        out[o] = R::store(reduce_contiguous_split<R>(x + o * st.outer, rows));
       return;
     }
     std::vector<Acc> scratch(static_cast<std::size_t>(contiguous_scratch_size(rows)));
     for (std::int64_t o = 0; o < outer; ++o)
-      out[o] = R::store(reduce_contiguous<R>(x + o * rows, rows, scratch.data()));
+      out[o] = R::store(reduce_contiguous<R>(x + o * st.outer, rows, scratch.data()));
     return;
   }
   std::vector<Acc> acc(static_cast<std::size_t>(inner));
   std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * inner));
   for (std::int64_t o = 0; o < outer; ++o) {
     if (parallel)
-      accumulate_rows_split<R>(x + o * rows * inner, rows, inner, acc.data());
+      accumulate_rows_split<R>(x + o * st.outer, rows, inner, st.row, acc.data());
     else
-      accumulate_rows<R>(x + o * rows * inner, rows, inner, acc.data(), scratch.data());
+      accumulate_rows<R>(x + o * st.outer, rows, inner, st.row, acc.data(), scratch.data());
     typename R::Out* dst = out + o * inner;
     for (std::int64_t k = 0; k < inner; ++k) dst[k] = R::store(acc[k]);
   }
@@ -365,6 +377,45 @@ void remove_group(DimGroups& g, std::size_t at) {
   g.count -= removed;
 }
 
+/// A non-contiguous input that reduce_typed reads in place: rows of `cols` contiguous elements
+/// `ld` apart (a slice of a wider array's last dims, such as a bias gradient's columns of a
+/// fused kernel's output), reduced over all rows (kept columns: inner) or over all columns
+/// (kept rows: outer). The same reduction, in the same order, as on a contiguous copy.
+struct StridedRows {
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  bool over_rows = false;
+};
+
+std::optional<StridedRows> strided_rows(const ArrayRef& x, const Shape& axes) {
+  std::array<bool, Shape::max_rank> is_reduced{};
+  for (auto axis : axes) is_reduced[static_cast<std::size_t>(axis)] = true;
+  // The dims of more than one element, innermost first.
+  struct Dim {
+    std::int64_t extent, stride;
+    bool reduced;
+  };
+  std::array<Dim, Shape::max_rank> dims{};
+  std::size_t n = 0;
+  for (std::size_t d = x.shape.size(); d-- > 0;)
+    if (x.shape[d] != 1) dims[n++] = {x.shape[d], x.strides[d], is_reduced[d]};
+  if (n < 2 || dims[0].stride != 1) return std::nullopt;
+  // The inner block: dims contiguous from the innermost out, all reduced or all kept.
+  std::size_t k = 1;
+  std::int64_t cols = dims[0].extent;
+  while (k < n && dims[k].stride == cols && dims[k].reduced == dims[0].reduced)
+    cols *= dims[k++].extent;
+  if (k == n) return std::nullopt;  // contiguous: the general path
+  // The outer block: row-major over rows `ld` apart, with the other kind of dims.
+  const std::int64_t ld = dims[k].stride;
+  if (ld < cols || dims[k].reduced == dims[0].reduced) return std::nullopt;
+  std::int64_t rows = dims[k].extent;
+  for (std::size_t i = k + 1; i < n; ++i) {
+    if (dims[i].stride != ld * rows || dims[i].reduced != dims[k].reduced) return std::nullopt;
+    rows *= dims[i].extent;
+  }
+  return StridedRows{rows, cols, ld, dims[k].reduced};
+}
+
 template <class R>
 void reduce_typed(const KernelCall& call) {
   using Acc = typename R::Acc;
@@ -378,6 +429,16 @@ void reduce_typed(const KernelCall& call) {
     return;
   }
 
+  if (!is_contiguous_layout(in.shape, in.strides)) {  // reduce_reads_in_place said yes
+    const std::optional<StridedRows> sr = strided_rows(in, call.attrs.axes);
+    if (!sr) fail(name(call.prim), "cannot read this input layout in place");
+    if (sr->over_rows)  // [1, rows, cols]: rows ld apart
+      reduce_middle_axis<Stage<R, true, true>>(x, 1, sr->rows, sr->cols, out,
+                                               {sr->rows * sr->ld, sr->ld});
+    else  // [rows, cols, 1]: each row reduced, rows ld apart
+      reduce_middle_axis<Stage<R, true, true>>(x, sr->rows, sr->cols, 1, out, {sr->ld, 1});
+    return;
+  }
   std::array<bool, Shape::max_rank> is_reduced{};
   for (auto axis : call.attrs.axes) is_reduced[static_cast<std::size_t>(axis)] = true;
   DimGroups g = group_dims(in.shape, is_reduced);
@@ -504,6 +565,20 @@ void arg_extremum_typed(const KernelCall& call) {
 }
 
 }  // namespace
+
+bool reduce_reads_in_place(Prim p, const ArrayRef& x, const Attrs& attrs) {
+  switch (p) {
+    case Prim::reduce_sum:
+    case Prim::reduce_prod:
+    case Prim::reduce_max:
+    case Prim::reduce_min:
+    case Prim::reduce_all:
+    case Prim::reduce_any:
+      return strided_rows(x, attrs.axes).has_value();
+    default:
+      return false;
+  }
+}
 
 void run_reduce(const KernelCall& call) {
   const DType dtype = call.inputs[0].dtype;
