@@ -69,7 +69,7 @@ int main() {
   }
   // ...and a key map loads weights named by another framework.
   const auto torch_names = [](const std::string& key) {
-    const std::string layer = key.rfind("fc1", 0) == 0 ? "net/l1" : "net/l2";
+    const std::string layer = key.rfind("fc1", 0) == 0 ? "l1" : "l2";
     return layer + (key.find("weight") != std::string::npos ? "/kernel" : "/bias");
   };
   const auto result =

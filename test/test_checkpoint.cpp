@@ -93,6 +93,77 @@ TEST_CASE("save_weights and load_weights round trip by variable path", "[checkpo
   }
 }
 
+TEST_CASE("weights files are keyed relative to the module: auto-named instances share them",
+          "[checkpoint]") {
+  namespace nn = kiln::nn;
+  TempDir dir;
+  const Tensor x = kiln::random::normal({4, 6}, 0, 1, 21);
+  // Two instances of one architecture with automatic names, in one process: the same paths
+  // (names are unique among siblings, not counted up per process).
+  const auto make = [] {
+    return nn::Sequential({nn::Dense(8, nn::Activation::tanh), nn::Dense(3)});
+  };
+  nn::Sequential a = make();
+  nn::Sequential b = make();
+  CHECK(a.name() == "sequential");
+  CHECK(b.name() == "sequential");
+  const Tensor ya = a(x);
+  b(x);
+  CHECK(b.variables()[2].name() == "sequential/dense_1/kernel");
+  const auto file = dir.path / "a.safetensors";
+  kiln::save_weights(a, file);
+  std::set<std::string> keys;
+  for (const auto& [key, value] : kiln::io::load_safetensors(file)) keys.insert(key);
+  CHECK(keys == std::set<std::string>{"dense/kernel", "dense/bias", "dense_1/kernel",
+                                      "dense_1/bias"});
+  CHECK(kiln::load_weights(b, file).loaded.size() == 4);
+  CHECK(same(b(x), ya));
+
+  // A root of another name loads the file as well: the root's name is not in the keys.
+  nn::Sequential named({nn::Dense(8, nn::Activation::tanh), nn::Dense(3)}, "classifier");
+  named(x);
+  kiln::load_weights(named, file);
+  CHECK(same(named(x), ya));
+
+  // Files written with keys rooted at the saving module's name (before keys were relative)
+  // still load: the root every key shares, and no path of the module has, is dropped.
+  const auto legacy = dir.path / "legacy.safetensors";
+  std::map<std::string, Tensor> rooted;
+  for (const auto& [path, v] : a.named_variables()) rooted["sequential_1/" + path.substr(11)] = v.value();
+  kiln::io::save_safetensors(legacy, rooted);
+  nn::Sequential c = make();
+  c(x);
+  CHECK(kiln::load_weights(c, legacy).loaded.size() == 4);
+  CHECK(same(c(x), ya));
+  // A key map may name targets rooted at the module's name too.
+  nn::Sequential d = make();
+  d(x);
+  const auto result = kiln::load_weights(
+      d, legacy, {.key_map = [](const std::string& key) { return "sequential/" + key.substr(13); }});
+  CHECK(result.loaded.size() == 4);
+  CHECK(same(d(x), ya));
+}
+
+TEST_CASE("loading into a model that is not built says so", "[checkpoint]") {
+  namespace nn = kiln::nn;
+  TempDir dir;
+  nn::Sequential built({nn::Dense(4), nn::Dense(2)});
+  built(kiln::ones({1, 3}));
+  const auto file = dir.path / "w.safetensors";
+  kiln::save_weights(built, file);
+  nn::Sequential unbuilt({nn::Dense(4), nn::Dense(2)});
+  CHECK_THROWS_WITH(kiln::load_weights(unbuilt, file),
+                    Catch::StartsWith("[load_weights] " + file.string() + " holds 4 weights") &&
+                        Catch::Contains("has no variables yet: it is not built") &&
+                        Catch::Contains("Nothing was assigned"));
+  CHECK_THROWS_WITH(unbuilt.set_weights(built.get_weights()),
+                    Catch::StartsWith("[Module.set_weights] sequential has no variables yet") &&
+                        Catch::Contains("it is not built"));
+  unbuilt(kiln::ones({1, 3}));
+  unbuilt.set_weights(built.get_weights());
+  CHECK(same(unbuilt(kiln::ones({1, 3})), built(kiln::ones({1, 3}))));
+}
+
 TEST_CASE("strict loading reports every problem and changes nothing", "[checkpoint]") {
   TempDir dir;
   const Tensor x = kiln::ones({2, 5});
@@ -100,10 +171,10 @@ TEST_CASE("strict loading reports every problem and changes nothing", "[checkpoi
   net(x);
   const auto before = net.get_weights();
   std::map<std::string, Tensor> values = {
-      {"net/l1/kernel", kiln::zeros({5, 8})},  // fine
-      {"net/l1/bias", kiln::zeros({9})},       // wrong shape
-      {"net/l3/kernel", kiln::zeros({2, 2})},  // no such variable
-  };                                           // net/l2/* missing
+      {"l1/kernel", kiln::zeros({5, 8})},  // fine
+      {"l1/bias", kiln::zeros({9})},       // wrong shape
+      {"l3/kernel", kiln::zeros({2, 2})},  // no such variable
+  };                                       // l2/* missing
   kiln::io::save_safetensors(dir.path / "bad.safetensors", values);
   try {
     kiln::load_weights(net, dir.path / "bad.safetensors");
@@ -112,16 +183,16 @@ TEST_CASE("strict loading reports every problem and changes nothing", "[checkpoi
     const std::string what = e.what();
     CHECK(what.find("[load_weights]") == 0);
     CHECK(what.find("nothing was assigned") != std::string::npos);
-    CHECK(what.find("missing from the file (2): net/l2/bias, net/l2/kernel") != std::string::npos);
-    CHECK(what.find("unexpected in the file (1): net/l3/kernel") != std::string::npos);
-    CHECK(what.find("net/l1/bias: file f32 [9], variable f32 [8]") != std::string::npos);
+    CHECK(what.find("missing from the file (2): l2/bias, l2/kernel") != std::string::npos);
+    CHECK(what.find("unexpected in the file (1): l3/kernel") != std::string::npos);
+    CHECK(what.find("l1/bias: file f32 [9], variable f32 [8]") != std::string::npos);
   }
   const auto after = net.get_weights();
   for (std::size_t i = 0; i < before.size(); ++i) CHECK(same(before[i], after[i]));
 
   const auto partial = kiln::load_weights(net, dir.path / "bad.safetensors", {.strict = false});
-  CHECK(partial.loaded == std::vector<std::string>{"net/l1/kernel"});
-  CHECK(partial.unexpected == std::vector<std::string>{"net/l3/kernel"});
+  CHECK(partial.loaded == std::vector<std::string>{"l1/kernel"});
+  CHECK(partial.unexpected == std::vector<std::string>{"l3/kernel"});
   CHECK(partial.missing.size() == 2);
   CHECK(partial.mismatched.size() == 1);
   CHECK(kiln::sum(kiln::abs(net.variable("l1/kernel").value())).item<float>() == 0.f);

@@ -231,7 +231,7 @@ TEST_CASE("safetensors: messages quote header values as short, escaped excerpts"
       st(R"({"m/w\u0000x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})", Bytes(12, 0)));
   OneWeight module;
   CHECK_THROWS_WITH(kiln::load_weights(module, dir / "keys.safetensors"),
-                    Catch::Contains(R"(unexpected in the file (1): m/w\x00x)"));
+                    Catch::Contains(R"(unexpected in the file (1): w\x00x (from m/w\x00x))"));
 }
 
 // ------------------------------------------------------------------------------ escaping
@@ -371,7 +371,7 @@ TEST_CASE("npz: overlaps, non-UTF-8 names and local/central mismatches are told 
           std::vector<float>{1, 2, 3});
     OneWeight module;
     CHECK(kiln::load_weights(module, dir / "streamed.npz", {.strict = false}).loaded ==
-          std::vector<std::string>{"m/w"});
+          std::vector<std::string>{"w"});
   }
 }
 

@@ -96,7 +96,7 @@ TEST_CASE("Dense builds lazily from the input's last dim and computes act(x @ W 
                     "[4,6] (variable dense/kernel is f32 [5,3])");
   CHECK_THROWS_WITH(dense(kiln::ones({4, 5}, kiln::i32)),
                     "[nn.Dense] dense: needs f32 or f64 inputs, got i32 [4,5]");
-  CHECK_THROWS_WITH(nn::Dense(0), Catch::StartsWith("[nn.Dense] dense_1: units must be positive"));
+  CHECK_THROWS_WITH(nn::Dense(0), Catch::StartsWith("[nn.Dense] dense: units must be positive"));
 
   // Names: automatic, explicit, and the registration path inside a model.
   nn::Dense second(2, nn::Activation::none, {.use_bias = false, .name = "head"});
@@ -289,13 +289,13 @@ TEST_CASE("stateful LSTM and GRU carry their state; reset_states zeroes it", "[n
   stateful.set_weights({whole.kernel().value(), whole.recurrent_kernel().value(),
                         whole.bias().value(), kiln::zeros({2, 4}), kiln::zeros({2, 4})});
   CHECK(names_of(stateful.non_trainable_variables()) ==
-        std::vector<std::string>{"lstm_1/state_h", "lstm_1/state_c"});
+        std::vector<std::string>{"lstm/state_h", "lstm/state_c"});
   stateful(first);
   CHECK(max_diff(stateful(second), all_at_once) < 1e-5);
   stateful.reset_states();
   CHECK(max_diff(stateful(first), whole(first)) < 1e-6);
   CHECK_THROWS_WITH(stateful(kiln::ones({3, 3, 3})),
-                    "[nn.LSTM] lstm_1 is stateful and was built for batch 2; called with batch 3");
+                    "[nn.LSTM] lstm is stateful and was built for batch 2; called with batch 3");
 
   nn::GRU gru_whole(4), gru_stateful(4, {.stateful = true});
   const Tensor gru_all = gru_whole(x);
@@ -370,7 +370,7 @@ TEST_CASE("Sequential owns its layers and names them", "[nn][layers]") {
       Catch::StartsWith("[Module.add_module] sequential already has a child named 'd'"));
   CHECK_THROWS_WITH(seq.layer(9), "[nn.Sequential] sequential has 5 layers; asked for layer 9");
   nn::Sequential empty;
-  CHECK_THROWS_WITH(empty(x), "[nn.Sequential] sequential_1 has no layers");
+  CHECK_THROWS_WITH(empty(x), "[nn.Sequential] sequential has no layers");
 }
 
 TEST_CASE("Dropout: inactive in inference, a new mask per training call, also when cached",

@@ -192,9 +192,24 @@ TEST_CASE("registration errors", "[module]") {
   CHECK_THROWS_WITH(Module("a/b"), Catch::StartsWith("[Module] invalid module name 'a/b'"));
   CHECK_THROWS_WITH(a.add_module("n", std::shared_ptr<Module>()),
                     "[Module.add_module] the child 'n' is a null pointer");
-  // Automatic names.
+  // Automatic names: the base name for every root, unique among the siblings once registered
+  // (so two instances of one architecture have the same paths).
   CHECK(Module().name() == "module");
-  CHECK(Module().name() == "module_1");
+  CHECK(Module().name() == "module");
+  CHECK(Module().has_automatic_name());
+  CHECK_FALSE(Module("m").has_automatic_name());
+  Module parent("p"), first, second, third;
+  parent.add_module(first.name(), first);
+  parent.add_module(second.name(), second);
+  parent.add_module("module_2", third);  // an explicit registration name is used as given
+  CHECK(first.path() == "p/module");
+  CHECK(second.name() == "module_1");
+  CHECK(second.path() == "p/module_1");
+  CHECK(third.path() == "p/module_2");
+  CHECK(third.name() == "module");  // registered under another name: its own name stays
+  Module explicit_name("module");
+  CHECK_THROWS_WITH(parent.add_module("module", explicit_name),
+                    Catch::StartsWith("[Module.add_module] p already has a child named 'module'"));
 }
 
 TEST_CASE("names follow registration; either side of a link may die first", "[module]") {

@@ -21,9 +21,11 @@
 
 namespace kiln {
 
-/// Writes every variable of `module` to a file, keyed by its path from the module
-/// (`net/l1/kernel`, as Module::named_variables gives). The format follows the extension:
-/// `.npz` writes NumPy's archive, anything else safetensors. The write is atomic.
+/// Writes every variable of `module` to a file, keyed by its path relative to the module
+/// (`l1/kernel` for the variable `net/l1/kernel` of a module `net`, like a PyTorch
+/// state_dict), so the module's own name never decides whether the file loads into another
+/// instance. The format follows the extension: `.npz` writes NumPy's archive, anything else
+/// safetensors. The write is atomic.
 void save_weights(const Module& module, const std::filesystem::path& path,
                   const io::Metadata& metadata = {});
 
@@ -32,9 +34,10 @@ struct LoadWeightsOptions {
   /// matching dtype and shape; otherwise one error lists every problem and nothing changes.
   /// When false, what matches is loaded and the rest is reported in LoadWeightsResult.
   bool strict = true;
-  /// Maps a key of the file to a variable path of the module (for weights named by another
-  /// framework, e.g. "encoder.layer.0.weight" -> "net/l1/kernel"). Return an empty string to
-  /// skip a key. The identity when unset.
+  /// Maps a key of the file to a variable path relative to the module (for weights named by
+  /// another framework, e.g. "encoder.layer.0.weight" -> "l1/kernel"; a path rooted at the
+  /// module's name, "net/l1/kernel", is found too). Return an empty string to skip a key. The
+  /// identity when unset.
   std::function<std::string(const std::string&)> key_map = nullptr;
   /// Converts a value before it is checked and assigned, given its file key (e.g. transpose
   /// PyTorch's Linear weights, stored [out, in], into kiln's [in, out] kernels).
@@ -42,16 +45,20 @@ struct LoadWeightsOptions {
 };
 
 struct LoadWeightsResult {
-  std::vector<std::string> loaded;      ///< variable paths assigned
-  std::vector<std::string> missing;     ///< variable paths the file did not provide
+  std::vector<std::string> loaded;      ///< variable paths (relative) assigned
+  std::vector<std::string> missing;     ///< variable paths (relative) the file did not provide
   std::vector<std::string> unexpected;  ///< file keys (after key_map) that are no variable
   std::vector<std::string> mismatched;  ///< "path: file f32 [3,4], variable f32 [4,3]"
 };
 
 /// Assigns the values in `path` (safetensors, .npz or .npy detected from the file) to the
-/// variables of `module` by path. Validates everything before assigning anything; with strict
-/// options any problem is an error that lists them all and changes nothing. Cannot be called
-/// while a function is being traced.
+/// variables of `module` by their paths relative to it. A file written before keys were
+/// relative (every key rooted at the saving module's name, "sequential_1/dense/kernel") loads
+/// too: without a key_map, a first component shared by every key and by none of the module's
+/// paths is dropped. Validates everything before assigning anything; with strict options any
+/// problem is an error that lists them all and changes nothing (into a module with no
+/// variables yet, the error says it is not built). Cannot be called while a function is being
+/// traced.
 LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path,
                                const LoadWeightsOptions& options = {});
 

@@ -61,9 +61,19 @@ struct ModuleState;
 /// and read from several threads; do not hold a module across a fork.
 class Module {
  public:
+  /// The name of a module constructed without one: `base` itself ("dense", "module"), made
+  /// unique among its siblings when the module is registered under it (see add_module). Two
+  /// instances of one architecture therefore have the same paths, whatever else the process
+  /// built before; kiln::unique_name gives process-wide counters where those are wanted.
+  struct AutomaticName {
+    std::string_view base;
+  };
+
   /// A root module named `name` (one path component, no '/'); the name is used as given.
   explicit Module(std::string name);
-  /// A root module with an automatic name: unique_name("module") ("module", "module_1", ...).
+  /// A root module with the automatic name `name.base`.
+  explicit Module(AutomaticName name);
+  /// A root module with the automatic name "module".
   Module();
   virtual ~Module();
   Module(const Module&) = delete;
@@ -72,6 +82,9 @@ class Module {
   Module& operator=(Module&&) = delete;
 
   const std::string& name() const;
+  /// Whether the name is automatic (constructed from an AutomaticName): add_module may then
+  /// change it to stay unique among the siblings.
+  bool has_automatic_name() const;
   /// The full path: "outer_scope/net/l1" (see the class comment).
   std::string path() const;
 
@@ -92,7 +105,10 @@ class Module {
 
   /// Registers `child` under `name` (one path component, unique among this module's children
   /// and variables) without owning it, and returns it. Throws for a duplicate name, a child
-  /// already registered here, or a registration that would make a cycle.
+  /// already registered here, or a registration that would make a cycle. A child with an
+  /// automatic name registered under that name takes the first free one of name, name_1,
+  /// name_2, ... here instead (and, if this parent gives it its path, as its name): so
+  /// nn::Sequential{Dense(8), Dense(1)} holds "dense" and "dense_1".
   Module& add_module(std::string_view name, Module& child);
   /// Registers and owns `child` (kept alive as long as this module); returns it.
   template <class M>

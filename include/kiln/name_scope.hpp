@@ -41,8 +41,10 @@ std::string scoped_name(std::string_view name);
 /// An automatic name: `base` the first time it is requested in the current scope, then
 /// "base_1", "base_2", ... (Keras's convention). The counters are per scope (the same base in
 /// scopes "a" and "b" starts at "base" in each) and process-wide; kiln::clear_session()
-/// resets them. Explicit names given by users are never changed: only automatic names (a
-/// Variable without a name, a layer without a name) come from here.
+/// resets them. Explicit names given by users are never changed. A Variable without a name
+/// takes its name from here; modules and layers without a name do not (they are unique among
+/// their siblings instead, see kiln::Module::AutomaticName): pass
+/// `kiln::unique_name("dense")` as a layer's name to number it process-wide, as Keras does.
 std::string unique_name(std::string_view base);
 
 }  // namespace kiln

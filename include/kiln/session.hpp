@@ -6,7 +6,8 @@ namespace kiln {
 
 /// Resets kiln's global state so that a program can build a new model from a clean slate:
 /// - drops every kiln::function's cached graphs (kiln::clear_caches());
-/// - restarts the automatic name counters (kiln::unique_name: the next "dense" is "dense" again);
+/// - restarts the automatic name counters (kiln::unique_name: the next "Variable" is "Variable"
+///   again);
 /// - clears the default variable store (kiln::get_variable forgets its variables; they die
 ///   unless held elsewhere, e.g. by a kiln::Module or your own handles);
 /// - restarts the global random stream from kiln::random::global_seed(), so unseeded

@@ -52,7 +52,7 @@ LearningPhaseScope::LearningPhaseScope(bool training) : previous_(training_phase
 LearningPhaseScope::~LearningPhaseScope() { training_phase = previous_; }
 
 Layer::Layer(std::string_view default_name, std::string name)
-    : Module(name.empty() ? unique_name(default_name) : std::move(name)) {}
+    : Module(name.empty() ? Module(AutomaticName{default_name}) : Module(std::move(name))) {}
 
 std::int64_t Layer::input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const {
   if (!x.defined()) detail::fail(op, "{}: the input is an undefined tensor", path());

@@ -107,7 +107,7 @@ S& checked(const std::unique_ptr<S>& state) {
 Optimizer::Optimizer(std::string kind, std::string_view default_name, std::string name,
                      const LearningRate& learning_rate, std::optional<double> clipnorm,
                      std::optional<double> global_clipnorm, std::vector<std::string> slot_names)
-    : Module(name.empty() ? unique_name(default_name) : std::move(name)),
+    : Module(name.empty() ? Module(AutomaticName{default_name}) : Module(std::move(name))),
       state_(std::make_unique<State>(std::move(kind), learning_rate)) {
   State& s = *state_;
   if (!learning_rate.is_schedule() &&

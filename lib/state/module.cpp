@@ -31,6 +31,7 @@ struct ModuleState {
   Module* owner = nullptr;
   std::string name;
   std::string scope;  // the NameScope active at construction (used while the module is a root)
+  bool automatic_name = false;
   bool frozen = false;
   std::vector<ModuleVariable> variables;
   std::vector<ModuleChild> children;
@@ -208,7 +209,11 @@ Module::Module(std::string name) : state_(std::make_shared<ModuleState>()) {
   state_->scope = current_name_scope();
 }
 
-Module::Module() : Module(unique_name("module")) {}
+Module::Module(AutomaticName name) : Module(std::string(name.base)) {
+  state_->automatic_name = true;
+}
+
+Module::Module() : Module(AutomaticName{"module"}) {}
 
 Module::~Module() { release(); }
 
@@ -236,6 +241,12 @@ void Module::release() noexcept {
 const std::string& Module::name() const {
   if (!state_) detail::fail("Module", "this module was moved from");
   return state_->name;
+}
+
+bool Module::has_automatic_name() const {
+  TreeLock lock(tree_mutex());
+  if (!state_) detail::fail("Module.has_automatic_name", "this module was moved from");
+  return state_->automatic_name;
 }
 
 std::string Module::path() const {
@@ -299,6 +310,19 @@ Module& Module::add_module(std::string_view name, Module& child) {
   ModuleState& c = *child.state_;
   detail::check_name("Module.add_module", "child name", name, /*allow_slash*/ false);
   const std::string parent_path = state_path(s);
+  const auto taken = [&](std::string_view candidate) {
+    if (find_child(s, candidate) != nullptr) return true;
+    return std::any_of(s.variables.begin(), s.variables.end(), [&](const auto& v) {
+      return first_component(v.name) == candidate;
+    });
+  };
+  std::string unique;  // an automatic name made unique among the siblings
+  if (c.automatic_name && name == c.name && taken(name) &&
+      std::find(c.parents.begin(), c.parents.end(), &s) == c.parents.end()) {
+    for (long k = 1; unique.empty() || taken(unique); ++k) unique = fmt::format("{}_{}", name, k);
+    name = unique;
+    if (c.naming_parent == nullptr) c.name = unique;
+  }
   if (const auto* existing = find_child(s, name))
     detail::fail("Module.add_module", "{} already has a child named '{}' (module '{}')",
                  parent_path, name, existing->state->name);
@@ -405,6 +429,12 @@ void Module::set_weights(const std::vector<Tensor>& weights) {
   TreeLock lock(tree_mutex());
   const auto vars = variables();
   const std::string path = state_path(*state_);
+  if (vars.empty() && !weights.empty())
+    detail::fail("Module.set_weights",
+                 "{} has no variables yet, so it cannot take {} values: it is not built (layers "
+                 "create their variables on their first call; call the model once on an input "
+                 "of the right shape first)",
+                 path, weights.size());
   if (weights.size() != vars.size())
     detail::fail("Module.set_weights", "{} has {} variables; got {} values", path, vars.size(),
                  weights.size());

@@ -29,11 +29,42 @@ std::string describe(DType dtype, const Shape& shape) {
 
 }  // namespace detail
 
+namespace {
+
+/// The module's variables by their paths relative to it ("dense/kernel"): the keys of its
+/// weights files, whatever the module itself is called (like a PyTorch state_dict).
+std::vector<std::pair<std::string, Variable>> relative_variables(const Module& module) {
+  std::vector<std::pair<std::string, Variable>> out = module.named_variables();
+  const std::size_t root = module.name().size() + 1;  // "sequential/"
+  for (auto& [name, variable] : out) name.erase(0, root);
+  return out;
+}
+
+/// Files written before keys were relative rooted every key at the saving module's name
+/// ("sequential_1/dense/kernel"). When every key of `file` starts with one component that is
+/// not a top-level component of the module's own paths, that is such a root: returns it with
+/// its '/', else "".
+std::string legacy_root(const std::map<std::string, Tensor>& file,
+                        const std::map<std::string, Variable>& variables) {
+  if (file.empty()) return {};
+  const std::string& first_key = file.begin()->first;
+  const std::size_t slash = first_key.find('/');
+  if (slash == std::string::npos) return {};
+  const std::string root = first_key.substr(0, slash + 1);
+  for (const auto& [key, value] : file)
+    if (!key.starts_with(root)) return {};
+  for (const auto& [name, variable] : variables)
+    if (name.starts_with(root)) return {};
+  return root;
+}
+
+}  // namespace
+
 void save_weights(const Module& module, const std::filesystem::path& path,
                   const io::Metadata& metadata) {
   detail::refuse_while_tracing("save_weights");
   std::map<std::string, Tensor> values;
-  for (const auto& [name, variable] : module.named_variables()) values[name] = variable.value();
+  for (const auto& [name, variable] : relative_variables(module)) values[name] = variable.value();
   io::detail::write_weights_file(path, values, metadata, "save_weights");
 }
 
@@ -43,7 +74,17 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
   detail::refuse_while_tracing(op);
   const std::map<std::string, Tensor> file = io::detail::read_weights_file(path, op);
   std::map<std::string, Variable> variables;
-  for (auto& [name, variable] : module.named_variables()) variables.emplace(name, variable);
+  for (auto& [name, variable] : relative_variables(module)) variables.emplace(name, variable);
+  const std::string legacy = options.key_map ? std::string() : legacy_root(file, variables);
+  const std::string rooted = module.name() + "/";
+  // A target is a path relative to the module; one rooted at the module's name (a key map
+  // written for older files) is found too.
+  const auto find_target = [&](const std::string& target) {
+    auto found = variables.find(target);
+    if (found == variables.end() && target.starts_with(rooted))
+      found = variables.find(target.substr(rooted.size()));
+    return found;
+  };
 
   LoadWeightsResult result;
   struct Assignment {
@@ -54,20 +95,21 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
   std::vector<Assignment> assignments;
   std::set<std::string> provided;
   for (const auto& [key, stored] : file) {
-    const std::string target = options.key_map ? options.key_map(key) : key;
+    const std::string target =
+        options.key_map ? options.key_map(key) : key.substr(legacy.size());
     if (target.empty()) continue;  // skipped by the key map
     const Tensor value = options.transform ? options.transform(key, stored) : stored;
     if (!value.defined())
       detail::fail(op, "{}: the transform returned an undefined tensor for '{}'", path.string(),
                    io::detail::printable(key));
-    auto found = variables.find(target);
+    auto found = find_target(target);
     if (found == variables.end()) {
       result.unexpected.push_back(target == key ? key : fmt::format("{} (from {})", target, key));
       continue;
     }
-    if (!provided.insert(target).second)
-      detail::fail(op, "{}: two keys map to the variable '{}'", path.string(),
-                   io::detail::printable(target));
+    if (!provided.insert(found->first).second)
+      detail::fail(op, "{}: two keys map to the variable '{}'; nothing was assigned",
+                   path.string(), io::detail::printable(found->first));
     const Variable& v = found->second;
     if (value.dtype() != v.dtype() || value.shape() != v.shape()) {
       result.mismatched.push_back(fmt::format("{}: file {}, variable {}", target,
@@ -75,7 +117,7 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
                                               detail::describe(v.dtype(), v.shape())));
       continue;
     }
-    assignments.push_back({target, v, value});
+    assignments.push_back({found->first, v, value});
   }
   for (const auto& [name, v] : variables)
     if (provided.count(name) == 0) result.missing.push_back(name);
@@ -94,6 +136,12 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
     list("missing from the file", result.missing);
     list("unexpected in the file", result.unexpected);
     list("dtype or shape differs", result.mismatched);
+    if (variables.empty())
+      detail::fail(op,
+                   "{} holds {} weights, but module '{}' has no variables yet: it is not built "
+                   "(layers create their variables on their first call; call the model once on "
+                   "an input of the right shape, then load). Nothing was assigned",
+                   path.string(), file.size(), module.name());
     detail::fail(op,
                  "{} does not match module '{}'; nothing was assigned (pass strict = false to "
                  "load what matches, or a key_map to rename keys):{}",

@@ -49,9 +49,10 @@ class LearningPhaseScope {
 /// kiln::Error naming the layer's path and both sizes ("[nn.Dense] net/out was built for
 /// inputs with last dim 32; called with f32 [16,8]").
 ///
-/// A layer without an explicit name takes an automatic one ("dense", "dense_1", ...; see
-/// kiln::unique_name); registered under a parent, its variables take the parent's path and the
-/// registration name instead ("net/l1/kernel").
+/// A layer without an explicit name takes an automatic one, its kind ("dense", "lstm"), made
+/// unique among its siblings when it is registered (Sequential{Dense(8), Dense(1)} holds
+/// "dense" and "dense_1", in every instance: see Module::AutomaticName); registered under a
+/// parent, its variables take the parent's path and the registration name ("net/l1/kernel").
 class Layer : public Module {
  public:
   /// The layer's forward computation.
@@ -68,7 +69,7 @@ class Layer : public Module {
   virtual void reset_states();
 
  protected:
-  /// `name` as given, or unique_name(default_name) when empty.
+  /// `name` as given, or the automatic name default_name when empty.
   Layer(std::string_view default_name, std::string name);
 
   /// The variable `name` with the given shape, created on the first call. Its dim 0 is the
