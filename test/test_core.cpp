@@ -185,3 +185,28 @@ TEST_CASE("Empty shapes whose other dims overflow are rejected, not given overfl
   CHECK_THROWS_AS(kiln::zeros({big, 0, big}), kiln::Error);
   CHECK(detail::empty(Shape{0, big}, kiln::f32).size() == 0);
 }
+
+TEST_CASE("at() reads one element in place, by index per dim", "[core]") {
+  const Tensor x = kiln::reshape(kiln::arange(0.0, 12.0, 1.0, kiln::f32), Shape{3, 4});
+  CHECK(x.at<float>({0, 0}) == 0.0f);
+  CHECK(x.at<float>({2, 3}) == 11.0f);
+  CHECK(x.at<float>({-1, 0}) == 8.0f);
+  const Tensor t = kiln::transpose(x);  // a view: strides, not a copy
+  REQUIRE_FALSE(t.is_contiguous());
+  CHECK(t.at<float>({3, 1}) == 7.0f);
+  const Tensor s = kiln::slice(x, 1, 1, 3);
+  CHECK(s.at<float>({1, 1}) == 6.0f);
+  CHECK(kiln::scalar(5, kiln::i64).at<std::int64_t>({}) == 5);
+  CHECK(kiln::tensor({false, true}, {2}).at<bool>({1}));
+  CHECK_THROWS_WITH(x.at<float>({1}), "[at] tensor of shape [3,4] needs 2 indices, got 1");
+  CHECK_THROWS_WITH(x.at<float>({3, 0}),
+                    "[at] index 3 is out of range for dim 0 of size 3 (shape [3,4])");
+  CHECK_THROWS_WITH(x.at<float>({0, -5}),
+                    "[at] index -5 is out of range for dim 1 of size 4 (shape [3,4])");
+  CHECK_THROWS_WITH(x.at<double>({0, 0}), "[at] tensor has dtype f32, but f64 was requested");
+  auto traced = kiln::function([](const Tensor& v) {
+    (void)v.at<float>({0, 0});
+    return v;
+  });
+  CHECK_THROWS_WITH(traced(x), Catch::StartsWith("[at]"));
+}

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -713,4 +714,47 @@ TEST_CASE("creation, random and printing leave live memory where it started", "[
   CHECK(after.live_tensors == before.live_tensors);
   CHECK(after.live_buffers == before.live_buffers);
   CHECK(after.live_bytes == before.live_bytes);
+}
+
+TEST_CASE("uniform_int draws every integer of [low, high) equally, reproducibly", "[creation]") {
+  const Tensor a = kiln::random::uniform_int({60000}, -3, 7, 5);
+  CHECK(a.dtype() == kiln::i32);
+  CHECK(a.to_vector<std::int32_t>() == kiln::random::uniform_int({60000}, -3, 7, 5).to_vector<std::int32_t>());
+  std::vector<int> counts(10, 0);
+  for (std::int32_t v : a.to_vector<std::int32_t>()) {
+    REQUIRE(v >= -3);
+    REQUIRE(v < 7);
+    ++counts[static_cast<std::size_t>(v + 3)];
+  }
+  // 6,000 expected per value; the standard deviation is about 73.
+  for (int c : counts) CHECK(std::abs(c - 6000) < 500);
+  // i64 over a range wider than 32 bits, and the full i64 range minus one.
+  const auto wide = kiln::random::uniform_int({1000}, 0, std::int64_t{1} << 40, 9, kiln::i64)
+                        .to_vector<std::int64_t>();
+  CHECK(*std::max_element(wide.begin(), wide.end()) > (std::int64_t{1} << 38));
+  const std::int64_t lo = std::numeric_limits<std::int64_t>::min();
+  const std::int64_t hi = std::numeric_limits<std::int64_t>::max();
+  bool negative = false, positive = false;
+  for (std::int64_t v : kiln::random::uniform_int({64}, lo, hi, 3, kiln::i64).to_vector<std::int64_t>()) {
+    CHECK(v < hi);
+    negative = negative || v < 0;
+    positive = positive || v > 0;
+  }
+  CHECK((negative && positive));
+  CHECK(kiln::random::uniform_int({3}, 4, 5, 1).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{4, 4, 4});
+  // The unseeded overload draws from the global stream.
+  kiln::random::set_global_seed(11);
+  const Tensor first = kiln::random::uniform_int({8}, 0, 100);
+  kiln::random::set_global_seed(11);
+  CHECK(kiln::random::uniform_int({8}, 0, 100).to_vector<std::int32_t>() ==
+        first.to_vector<std::int32_t>());
+  CHECK_THROWS_WITH(kiln::random::uniform_int({2}, 5, 5, 1),
+                    "[random.uniform_int] low 5 must be less than high 5 (the range is [low, high))");
+  CHECK_THROWS_WITH(kiln::random::uniform_int({2}, 0, 5, 1, kiln::f32),
+                    "[random.uniform_int] dtype must be i32 or i64, got f32");
+  CHECK_THROWS_WITH(kiln::random::uniform_int({2}, 0, std::int64_t{1} << 33, 1),
+                    Catch::StartsWith("[random.uniform_int] [0, 8589934592) is out of range for i32"));
+  CHECK_THROWS_WITH(kiln::random::uniform_int({-1}, 0, 5, 1),
+                    Catch::StartsWith("[random.uniform_int] negative dimension"));
 }

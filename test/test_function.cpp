@@ -301,3 +301,26 @@ TEST_CASE("variables passed as arguments are keyed by identity", "[function]") {
   CHECK_THROWS_WITH(a.assign(kiln::ones({3})),
                     "[Variable.assign] variable 'a' is f32 [2]; the new value is f32 [3]");
 }
+
+TEST_CASE("a function that returns nothing runs for its side effects, traced once",
+          "[function]") {
+  kiln::Variable counter(kiln::zeros({}), "void_fn/counter");
+  auto bump = kiln::function([&](const Tensor& by) { counter.assign_add(by); });
+  static_assert(std::is_void_v<decltype(bump(kiln::ones({})))>);
+  for (int i = 0; i < 3; ++i) bump(kiln::full({}, 2.0));
+  CHECK(counter.value().item<float>() == 6.0f);
+  CHECK(bump.tracing_count() == 1);
+  CHECK(bump.get_concrete_function(kiln::ones({})).graph().num_nodes() > 0);
+  // Nested in another function it inlines, as any function does.
+  auto twice = kiln::function([&](const Tensor& by) {
+    bump(by);
+    bump(by);
+    return counter.value();
+  });
+  CHECK(twice(kiln::ones({})).item<float>() == 8.0f);
+  // The readable check on what a callable may return (a compile-time error, so shown here
+  // only as the trait it is built on).
+  static_assert(!kiln::detail::is_function_result<int>::value);
+  static_assert(kiln::detail::is_function_result<std::pair<Tensor, std::vector<Tensor>>>::value);
+  static_assert(!kiln::detail::is_function_result<std::tuple<Tensor, double>>::value);
+}

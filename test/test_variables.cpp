@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <thread>
 
@@ -280,4 +281,59 @@ TEST_CASE("a failed first trace removes its variables from the store", "[variabl
   CHECK(same(f(kiln::ones({2})), kiln::ones({2})));
   CHECK(kiln::default_variable_store().find("scratch").defined());
   CHECK(f.tracing_count() == 1);
+}
+
+TEST_CASE("get_variable defaults: glorot_uniform, and Reuse::Yes without a shape", "[variables]") {
+  kiln::clear_session();
+  kiln::NameScope scope("defaults");
+  const Variable w = kiln::get_variable("w", {64, 32});
+  // glorot_uniform: |w| <= sqrt(6 / (fan_in + fan_out)), and not all zero.
+  const float limit = std::sqrt(6.0f / 96.0f);
+  CHECK(kiln::max(kiln::abs(w.value())).item<float>() <= limit);
+  CHECK(kiln::max(kiln::abs(w.value())).item<float>() > limit / 2);
+  CHECK(kiln::get_variable("w", Reuse::Yes) == w);
+  CHECK_THROWS_WITH(kiln::get_variable("missing", Reuse::Yes),
+                    Catch::StartsWith("[get_variable] variable defaults/missing does not exist"));
+  CHECK_THROWS_WITH(kiln::get_variable("w", Reuse::Auto),
+                    Catch::StartsWith("[get_variable] variable defaults/w: Reuse::Auto needs a "
+                                      "shape and an initializer"));
+}
+
+TEST_CASE("find_variable finds store and module variables by full name", "[variables]") {
+  kiln::clear_session();
+  const Variable stored = kiln::get_variable("found/w", {2}, kiln::init::zeros());
+  CHECK(kiln::find_variable("found/w") == stored);
+  kiln::nn::Dense dense(3, kiln::nn::Activation::none, {.name = "finder"});
+  dense(kiln::ones({1, 2}));
+  CHECK(kiln::find_variable("finder/kernel") == dense.kernel());
+  CHECK_FALSE(kiln::find_variable("finder/nothing").defined());
+  {
+    kiln::nn::Dense twin(3, kiln::nn::Activation::none, {.name = "finder"});
+    twin(kiln::ones({1, 2}));
+    CHECK_THROWS_WITH(kiln::find_variable("finder/kernel"),
+                      Catch::StartsWith("[find_variable] 2 live variables are named finder/kernel"));
+  }
+  CHECK(kiln::find_variable("finder/kernel") == dense.kernel());  // the twin is gone
+}
+
+TEST_CASE("named collections: weak, ordered, once per variable, scoped", "[variables]") {
+  kiln::clear_session();
+  Variable a(kiln::zeros({1}), "enc/a");
+  Variable b(kiln::zeros({1}), "dec/b");
+  kiln::add_to_collection("model_variables", b);
+  kiln::add_to_collection("model_variables", a);
+  kiln::add_to_collection("model_variables", b);  // once
+  CHECK(kiln::get_collection("model_variables") == std::vector<Variable>{b, a});
+  CHECK(kiln::get_collection("model_variables", "enc") == std::vector<Variable>{a});
+  CHECK(kiln::get_collection("nothing").empty());
+  {
+    Variable temporary(kiln::zeros({1}), "enc/t");
+    kiln::add_to_collection("model_variables", temporary);
+    CHECK(kiln::get_collection("model_variables").size() == 3);
+  }
+  CHECK(kiln::get_collection("model_variables") == std::vector<Variable>{b, a});  // weak
+  CHECK_THROWS_WITH(kiln::add_to_collection("model_variables", Variable()),
+                    "[add_to_collection] model_variables: empty Variable handle");
+  kiln::clear_session();
+  CHECK(kiln::get_collection("model_variables").empty());
 }

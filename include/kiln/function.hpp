@@ -175,6 +175,24 @@ void flatten_result(const std::pair<A, B>& p, std::vector<Tensor>& out,
   flatten_result(p.second, out, sizes);
 }
 
+/// Whether R is a result kiln::function can return: void, Tensor, std::vector<Tensor>, or a
+/// std::pair / std::tuple of those (not void).
+template <class R>
+struct is_function_result : std::false_type {};
+template <>
+struct is_function_result<void> : std::true_type {};
+template <>
+struct is_function_result<Tensor> : std::true_type {};
+template <>
+struct is_function_result<std::vector<Tensor>> : std::true_type {};
+template <class A, class B>
+struct is_function_result<std::pair<A, B>>
+    : std::bool_constant<is_function_result<A>::value && is_function_result<B>::value &&
+                         !std::is_void_v<A> && !std::is_void_v<B>> {};
+template <class... Ts>
+struct is_function_result<std::tuple<Ts...>>
+    : std::bool_constant<((is_function_result<Ts>::value && !std::is_void_v<Ts>) && ...)> {};
+
 template <class R>
 struct Rebuild;
 template <>
@@ -276,7 +294,9 @@ bool tracing();
 /// A callable that traces `F` once per input signature and replays the cached graph.
 /// Arguments may be tensors, std::vector<Tensor>, Variables (keyed by identity) and static
 /// values (bool, integers, floating point, std::string) that are part of the cache key by value.
-/// Results may be a Tensor, a std::vector<Tensor>, or a std::pair / std::tuple of those.
+/// Results may be a Tensor, a std::vector<Tensor>, or a std::pair / std::tuple of those; a
+/// callable that returns nothing (void) runs for its side effects (variable assignments),
+/// traced and cached like any other.
 template <class F>
 class Function {
  public:
@@ -287,6 +307,9 @@ class Function {
   template <class... Args>
   auto operator()(const Args&... args) const {
     using R = std::invoke_result_t<const F&, const Args&...>;
+    static_assert(detail::is_function_result<R>::value,
+                  "kiln::function: the callable must return void, a Tensor, a "
+                  "std::vector<Tensor>, or a std::pair / std::tuple of those");
     if (detail::tracing()) return (*f_)(args...);  // nested: inline into the outer trace
     // A per-thread pack reused across calls (no allocation once warm); released on exit so it
     // does not keep the caller's tensors alive. Calls do not nest here: user code runs only
@@ -312,8 +335,10 @@ class Function {
       ~ReleaseOutputs() { v.clear(); }
     } release_outputs{flat};
     impl_->execute(*cf, pack, flat);
-    std::size_t pos = 0, size_pos = 0;
-    return detail::Rebuild<R>::from(flat, impl_->vector_sizes(*cf), pos, size_pos);
+    if constexpr (!std::is_void_v<R>) {
+      std::size_t pos = 0, size_pos = 0;
+      return detail::Rebuild<R>::from(flat, impl_->vector_sizes(*cf), pos, size_pos);
+    }
   }
 
   /// How many times the callable was traced.
@@ -324,6 +349,9 @@ class Function {
   template <class... Args>
   ConcreteFunction get_concrete_function(const Args&... args) const {
     using R = std::invoke_result_t<const F&, const Args&...>;
+    static_assert(detail::is_function_result<R>::value,
+                  "kiln::function: the callable must return void, a Tensor, a "
+                  "std::vector<Tensor>, or a std::pair / std::tuple of those");
     detail::ArgPack pack;
     (detail::pack_arg(pack, args), ...);
     detail::FunctionImpl::Mode mode = detail::FunctionImpl::Mode::run;
@@ -340,10 +368,15 @@ class Function {
     return [this, &args...](const std::vector<Tensor>& placeholders) {
       std::size_t pos = 0;
       detail::TraceResult result;
-      R r = std::apply([&](const auto&... a) { return (*f_)(a...); },
-                       std::tuple<decltype(detail::substitute(args, placeholders, pos))...>{
-                           detail::substitute(args, placeholders, pos)...});
-      detail::flatten_result(r, result.outputs, result.vector_sizes);
+      const auto call = [&](const auto&... a) -> R { return (*f_)(a...); };
+      const std::tuple<decltype(detail::substitute(args, placeholders, pos))...> substituted{
+          detail::substitute(args, placeholders, pos)...};
+      if constexpr (std::is_void_v<R>) {
+        std::apply(call, substituted);
+      } else {
+        R r = std::apply(call, substituted);
+        detail::flatten_result(r, result.outputs, result.vector_sizes);
+      }
       return result;
     };
   }

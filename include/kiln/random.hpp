@@ -19,6 +19,10 @@ Tensor normal(const Shape& shape, double mean, double stddev, std::uint64_t seed
               DType dtype = f32);
 /// Uniform samples in [low, high) (f32 or f64).
 Tensor uniform(const Shape& shape, double low, double high, std::uint64_t seed, DType dtype = f32);
+/// Integers in [low, high), every one equally likely (i32 or i64; low < high): class labels,
+/// token ids, indices.
+Tensor uniform_int(const Shape& shape, std::int64_t low, std::int64_t high, std::uint64_t seed,
+                   DType dtype = i32);
 /// Normal(mean, stddev) samples, redrawn until within two standard deviations of the mean.
 Tensor truncated_normal(const Shape& shape, double mean, double stddev, std::uint64_t seed,
                         DType dtype = f32);
@@ -37,6 +41,7 @@ Tensor stateless_uniform(const Shape& shape, const Tensor& key, double low = 0.0
 /// Overloads without a seed draw from a global stream: each call takes the next seed.
 Tensor normal(const Shape& shape, double mean = 0.0, double stddev = 1.0, DType dtype = f32);
 Tensor uniform(const Shape& shape, double low = 0.0, double high = 1.0, DType dtype = f32);
+Tensor uniform_int(const Shape& shape, std::int64_t low, std::int64_t high, DType dtype = i32);
 Tensor truncated_normal(const Shape& shape, double mean = 0.0, double stddev = 1.0,
                         DType dtype = f32);
 /// Restarts the global stream from `seed` (the stream starts from 0 at program start).

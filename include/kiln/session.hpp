@@ -10,6 +10,7 @@ namespace kiln {
 ///   again);
 /// - clears the default variable store (kiln::get_variable forgets its variables; they die
 ///   unless held elsewhere, e.g. by a kiln::Module or your own handles);
+/// - empties the named variable collections (kiln::add_to_collection);
 /// - restarts the global random stream from kiln::random::global_seed(), so unseeded
 ///   initializers and random ops repeat the same values as after the last set_global_seed.
 /// Variables held by modules and handles stay alive and keep their names and values.

@@ -2,8 +2,11 @@
 /// @file tensor.hpp
 /// kiln::Tensor, the immutable n-dimensional array handle.
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/dtype.hpp"
@@ -74,6 +77,23 @@ class Tensor {
     }
   }
 
+  /// The element at `index`, one index per dim (negative ones count from the end), read in
+  /// place: `x.at<float>({i, j})`. T must be the C++ type of dtype(); the wrong number of
+  /// indices, an index out of range or a symbolic tensor (inside a trace) is a kiln::Error.
+  template <class T>
+  T at(std::initializer_list<std::int64_t> index) const {
+    check_element_type(dtype_of<T>(), "at");
+    if constexpr (std::is_same_v<T, bool>) {
+      std::uint8_t b = 0;
+      copy_element_to(index.begin(), index.size(), &b);
+      return b != 0;
+    } else {
+      T v{};
+      copy_element_to(index.begin(), index.size(), &v);
+      return v;
+    }
+  }
+
   /// Internal: the shared implementation (used by kiln's own code).
   const std::shared_ptr<detail::TensorImpl>& impl() const { return impl_; }
   explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
@@ -83,6 +103,8 @@ class Tensor {
   void check_single_element() const;
   /// Copies the elements, row-major, into dst (which holds size() elements).
   void copy_to(void* dst) const;
+  /// Copies the element at index[0, count) into dst (one element of dtype()).
+  void copy_element_to(const std::int64_t* index, std::size_t count, void* dst) const;
 
   std::shared_ptr<detail::TensorImpl> impl_;
 };

@@ -113,6 +113,25 @@ void Tensor::check_element_type(DType requested, const char* op) const {
                  dtype_name(requested));
 }
 
+void Tensor::copy_element_to(const std::int64_t* index, std::size_t count, void* dst) const {
+  const auto& impl = checked(impl_, "at");
+  detail::check_concrete(impl, "at");
+  if (count != impl.shape.size())
+    detail::fail("at", "tensor of shape {} needs {} indices, got {}", impl.shape,
+                 impl.shape.size(), count);
+  std::int64_t offset = 0;
+  for (std::size_t d = 0; d < count; ++d) {
+    const std::int64_t extent = impl.shape[d];
+    const std::int64_t i = index[d] < 0 ? index[d] + extent : index[d];
+    if (i < 0 || i >= extent)
+      detail::fail("at", "index {} is out of range for dim {} of size {} (shape {})", index[d], d,
+                   extent, impl.shape);
+    offset += i * impl.strides[d];
+  }
+  const std::size_t size = dtype_size(impl.dtype);
+  std::memcpy(dst, impl.data() + offset * static_cast<std::int64_t>(size), size);
+}
+
 void Tensor::check_single_element() const {
   const auto& impl = checked(impl_, "item");
   detail::check_concrete(impl, "item");

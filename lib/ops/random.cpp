@@ -149,6 +149,37 @@ Tensor uniform_tensor(const Shape& shape, double low, double high, std::uint64_t
   });
 }
 
+constexpr std::string_view uniform_int_op = "random.uniform_int";
+
+void check_uniform_int(const Shape& shape, std::int64_t low, std::int64_t high, DType dtype) {
+  if (dtype != DType::i32 && dtype != DType::i64)
+    detail::fail(uniform_int_op, "dtype must be i32 or i64, got {}", dtype_name(dtype));
+  check_dtype_and_shape(uniform_int_op, shape, DType::f32);  // the shape checks
+  if (low >= high)
+    detail::fail(uniform_int_op, "low {} must be less than high {} (the range is [low, high))", low,
+                 high);
+  if (dtype == DType::i32 && (low < std::numeric_limits<std::int32_t>::min() ||
+                              high - 1 > std::numeric_limits<std::int32_t>::max()))
+    detail::fail(uniform_int_op, "[{}, {}) is out of range for i32", low, high);
+}
+
+template <class T>
+Tensor uniform_int_tensor(const Shape& shape, std::int64_t low, std::int64_t high,
+                          std::uint64_t seed, DType dtype) {
+  // Every value of [low, high) equally likely: 64 random bits modulo the range's size, redrawn
+  // (the next attempt of the element's counter) while they fall in the uneven remainder.
+  const std::uint64_t range = static_cast<std::uint64_t>(high) - static_cast<std::uint64_t>(low);
+  const std::uint64_t uneven = (0 - range) % range;  // 2^64 mod range
+  return generate<T>(uniform_int_op, shape, dtype, [&](std::uint64_t index) {
+    for (std::uint32_t attempt = 0;; ++attempt) {
+      const detail::PhiloxCounter block = random_block(seed, index, attempt);
+      const std::uint64_t bits = (std::uint64_t{block[0]} << 32) | block[1];
+      if (bits >= uneven)
+        return static_cast<T>(static_cast<std::uint64_t>(low) + bits % range);
+    }
+  });
+}
+
 // The global stream: a SplitMix64 sequence whose state advances atomically per call.
 constexpr std::uint64_t splitmix_increment = 0x9E3779B97F4A7C15ull;
 std::atomic<std::uint64_t> global_stream_state{0};
@@ -183,6 +214,18 @@ Tensor uniform(const Shape& shape, double low, double high, std::uint64_t seed, 
 Tensor normal(const Shape& shape, double mean, double stddev, DType dtype) {
   check_normal(normal_op, shape, mean, stddev, dtype);
   return normal(shape, mean, stddev, next_global_seed(), dtype);
+}
+
+Tensor uniform_int(const Shape& shape, std::int64_t low, std::int64_t high, std::uint64_t seed,
+                   DType dtype) {
+  check_uniform_int(shape, low, high, dtype);
+  if (dtype == DType::i32) return uniform_int_tensor<std::int32_t>(shape, low, high, seed, dtype);
+  return uniform_int_tensor<std::int64_t>(shape, low, high, seed, dtype);
+}
+
+Tensor uniform_int(const Shape& shape, std::int64_t low, std::int64_t high, DType dtype) {
+  check_uniform_int(shape, low, high, dtype);
+  return uniform_int(shape, low, high, next_global_seed(), dtype);
 }
 
 Tensor uniform(const Shape& shape, double low, double high, DType dtype) {

@@ -355,7 +355,8 @@ Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis) {
   for (std::size_t i = 1; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
     if (x.dtype() != first.dtype())
-      fail("concat", "dtypes differ: {} (tensor 0) vs {} (tensor {})", first.dtype(), x.dtype(), i);
+      fail("concat", "dtypes differ: {} (tensor 0) vs {} (tensor {}; use kiln::cast)", first.dtype(),
+           x.dtype(), i);
     bool compatible = x.ndim() == first.ndim();
     for (std::size_t d = 0; compatible && d < out_shape.size(); ++d)
       compatible = d == a || x.shape()[d] == first.shape()[d];
@@ -378,8 +379,8 @@ Tensor stack(const std::vector<Tensor>& xs, std::int64_t axis) {
   const Tensor& first = xs.front();
   for (std::size_t i = 1; i < xs.size(); ++i) {
     if (xs[i].dtype() != first.dtype())
-      fail("stack", "dtypes differ: {} (tensor 0) vs {} (tensor {})", first.dtype(), xs[i].dtype(),
-           i);
+      fail("stack", "dtypes differ: {} (tensor 0) vs {} (tensor {}; use kiln::cast)",
+           first.dtype(), xs[i].dtype(), i);
     if (xs[i].shape() != first.shape())
       fail("stack", "shapes differ: {} (tensor 0) vs {} (tensor {})", first.shape(), xs[i].shape(),
            i);

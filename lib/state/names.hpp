@@ -21,5 +21,7 @@ bool path_has_prefix(std::string_view path, std::string_view prefix);
 
 /// Restarts every unique_name counter (part of kiln::clear_session()).
 void reset_unique_names();
+/// Empties every named collection (part of kiln::clear_session()).
+void clear_collections();
 
 }  // namespace kiln::detail

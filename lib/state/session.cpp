@@ -10,6 +10,7 @@ namespace kiln {
 void clear_session() {
   clear_caches();
   detail::reset_unique_names();
+  detail::clear_collections();
   default_variable_store().clear();
   random::set_global_seed(random::global_seed());
 }

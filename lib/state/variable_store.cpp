@@ -94,6 +94,22 @@ Variable VariableStore::get_variable(std::string_view name, const Shape& shape,
   return v;
 }
 
+Variable VariableStore::get_variable(std::string_view name, Reuse reuse) {
+  detail::check_name(op, "variable name", name, /*allow_slash*/ true);
+  const std::string full = scoped_name(name);
+  if (reuse != Reuse::Yes)
+    detail::fail(op, "variable {}: {} needs a shape and an initializer to create it; without a "
+                 "shape only Reuse::Yes (find the existing variable) is possible",
+                 full, reuse_name(reuse));
+  Variable v = find(full);
+  if (!v.defined())
+    detail::fail(op,
+                 "variable {} does not exist; Reuse::Yes only returns existing variables (create "
+                 "it first, or use Reuse::Auto with a shape)",
+                 full);
+  return v;
+}
+
 Variable VariableStore::find(std::string_view full_name) const {
   std::lock_guard lock(state_->mutex);
   auto it = state_->variables.find(std::string(full_name));
@@ -132,6 +148,27 @@ Variable get_variable(std::string_view name, const Shape& shape,
                       const init::Initializer& initializer, Reuse reuse, DType dtype,
                       bool trainable) {
   return default_variable_store().get_variable(name, shape, initializer, reuse, dtype, trainable);
+}
+
+Variable get_variable(std::string_view name, Reuse reuse) {
+  return default_variable_store().get_variable(name, reuse);
+}
+
+Variable find_variable(std::string_view full_name) {
+  if (Variable v = default_variable_store().find(full_name); v.defined()) return v;
+  Variable found;
+  std::size_t count = 0;
+  for (Variable& v : global_variables(full_name))
+    if (v.name() == full_name) {
+      found = std::move(v);
+      ++count;
+    }
+  if (count > 1)
+    detail::fail("find_variable",
+                 "{} live variables are named {} (two root modules of one name?); look it up "
+                 "from its module instead (Module::variable)",
+                 count, full_name);
+  return found;
 }
 
 }  // namespace kiln
