@@ -561,3 +561,50 @@ TEST_CASE("a variable shared by two objects restores when its values agree", "[c
                         !Catch::Contains("'bias'"));
   CHECK(bias.value().to_vector<float>() == std::vector<float>{7, 7, 7});
 }
+
+TEST_CASE("build(input_shape) creates the variables without data, so weights load first",
+          "[checkpoint]") {
+  namespace nn = kiln::nn;
+  TempDir dir;
+  const Tensor x = kiln::random::normal({4, 7, 6}, 0, 1, 31);
+  const auto make = [] {
+    return nn::Sequential({nn::LSTM(5, {.return_sequences = true}), nn::GRU(4), nn::Dense(2)});
+  };
+  nn::Sequential trained = make();
+  const Tensor want = trained(x);
+  const auto file = dir.path / "rnn.safetensors";
+  kiln::save_weights(trained, file);
+
+  nn::Sequential fresh = make();
+  CHECK(fresh.variables().empty());
+  fresh.build({-1, -1, 6});  // any batch, any length
+  CHECK(fresh.variables().size() == trained.variables().size());
+  for (std::size_t i = 0; i < fresh.variables().size(); ++i) {
+    CHECK(fresh.variables()[i].name() == trained.variables()[i].name());
+    CHECK(fresh.variables()[i].shape() == trained.variables()[i].shape());
+  }
+  kiln::load_weights(fresh, file);
+  CHECK(same(fresh(x), want));
+  fresh.build({2, 3, 6});  // the same input size: nothing changes
+  CHECK(fresh.variables().size() == trained.variables().size());
+  CHECK_THROWS_WITH(fresh.build({2, 3, 5}), Catch::Contains("was built for f32 inputs with last dim 6"));
+
+  // set_weights and Checkpoint::restore work on a built model too.
+  nn::Dense dense(3);
+  dense.build({-1, 4});
+  dense.set_weights({kiln::ones({4, 3}), kiln::zeros({3})});
+  CHECK(same(dense(kiln::ones({1, 4})), kiln::full({1, 3}, 4.0)));
+
+  nn::LSTM stateful(3, {.stateful = true});
+  CHECK_THROWS_WITH(stateful.build({-1, 2, 4}),
+                    Catch::StartsWith("[nn.Layer.build] lstm is stateful") &&
+                        Catch::Contains("needs a static batch dim"));
+  stateful.build({2, 5, 4});
+  CHECK(stateful.non_trainable_variables().front().shape() == Shape{2, 3});
+  CHECK_THROWS_WITH(dense.build({}), Catch::Contains("needs the input's shape"));
+  auto inside = kiln::function([&](const Tensor& v) {
+    dense.build({-1, 4});
+    return v;
+  });
+  CHECK_THROWS_WITH(inside(kiln::ones({1})), Catch::Contains("cannot build while a function is being traced"));
+}

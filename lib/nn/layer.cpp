@@ -2,6 +2,9 @@
 #include "kiln/nn/layer.hpp"
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
+#include "kiln/creation.hpp"
+#include "kiln/function.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
@@ -53,6 +56,32 @@ LearningPhaseScope::~LearningPhaseScope() { training_phase = previous_; }
 
 Layer::Layer(std::string_view default_name, std::string name)
     : Module(name.empty() ? Module(AutomaticName{default_name}) : Module(std::move(name))) {}
+
+void Layer::build(const Shape& input_shape, DType dtype) {
+  constexpr std::string_view op = "nn.Layer.build";
+  if (detail::active_trace() != nullptr)
+    detail::fail(op, "{}: cannot build while a function is being traced (call the layer there)",
+                 path());
+  if (input_shape.empty())
+    detail::fail(op, "{}: needs the input's shape, got a rank-0 shape", path());
+  for (std::int64_t d : input_shape)
+    if (d < -1) detail::fail(op, "{}: invalid dim {} in input shape {}", path(), d, input_shape);
+  if (input_shape[0] == -1 && stateful())
+    detail::fail(op,
+                 "{} is stateful: its state is sized by the batch, so the input shape {} needs a "
+                 "static batch dim",
+                 path(), input_shape);
+  // A placeholder of the shape (dynamic dims as such) and a one-element stand-in for each of
+  // them in the tensor that selects the trace.
+  Shape example = input_shape;
+  for (std::int64_t& d : example)
+    if (d == -1) d = 1;
+  auto trace = kiln::function([this](const Tensor& x) { return (*this)(x); },
+                              {.name = path() + ".build",
+                               .input_signature = {TensorSpec(input_shape, dtype)},
+                               .optimize = false});
+  trace.get_concrete_function(zeros(example, dtype));
+}
 
 std::int64_t Layer::input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const {
   if (!x.defined()) detail::fail(op, "{}: the input is an undefined tensor", path());

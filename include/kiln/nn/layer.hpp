@@ -68,6 +68,15 @@ class Layer : public Module {
   /// stateful recurrent layers override it to zero their state variables.
   virtual void reset_states();
 
+  /// Creates the layer's variables for inputs of `input_shape` and `dtype` without running it
+  /// on data (Keras's `build(input_shape)`): the forward pass is traced once on a placeholder
+  /// and the trace is thrown away. Dims of -1 may have any size (they are traced as dynamic),
+  /// except a stateful layer's batch, which sizes its state. A built model can take
+  /// load_weights, set_weights and Checkpoint::restore before its first call. Building for
+  /// the input size the layer already has does nothing more; another last dim is the usual
+  /// "was built for" error. Not inside a traced function (call the layer there).
+  void build(const Shape& input_shape, DType dtype = f32);
+
  protected:
   /// `name` as given, or the automatic name default_name when empty.
   Layer(std::string_view default_name, std::string name);
