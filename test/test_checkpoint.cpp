@@ -608,3 +608,36 @@ TEST_CASE("build(input_shape) creates the variables without data, so weights loa
   });
   CHECK_THROWS_WITH(inside(kiln::ones({1})), Catch::Contains("cannot build while a function is being traced"));
 }
+
+TEST_CASE("list_variables and load_variable read one file or a prefix's newest checkpoint",
+          "[checkpoint]") {
+  TempDir dir;
+  Net net;
+  net(kiln::ones({2, 5}));
+  kiln::Checkpoint ckpt({{"model", &net}});
+  const auto prefix = dir.path / "ck";
+  ckpt.save(prefix);
+  net.l1.variable("bias").assign(kiln::full({8}, 2.0));
+  const auto newest = ckpt.save(prefix);
+  std::set<std::string> names;
+  for (const auto& info : kiln::list_variables(prefix)) {
+    names.insert(info.name);
+    if (info.name == "model/net/l1/kernel") CHECK(info.shape == Shape{5, 8});
+  }
+  CHECK(names == std::set<std::string>{"model/net/l1/kernel", "model/net/l1/bias",
+                                       "model/net/l2/kernel", "model/net/l2/bias"});
+  CHECK(same(kiln::load_variable(prefix, "model/net/l1/bias"), kiln::full({8}, 2.0)));
+  CHECK(same(kiln::load_variable(newest, "model/net/l1/bias"), kiln::full({8}, 2.0)));
+  // .npz and .npy files as well.
+  kiln::save_weights(net, dir.path / "w.npz");
+  CHECK(kiln::list_variables(dir.path / "w.npz").size() == 4);
+  CHECK(same(kiln::load_variable(dir.path / "w.npz", "l1/bias"), kiln::full({8}, 2.0)));
+  kiln::io::save_npy(dir.path / "one.npy", kiln::ones({3}));
+  CHECK(same(kiln::load_variable(dir.path / "one.npy", "one"), kiln::ones({3})));
+  CHECK_THROWS_WITH(kiln::load_variable(prefix, "model/net/l9/bias"),
+                    Catch::StartsWith("[load_variable] " + newest.string() +
+                                      " holds no tensor 'model/net/l9/bias'"));
+  CHECK_THROWS_WITH(kiln::list_variables(dir.path / "nothing"),
+                    Catch::StartsWith("[list_variables] ") &&
+                        Catch::Contains("no such file, and no checkpoint files with that prefix"));
+}

@@ -62,6 +62,14 @@ struct LoadWeightsResult {
 LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path,
                                const LoadWeightsOptions& options = {});
 
+/// The tensors a weights or checkpoint file holds (names, dtypes, shapes, from the headers
+/// only: TensorFlow's tf.train.list_variables). `path` is a safetensors, .npz or .npy file, or a
+/// Checkpoint prefix, whose newest file is read. A kiln::Error when there is neither.
+std::vector<io::TensorInfo> list_variables(const std::filesystem::path& path);
+/// One tensor of such a file (or of a prefix's newest checkpoint) by its key, reading only its
+/// bytes (tf.train.load_variable). A kiln::Error naming the file when the key is not in it.
+Tensor load_variable(const std::filesystem::path& path, const std::string& name);
+
 struct CheckpointOptions {
   /// Checkpoint files kept by save(): older ones are deleted (0 keeps all).
   int keep_last = 5;
