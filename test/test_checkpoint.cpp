@@ -641,3 +641,69 @@ TEST_CASE("list_variables and load_variable read one file or a prefix's newest c
                     Catch::StartsWith("[list_variables] ") &&
                         Catch::Contains("no such file, and no checkpoint files with that prefix"));
 }
+
+TEST_CASE("restore with options: var_list, partial files, key maps, and a report",
+          "[checkpoint]") {
+  TempDir dir;
+  const Tensor x = kiln::ones({2, 5});
+  Net net;
+  net(x);
+  kiln::Variable step(kiln::scalar(7.0f), "opts/step");
+  kiln::Checkpoint ckpt({{"model", &net}});
+  ckpt.track("step", step);
+  const auto file = ckpt.save(dir.path / "ck");
+  const auto saved = net.get_weights();
+  const auto scramble = [&] {
+    for (const auto& v : net.variables()) v.assign(kiln::zeros(v.shape()));
+    step.assign(kiln::scalar(0.0f));
+  };
+
+  // Only the variables of var_list.
+  scramble();
+  kiln::RestoreResult only = ckpt.restore(file, {.var_list = {net.l1.variable("kernel"), step}});
+  CHECK(only.file == file);
+  CHECK(std::set<std::string>(only.assigned.begin(), only.assigned.end()) ==
+        std::set<std::string>{"model/net/l1/kernel", "step"});
+  CHECK(only.skipped.size() == 3);
+  CHECK(only.missing.empty());
+  CHECK(same(net.l1.variable("kernel").value(), saved[0]));
+  CHECK(kiln::max(kiln::abs(net.l1.variable("bias").value())).item<float>() == 0.0f);
+  CHECK(step.value().item<float>() == 7.0f);
+
+  // A partial file with a stranger key and a wrong shape: strict refuses, non-strict reports.
+  std::map<std::string, Tensor> values = kiln::io::load_safetensors(file);
+  values.erase("model/net/l2/bias");
+  values["model/net/l1/bias"] = kiln::zeros({9});
+  values["other/w"] = kiln::zeros({1});
+  const auto partial = dir.path / "partial.safetensors";
+  kiln::io::save_safetensors(partial, values);
+  scramble();
+  CHECK_THROWS_WITH(ckpt.restore(partial, {}), Catch::Contains("nothing was restored"));
+  CHECK(step.value().item<float>() == 0.0f);
+  const kiln::RestoreResult report = ckpt.restore(partial, {.strict = false});
+  CHECK(report.unused == std::vector<std::string>{"other/w"});
+  CHECK(report.mismatched ==
+        std::vector<std::string>{"model/net/l1/bias: file f32 [9], variable f32 [8]"});
+  CHECK(report.missing == std::vector<std::string>{"model/net/l2/bias"});  // l1/bias: mismatched
+  CHECK(report.assigned.size() == 3);  // l1/kernel, l2/kernel, step
+  CHECK(step.value().item<float>() == 7.0f);
+
+  // Keys renamed by a map (a checkpoint written under another object name).
+  std::map<std::string, Tensor> renamed;
+  for (const auto& [key, value] : kiln::io::load_safetensors(file))
+    renamed[key.starts_with("model/") ? "encoder/" + key.substr(6) : key] = value;
+  const auto other = dir.path / "renamed.safetensors";
+  kiln::io::save_safetensors(other, renamed);
+  scramble();
+  const kiln::RestoreResult mapped = ckpt.restore(
+      other, {.key_map = [](const std::string& key) {
+        return key.starts_with("encoder/") ? "model/" + key.substr(8) : key;
+      }});
+  CHECK(mapped.assigned.size() == 5);
+  CHECK(mapped.missing.empty());
+  for (std::size_t i = 0; i < saved.size(); ++i) CHECK(same(net.get_weights()[i], saved[i]));
+  CHECK_THROWS_WITH(ckpt.restore(other, {.key_map = [](const std::string&) { return std::string("step"); }}),
+                    Catch::Contains("two keys map to 'step'; nothing was restored"));
+  CHECK_THROWS_WITH(ckpt.restore(file, {.var_list = {kiln::Variable()}}),
+                    Catch::Contains("var_list holds an empty Variable handle"));
+}

@@ -70,6 +70,34 @@ std::vector<io::TensorInfo> list_variables(const std::filesystem::path& path);
 /// bytes (tf.train.load_variable). A kiln::Error naming the file when the key is not in it.
 Tensor load_variable(const std::filesystem::path& path, const std::string& name);
 
+/// How Checkpoint::restore(prefix, options) reads a file (TensorFlow's Saver(var_list) and
+/// restore(...).expect_partial()).
+struct RestoreOptions {
+  /// Restore only these variables; keys for any other variable are skipped (reported as
+  /// `skipped`). Empty: every variable of the checkpoint's objects.
+  std::vector<Variable> var_list = {};
+  /// When true, a key that belongs to no object or whose dtype or shape differs from its
+  /// variable is an error and nothing is restored (as restore(prefix) does). When false they
+  /// are reported and everything else is restored.
+  bool strict = true;
+  /// Maps a key of the file to a checkpoint key ("<object>/<variable path>") before it is
+  /// looked up; an empty result skips the key. The identity when unset.
+  std::function<std::string(const std::string&)> key_map = nullptr;
+};
+
+/// What Checkpoint::restore(prefix, options) did.
+struct RestoreResult {
+  std::filesystem::path file;          ///< the checkpoint file read
+  std::vector<std::string> assigned;   ///< keys assigned to existing variables
+  std::vector<std::string> deferred;   ///< keys queued for variables not created yet
+  std::vector<std::string> skipped;    ///< keys left out by var_list or the key map
+  std::vector<std::string> unused;     ///< keys that belong to no object (strict = false)
+  std::vector<std::string> mismatched; ///< "key: file f32 [3], variable f32 [4]" (strict = false)
+  /// Keys ("<object>/<variable path>", or a tracked name) of existing variables (var_list's,
+  /// when given) that the file gave no value; a mismatched one is listed under `mismatched`.
+  std::vector<std::string> missing;
+};
+
 struct CheckpointOptions {
   /// Checkpoint files kept by save(): older ones are deleted (0 keeps all).
   int keep_last = 5;
@@ -106,6 +134,11 @@ class Checkpoint {
   /// two keys may give one variable different values (or, within one object, name it twice);
   /// otherwise nothing changes. Returns the file read.
   std::filesystem::path restore(const std::filesystem::path& prefix);
+  /// restore(prefix) steered by `options` (a subset of variables, partial files, renamed keys),
+  /// with a report of what was assigned, queued, skipped, unused, mismatched and missing.
+  /// Validation still comes first: nothing changes when a strict check fails or two keys give
+  /// one variable different values.
+  RestoreResult restore(const std::filesystem::path& prefix, const RestoreOptions& options);
   /// The newest checkpoint file of `prefix`, or an empty path when there is none.
   static std::filesystem::path latest(const std::filesystem::path& prefix);
 

@@ -165,7 +165,13 @@ std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
 }
 
 std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
+  return restore(prefix, RestoreOptions{}).file;
+}
+
+RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
+                                  const RestoreOptions& options) {
   constexpr const char* op = "Checkpoint.restore";
+  RestoreResult result;
   detail::refuse_while_tracing(op);
   std::filesystem::path file = prefix;
   std::error_code ec;
@@ -175,7 +181,29 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
       detail::fail(op, "no checkpoint '{}' and no files '{}-<n>.safetensors'", prefix.string(),
                    prefix.string());
   }
-  const std::map<std::string, Tensor> values = io::detail::read_weights_file(file, op);
+  result.file = file;
+  const std::map<std::string, Tensor> stored = io::detail::read_weights_file(file, op);
+  std::map<std::string, Tensor> values;
+  if (options.key_map) {
+    for (const auto& [key, value] : stored) {
+      std::string mapped = options.key_map(key);
+      if (mapped.empty()) {
+        result.skipped.push_back(key);
+        continue;
+      }
+      if (!values.emplace(mapped, value).second)
+        detail::fail(op, "{}: two keys map to '{}'; nothing was restored", file.string(),
+                     io::detail::printable(mapped));
+    }
+  } else {
+    values = stored;
+  }
+  std::set<std::uint64_t> selected;  // var_list's ids
+  for (const Variable& v : options.var_list) {
+    if (!v.defined()) detail::fail(op, "var_list holds an empty Variable handle");
+    selected.insert(v.id());
+  }
+  std::vector<std::string> assigned_keys, deferred_keys;
 
   // Validate every key first; assign (or queue) only when all of them are usable.
   std::vector<std::pair<Variable, Tensor>> assignments;
@@ -209,13 +237,20 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
       auto owner = std::find_if(state_->objects.begin(), state_->objects.end(),
                                 [&](const auto& p) { return p.first == object; });
       if (owner == state_->objects.end() || slash == std::string::npos) {
-        problems.push_back(fmt::format("'{}' belongs to no object of this checkpoint",
-                                       io::detail::printable(key)));
+        if (options.strict)
+          problems.push_back(fmt::format("'{}' belongs to no object of this checkpoint",
+                                         io::detail::printable(key)));
+        else
+          result.unused.push_back(key);
         continue;
       }
       const std::string path = key.substr(slash + 1);
       const Module& module = *owner->second;
       if (!module.has_variable(path)) {
+        if (!selected.empty()) {  // not created yet, so not in var_list
+          result.skipped.push_back(key);
+          continue;
+        }
         std::string name = full_name(module, path);
         const auto [earlier, fresh] = deferred_names.emplace(name, key);
         if (!fresh) {
@@ -227,9 +262,14 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
           continue;
         }
         deferred.push_back({std::move(name), key, value});
+        deferred_keys.push_back(key);
         continue;
       }
       target = module.variable(path);
+    }
+    if (!selected.empty() && selected.count(target.id()) == 0) {
+      result.skipped.push_back(key);
+      continue;
     }
     const std::string owner = tracked != state_->variables.end() ? key : object;
     if (const auto earlier = claimed.find(target.id()); earlier != claimed.end()) {
@@ -247,13 +287,19 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
     }
     claimed.emplace(target.id(), Claim{key, owner, value});
     if (target.dtype() != value.dtype() || target.shape() != value.shape()) {
-      problems.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model",
-                                     io::detail::printable(key), dtype_name(value.dtype()),
-                                     value.shape().to_string(), dtype_name(target.dtype()),
-                                     target.shape().to_string()));
+      if (options.strict)
+        problems.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model",
+                                       io::detail::printable(key), dtype_name(value.dtype()),
+                                       value.shape().to_string(), dtype_name(target.dtype()),
+                                       target.shape().to_string()));
+      else
+        result.mismatched.push_back(fmt::format("{}: file {} {}, variable {} {}", key,
+                                                dtype_name(value.dtype()), value.shape(),
+                                                dtype_name(target.dtype()), target.shape()));
       continue;
     }
     assignments.emplace_back(target, value);
+    assigned_keys.push_back(key);
   }
   if (!problems.empty()) {
     // A hostile file may hold millions of keys: list the first few problems.
@@ -263,11 +309,22 @@ std::filesystem::path Checkpoint::restore(const std::filesystem::path& prefix) {
     if (more > 0) problems.push_back(fmt::format("... and {} more", more));
     detail::fail(op, "{}: nothing was restored:\n  {}", file.string(), fmt::join(problems, "\n  "));
   }
+  // The report's missing variables: existing ones of the objects (var_list's only, when given)
+  // and tracked ones that took no value.
+  for (const auto& [object, module] : state_->objects)
+    for (const auto& [path, v] : module->named_variables())
+      if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
+        result.missing.push_back(object + "/" + path);
+  for (const auto& [name, v] : state_->variables)
+    if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
+      result.missing.push_back(name);
   detail::drop_deferred_restores(state_->id);
   for (auto& [v, value] : assignments) v.assign(value);
   for (Deferred& d : deferred)
     detail::defer_restore(state_->id, d.full_name, std::move(d.key), std::move(d.value));
-  return file;
+  result.assigned = std::move(assigned_keys);
+  result.deferred = std::move(deferred_keys);
+  return result;
 }
 
 std::vector<std::string> Checkpoint::pending() const {
