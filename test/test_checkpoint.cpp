@@ -707,3 +707,46 @@ TEST_CASE("restore with options: var_list, partial files, key maps, and a report
   CHECK_THROWS_WITH(ckpt.restore(file, {.var_list = {kiln::Variable()}}),
                     Catch::Contains("var_list holds an empty Variable handle"));
 }
+
+TEST_CASE("track_store saves get_variable's variables by full name, restores before creation",
+          "[checkpoint]") {
+  TempDir dir;
+  kiln::clear_session();
+  const auto model = [](const Tensor& x) {
+    kiln::NameScope scope("tf1");
+    const auto w = kiln::get_variable("w", {3, 2}, kiln::init::glorot_uniform(5), kiln::Reuse::Auto);
+    const auto b = kiln::get_variable("b", {2}, kiln::init::zeros(), kiln::Reuse::Auto);
+    return kiln::matmul(x, w.value()) + b.value();
+  };
+  const Tensor x = kiln::ones({1, 3});
+  const Tensor want = model(x);
+  kiln::Checkpoint ckpt({});
+  ckpt.track_store();
+  const auto file = ckpt.save(dir.path / "tf1");
+  std::set<std::string> keys;
+  for (const auto& info : kiln::list_variables(file)) keys.insert(info.name);
+  CHECK(keys == std::set<std::string>{"tf1/w", "tf1/b"});
+
+  kiln::find_variable("tf1/w").assign(kiln::zeros({3, 2}));
+  const kiln::RestoreResult r = ckpt.restore(file, {});
+  CHECK(r.assigned.size() == 2);
+  CHECK(same(model(x), want));
+
+  // A fresh session: the values wait for get_variable to create their variables.
+  kiln::clear_session();
+  ckpt.restore(file);
+  CHECK(ckpt.pending().size() == 2);
+  CHECK(same(model(x), want));
+  ckpt.assert_consumed();
+
+  // A store variable named like an object's keys would be ambiguous in the file.
+  Net net;
+  net(kiln::ones({2, 5}));
+  kiln::get_variable("model/extra", {1}, kiln::init::zeros());
+  kiln::Checkpoint both({{"model", &net}});
+  both.track_store();
+  CHECK_THROWS_WITH(both.save(dir.path / "both"),
+                    Catch::StartsWith("[Checkpoint.save] the store's variable 'model/extra' would "
+                                      "share its key"));
+  kiln::clear_session();
+}

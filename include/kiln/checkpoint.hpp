@@ -18,6 +18,7 @@
 #include "kiln/io.hpp"
 #include "kiln/module.hpp"
 #include "kiln/variable.hpp"
+#include "kiln/variable_store.hpp"
 
 namespace kiln {
 
@@ -124,6 +125,14 @@ class Checkpoint {
 
   /// Also saves and restores `variable` under `name` (e.g. a step counter).
   Checkpoint& track(const std::string& name, const Variable& variable);
+  /// Also saves and restores every variable of `store` (the default: kiln::get_variable's),
+  /// each under its full name ("layer1/w"): a TF1-style model built with get_variable needs no
+  /// track() per variable. Each save takes the store's variables of that moment; a restore
+  /// assigns the ones the store holds and queues the other keys (no object's) by name until
+  /// get_variable creates them (pending() and assert_consumed() see them). A store variable
+  /// whose name is also another key of the checkpoint is an error at save. The store must
+  /// outlive the checkpoint.
+  Checkpoint& track_store(const VariableStore& store = default_variable_store());
 
   /// Writes a new checkpoint file, numbered one above the highest of the folder's checkpoint
   /// files and of this checkpoint's last save to `prefix`; returns its path (which keep_last

@@ -85,6 +85,7 @@ struct Checkpoint::State {
   std::uint64_t id = next_checkpoint_id.fetch_add(1);
   Objects objects;
   std::vector<std::pair<std::string, Variable>> variables;
+  const VariableStore* store = nullptr;  // track_store's
   CheckpointOptions options;
   /// The number this checkpoint last saved under each prefix (absolute, normalized), so that
   /// its numbering never goes back even when files are removed between saves.
@@ -127,6 +128,11 @@ std::filesystem::path Checkpoint::latest(const std::filesystem::path& prefix) {
   return files.empty() ? std::filesystem::path() : files.rbegin()->second;
 }
 
+Checkpoint& Checkpoint::track_store(const VariableStore& store) {
+  state_->store = &store;
+  return *this;
+}
+
 std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
   constexpr const char* op = "Checkpoint.save";
   detail::refuse_while_tracing(op);
@@ -134,6 +140,21 @@ std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
   for (const auto& [object, module] : state_->objects)
     for (const auto& [path, v] : module->named_variables()) values[object + "/" + path] = v.value();
   for (const auto& [name, v] : state_->variables) values[name] = v.value();
+  if (state_->store != nullptr)
+    for (const Variable& v : state_->store->variables()) {
+      const std::string object = v.name().substr(0, v.name().find('/'));
+      const bool clashes =
+          values.count(v.name()) != 0 ||
+          std::any_of(state_->objects.begin(), state_->objects.end(),
+                      [&](const auto& o) { return o.first == object; });
+      if (clashes)
+        detail::fail(op,
+                     "the store's variable '{}' would share its key with an object or tracked "
+                     "variable of this checkpoint (name one of them differently); nothing was "
+                     "saved",
+                     v.name());
+      values[v.name()] = v.value();
+    }
   if (!prefix.parent_path().empty()) std::filesystem::create_directories(prefix.parent_path());
   auto files = numbered_files(prefix);
   std::error_code no_cwd;
@@ -231,11 +252,30 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
     auto tracked = std::find_if(state_->variables.begin(), state_->variables.end(),
                                 [&](const auto& p) { return p.first == key; });
     Variable target;
-    if (tracked != state_->variables.end()) {
+    auto owner = std::find_if(state_->objects.begin(), state_->objects.end(),
+                              [&](const auto& p) { return p.first == object; });
+    if (tracked == state_->variables.end() && state_->store != nullptr &&
+        (owner == state_->objects.end() || slash == std::string::npos)) {
+      // A store variable, by its full name: assigned if the store has it, else queued.
+      target = state_->store->find(key);
+      if (!target.defined()) {
+        if (!selected.empty()) {
+          result.skipped.push_back(key);
+          continue;
+        }
+        const auto [earlier, fresh] = deferred_names.emplace(key, key);
+        if (fresh) {
+          deferred.push_back({key, key, value});
+          deferred_keys.push_back(key);
+        }
+        continue;
+      }
+    }
+    if (target.defined()) {
+      // found in the store above
+    } else if (tracked != state_->variables.end()) {
       target = tracked->second;
     } else {
-      auto owner = std::find_if(state_->objects.begin(), state_->objects.end(),
-                                [&](const auto& p) { return p.first == object; });
       if (owner == state_->objects.end() || slash == std::string::npos) {
         if (options.strict)
           problems.push_back(fmt::format("'{}' belongs to no object of this checkpoint",
@@ -271,13 +311,13 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
       result.skipped.push_back(key);
       continue;
     }
-    const std::string owner = tracked != state_->variables.end() ? key : object;
+    const std::string claimant = tracked != state_->variables.end() ? key : object;
     if (const auto earlier = claimed.find(target.id()); earlier != claimed.end()) {
       const Claim& first = earlier->second;
-      if (first.owner == owner)
+      if (first.owner == claimant)
         problems.push_back(fmt::format("'{}' and '{}' both name the variable '{}' of object '{}'",
                                        io::detail::printable(first.key), io::detail::printable(key),
-                                       target.name(), io::detail::printable(owner)));
+                                       target.name(), io::detail::printable(claimant)));
       else if (!same_bytes(first.value, value))
         problems.push_back(fmt::format(
             "'{}' and '{}' name one variable ('{}') with different "
@@ -285,7 +325,7 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
             io::detail::printable(first.key), io::detail::printable(key), target.name()));
       continue;  // an agreeing alias: the first key assigns it
     }
-    claimed.emplace(target.id(), Claim{key, owner, value});
+    claimed.emplace(target.id(), Claim{key, claimant, value});
     if (target.dtype() != value.dtype() || target.shape() != value.shape()) {
       if (options.strict)
         problems.push_back(fmt::format("'{}' is {} {} in the file but {} {} in the model",
@@ -318,6 +358,10 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
   for (const auto& [name, v] : state_->variables)
     if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
       result.missing.push_back(name);
+  if (state_->store != nullptr)
+    for (const Variable& v : state_->store->variables())
+      if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
+        result.missing.push_back(v.name());
   detail::drop_deferred_restores(state_->id);
   for (auto& [v, value] : assignments) v.assign(value);
   for (Deferred& d : deferred)
