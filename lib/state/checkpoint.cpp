@@ -194,14 +194,7 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
   constexpr const char* op = "Checkpoint.restore";
   RestoreResult result;
   detail::refuse_while_tracing(op);
-  std::filesystem::path file = prefix;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(prefix, ec)) {
-    file = latest(prefix);
-    if (file.empty())
-      detail::fail(op, "no checkpoint '{}' and no files '{}-<n>.safetensors'", prefix.string(),
-                   prefix.string());
-  }
+  const std::filesystem::path file = detail::checkpoint_file(prefix, op);
   result.file = file;
   const std::map<std::string, Tensor> stored = io::detail::read_weights_file(file, op);
   std::map<std::string, Tensor> values;
@@ -224,7 +217,6 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
     if (!v.defined()) detail::fail(op, "var_list holds an empty Variable handle");
     selected.insert(v.id());
   }
-  std::vector<std::string> assigned_keys, deferred_keys;
 
   // Validate every key first; assign (or queue) only when all of them are usable.
   std::vector<std::pair<Variable, Tensor>> assignments;
@@ -263,16 +255,12 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
           result.skipped.push_back(key);
           continue;
         }
-        const auto [earlier, fresh] = deferred_names.emplace(key, key);
-        if (fresh) {
+        if (deferred_names.emplace(key, key).second) {
           deferred.push_back({key, key, value});
-          deferred_keys.push_back(key);
+          result.deferred.push_back(key);
         }
         continue;
       }
-    }
-    if (target.defined()) {
-      // found in the store above
     } else if (tracked != state_->variables.end()) {
       target = tracked->second;
     } else {
@@ -302,7 +290,7 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
           continue;
         }
         deferred.push_back({std::move(name), key, value});
-        deferred_keys.push_back(key);
+        result.deferred.push_back(key);
         continue;
       }
       target = module.variable(path);
@@ -339,7 +327,7 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
       continue;
     }
     assignments.emplace_back(target, value);
-    assigned_keys.push_back(key);
+    result.assigned.push_back(key);
   }
   if (!problems.empty()) {
     // A hostile file may hold millions of keys: list the first few problems.
@@ -349,25 +337,23 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
     if (more > 0) problems.push_back(fmt::format("... and {} more", more));
     detail::fail(op, "{}: nothing was restored:\n  {}", file.string(), fmt::join(problems, "\n  "));
   }
-  // The report's missing variables: existing ones of the objects (var_list's only, when given)
-  // and tracked ones that took no value.
+  // The report's missing variables: existing ones (var_list's only, when given) of the objects,
+  // the tracked ones and the store's that took no value.
+  const auto missed = [&](const Variable& v) {
+    return (selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0;
+  };
   for (const auto& [object, module] : state_->objects)
     for (const auto& [path, v] : module->named_variables())
-      if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
-        result.missing.push_back(object + "/" + path);
+      if (missed(v)) result.missing.push_back(object + "/" + path);
   for (const auto& [name, v] : state_->variables)
-    if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
-      result.missing.push_back(name);
+    if (missed(v)) result.missing.push_back(name);
   if (state_->store != nullptr)
     for (const Variable& v : state_->store->variables())
-      if ((selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0)
-        result.missing.push_back(v.name());
+      if (missed(v)) result.missing.push_back(v.name());
   detail::drop_deferred_restores(state_->id);
   for (auto& [v, value] : assignments) v.assign(value);
   for (Deferred& d : deferred)
     detail::defer_restore(state_->id, d.full_name, std::move(d.key), std::move(d.value));
-  result.assigned = std::move(assigned_keys);
-  result.deferred = std::move(deferred_keys);
   return result;
 }
 

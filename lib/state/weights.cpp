@@ -58,25 +58,24 @@ std::string legacy_root(const std::map<std::string, Tensor>& file,
   return root;
 }
 
-/// `path` itself when it is a regular file, else the newest checkpoint file of the prefix.
-std::filesystem::path weights_file_or_latest(const std::filesystem::path& path, const char* op) {
+}  // namespace
+
+std::filesystem::path detail::checkpoint_file(const std::filesystem::path& path, const char* op) {
   std::error_code ec;
   if (std::filesystem::is_regular_file(path, ec)) return path;
   std::filesystem::path latest = Checkpoint::latest(path);
   if (latest.empty())
-    detail::fail(op, "{}: no such file, and no checkpoint files with that prefix", path.string());
+    fail(op, "no checkpoint '{}' and no files '{}-<n>.safetensors'", path.string(), path.string());
   return latest;
 }
 
-}  // namespace
-
 std::vector<io::TensorInfo> list_variables(const std::filesystem::path& path) {
-  return io::inspect(weights_file_or_latest(path, "list_variables"));
+  return io::inspect(detail::checkpoint_file(path, "list_variables"));
 }
 
 Tensor load_variable(const std::filesystem::path& path, const std::string& name) {
   constexpr const char* op = "load_variable";
-  const std::filesystem::path file = weights_file_or_latest(path, op);
+  const std::filesystem::path file = detail::checkpoint_file(path, op);
   bool present = false;
   for (const io::TensorInfo& info : io::inspect(file)) present = present || info.name == name;
   if (!present)

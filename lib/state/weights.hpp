@@ -1,7 +1,14 @@
 #pragma once
 // Shared by load_weights/save_weights and Checkpoint.
 
+#include <filesystem>
+
 namespace kiln::detail {
+
+/// `path` itself when it is a regular file, else the newest checkpoint file of the prefix
+/// `path` (Checkpoint::latest); "[op] no checkpoint '<path>' and no files '<path>-<n>.safetensors'"
+/// when there is neither.
+std::filesystem::path checkpoint_file(const std::filesystem::path& path, const char* op);
 
 /// Throws "[op] cannot run while a function is being traced ..." inside a trace: loading and
 /// saving assign and read variables in place and belong outside traced functions.
