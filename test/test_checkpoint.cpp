@@ -114,8 +114,8 @@ TEST_CASE("weights files are keyed relative to the module: auto-named instances 
   kiln::save_weights(a, file);
   std::set<std::string> keys;
   for (const auto& [key, value] : kiln::io::load_safetensors(file)) keys.insert(key);
-  CHECK(keys == std::set<std::string>{"dense/kernel", "dense/bias", "dense_1/kernel",
-                                      "dense_1/bias"});
+  CHECK(keys ==
+        std::set<std::string>{"dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"});
   CHECK(kiln::load_weights(b, file).loaded.size() == 4);
   CHECK(same(b(x), ya));
 
@@ -129,7 +129,8 @@ TEST_CASE("weights files are keyed relative to the module: auto-named instances 
   // still load: the root every key shares, and no path of the module has, is dropped.
   const auto legacy = dir.path / "legacy.safetensors";
   std::map<std::string, Tensor> rooted;
-  for (const auto& [path, v] : a.named_variables()) rooted["sequential_1/" + path.substr(11)] = v.value();
+  for (const auto& [path, v] : a.named_variables())
+    rooted["sequential_1/" + path.substr(11)] = v.value();
   kiln::io::save_safetensors(legacy, rooted);
   nn::Sequential c = make();
   c(x);
@@ -138,8 +139,9 @@ TEST_CASE("weights files are keyed relative to the module: auto-named instances 
   // A key map may name targets rooted at the module's name too.
   nn::Sequential d = make();
   d(x);
-  const auto result = kiln::load_weights(
-      d, legacy, {.key_map = [](const std::string& key) { return "sequential/" + key.substr(13); }});
+  const auto result = kiln::load_weights(d, legacy, {.key_map = [](const std::string& key) {
+                                           return "sequential/" + key.substr(13);
+                                         }});
   CHECK(result.loaded.size() == 4);
   CHECK(same(d(x), ya));
 }
@@ -587,7 +589,8 @@ TEST_CASE("build(input_shape) creates the variables without data, so weights loa
   CHECK(same(fresh(x), want));
   fresh.build({2, 3, 6});  // the same input size: nothing changes
   CHECK(fresh.variables().size() == trained.variables().size());
-  CHECK_THROWS_WITH(fresh.build({2, 3, 5}), Catch::Contains("was built for f32 inputs with last dim 6"));
+  CHECK_THROWS_WITH(fresh.build({2, 3, 5}),
+                    Catch::Contains("was built for f32 inputs with last dim 6"));
 
   // set_weights and Checkpoint::restore work on a built model too.
   nn::Dense dense(3);
@@ -606,7 +609,8 @@ TEST_CASE("build(input_shape) creates the variables without data, so weights loa
     dense.build({-1, 4});
     return v;
   });
-  CHECK_THROWS_WITH(inside(kiln::ones({1})), Catch::Contains("cannot build while a function is being traced"));
+  CHECK_THROWS_WITH(inside(kiln::ones({1})),
+                    Catch::Contains("cannot build while a function is being traced"));
 }
 
 TEST_CASE("list_variables and load_variable read one file or a prefix's newest checkpoint",
@@ -638,12 +642,10 @@ TEST_CASE("list_variables and load_variable read one file or a prefix's newest c
                     Catch::StartsWith("[load_variable] " + newest.string() +
                                       " holds no tensor 'model/net/l9/bias'"));
   CHECK_THROWS_WITH(kiln::list_variables(dir.path / "nothing"),
-                    Catch::StartsWith("[list_variables] ") &&
-                        Catch::Contains("and no files '"));
+                    Catch::StartsWith("[list_variables] ") && Catch::Contains("and no files '"));
 }
 
-TEST_CASE("restore with options: var_list, partial files, key maps, and a report",
-          "[checkpoint]") {
+TEST_CASE("restore with options: var_list, partial files, key maps, and a report", "[checkpoint]") {
   TempDir dir;
   const Tensor x = kiln::ones({2, 5});
   Net net;
@@ -695,15 +697,16 @@ TEST_CASE("restore with options: var_list, partial files, key maps, and a report
   const auto other = dir.path / "renamed.safetensors";
   kiln::io::save_safetensors(other, renamed);
   scramble();
-  const kiln::RestoreResult mapped = ckpt.restore(
-      other, {.key_map = [](const std::string& key) {
-        return key.starts_with("encoder/") ? "model/" + key.substr(8) : key;
-      }});
+  const kiln::RestoreResult mapped =
+      ckpt.restore(other, {.key_map = [](const std::string& key) {
+                     return key.starts_with("encoder/") ? "model/" + key.substr(8) : key;
+                   }});
   CHECK(mapped.assigned.size() == 5);
   CHECK(mapped.missing.empty());
   for (std::size_t i = 0; i < saved.size(); ++i) CHECK(same(net.get_weights()[i], saved[i]));
-  CHECK_THROWS_WITH(ckpt.restore(other, {.key_map = [](const std::string&) { return std::string("step"); }}),
-                    Catch::Contains("two keys map to 'step'; nothing was restored"));
+  CHECK_THROWS_WITH(
+      ckpt.restore(other, {.key_map = [](const std::string&) { return std::string("step"); }}),
+      Catch::Contains("two keys map to 'step'; nothing was restored"));
   CHECK_THROWS_WITH(ckpt.restore(file, {.var_list = {kiln::Variable()}}),
                     Catch::Contains("var_list holds an empty Variable handle"));
 }
@@ -714,7 +717,8 @@ TEST_CASE("track_store saves get_variable's variables by full name, restores bef
   kiln::clear_session();
   const auto model = [](const Tensor& x) {
     kiln::NameScope scope("tf1");
-    const auto w = kiln::get_variable("w", {3, 2}, kiln::init::glorot_uniform(5), kiln::Reuse::Auto);
+    const auto w =
+        kiln::get_variable("w", {3, 2}, kiln::init::glorot_uniform(5), kiln::Reuse::Auto);
     const auto b = kiln::get_variable("b", {2}, kiln::init::zeros(), kiln::Reuse::Auto);
     return kiln::matmul(x, w.value()) + b.value();
   };

@@ -719,7 +719,8 @@ TEST_CASE("creation, random and printing leave live memory where it started", "[
 TEST_CASE("uniform_int draws every integer of [low, high) equally, reproducibly", "[creation]") {
   const Tensor a = kiln::random::uniform_int({60000}, -3, 7, 5);
   CHECK(a.dtype() == kiln::i32);
-  CHECK(a.to_vector<std::int32_t>() == kiln::random::uniform_int({60000}, -3, 7, 5).to_vector<std::int32_t>());
+  CHECK(a.to_vector<std::int32_t>() ==
+        kiln::random::uniform_int({60000}, -3, 7, 5).to_vector<std::int32_t>());
   std::vector<int> counts(10, 0);
   for (std::int32_t v : a.to_vector<std::int32_t>()) {
     REQUIRE(v >= -3);
@@ -735,7 +736,8 @@ TEST_CASE("uniform_int draws every integer of [low, high) equally, reproducibly"
   const std::int64_t lo = std::numeric_limits<std::int64_t>::min();
   const std::int64_t hi = std::numeric_limits<std::int64_t>::max();
   bool negative = false, positive = false;
-  for (std::int64_t v : kiln::random::uniform_int({64}, lo, hi, 3, kiln::i64).to_vector<std::int64_t>()) {
+  for (std::int64_t v :
+       kiln::random::uniform_int({64}, lo, hi, 3, kiln::i64).to_vector<std::int64_t>()) {
     CHECK(v < hi);
     negative = negative || v < 0;
     positive = positive || v > 0;
@@ -749,12 +751,14 @@ TEST_CASE("uniform_int draws every integer of [low, high) equally, reproducibly"
   kiln::random::set_global_seed(11);
   CHECK(kiln::random::uniform_int({8}, 0, 100).to_vector<std::int32_t>() ==
         first.to_vector<std::int32_t>());
-  CHECK_THROWS_WITH(kiln::random::uniform_int({2}, 5, 5, 1),
-                    "[random.uniform_int] low 5 must be less than high 5 (the range is [low, high))");
+  CHECK_THROWS_WITH(
+      kiln::random::uniform_int({2}, 5, 5, 1),
+      "[random.uniform_int] low 5 must be less than high 5 (the range is [low, high))");
   CHECK_THROWS_WITH(kiln::random::uniform_int({2}, 0, 5, 1, kiln::f32),
                     "[random.uniform_int] dtype must be i32 or i64, got f32");
-  CHECK_THROWS_WITH(kiln::random::uniform_int({2}, 0, std::int64_t{1} << 33, 1),
-                    Catch::StartsWith("[random.uniform_int] [0, 8589934592) is out of range for i32"));
+  CHECK_THROWS_WITH(
+      kiln::random::uniform_int({2}, 0, std::int64_t{1} << 33, 1),
+      Catch::StartsWith("[random.uniform_int] [0, 8589934592) is out of range for i32"));
   CHECK_THROWS_WITH(kiln::random::uniform_int({-1}, 0, 5, 1),
                     Catch::StartsWith("[random.uniform_int] negative dimension"));
 }

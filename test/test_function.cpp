@@ -302,8 +302,7 @@ TEST_CASE("variables passed as arguments are keyed by identity", "[function]") {
                     "[Variable.assign] variable 'a' is f32 [2]; the new value is f32 [3]");
 }
 
-TEST_CASE("a function that returns nothing runs for its side effects, traced once",
-          "[function]") {
+TEST_CASE("a function that returns nothing runs for its side effects, traced once", "[function]") {
   kiln::Variable counter(kiln::zeros({}), "void_fn/counter");
   auto bump = kiln::function([&](const Tensor& by) { counter.assign_add(by); });
   static_assert(std::is_void_v<decltype(bump(kiln::ones({})))>);

@@ -70,7 +70,8 @@ Tensor make_row_slice(const std::vector<double>& values, const Shape& shape, DTy
                       std::int64_t pad) {
   Shape padded = shape;
   padded[padded.size() - 1] += pad;
-  const std::int64_t last = shape[shape.size() - 1], rows = shape.numel() / std::max<std::int64_t>(last, 1);
+  const std::int64_t last = shape[shape.size() - 1],
+                     rows = shape.numel() / std::max<std::int64_t>(last, 1);
   std::vector<double> storage(static_cast<std::size_t>(padded.numel()), -7.0);
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t k = 0; k < last; ++k)

@@ -310,8 +310,9 @@ TEST_CASE("find_variable finds store and module variables by full name", "[varia
   {
     kiln::nn::Dense twin(3, kiln::nn::Activation::none, {.name = "finder"});
     twin(kiln::ones({1, 2}));
-    CHECK_THROWS_WITH(kiln::find_variable("finder/kernel"),
-                      Catch::StartsWith("[find_variable] 2 live variables are named finder/kernel"));
+    CHECK_THROWS_WITH(
+        kiln::find_variable("finder/kernel"),
+        Catch::StartsWith("[find_variable] 2 live variables are named finder/kernel"));
   }
   CHECK(kiln::find_variable("finder/kernel") == dense.kernel());  // the twin is gone
 }

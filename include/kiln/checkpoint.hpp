@@ -88,12 +88,12 @@ struct RestoreOptions {
 
 /// What Checkpoint::restore(prefix, options) did.
 struct RestoreResult {
-  std::filesystem::path file;          ///< the checkpoint file read
-  std::vector<std::string> assigned;   ///< keys assigned to existing variables
-  std::vector<std::string> deferred;   ///< keys queued for variables not created yet
-  std::vector<std::string> skipped;    ///< keys left out by var_list or the key map
-  std::vector<std::string> unused;     ///< keys that belong to no object (strict = false)
-  std::vector<std::string> mismatched; ///< "key: file f32 [3], variable f32 [4]" (strict = false)
+  std::filesystem::path file;           ///< the checkpoint file read
+  std::vector<std::string> assigned;    ///< keys assigned to existing variables
+  std::vector<std::string> deferred;    ///< keys queued for variables not created yet
+  std::vector<std::string> skipped;     ///< keys left out by var_list or the key map
+  std::vector<std::string> unused;      ///< keys that belong to no object (strict = false)
+  std::vector<std::string> mismatched;  ///< "key: file f32 [3], variable f32 [4]" (strict = false)
   /// Keys ("<object>/<variable path>", or a tracked name) of existing variables (var_list's,
   /// when given) that the file gave no value; a mismatched one is listed under `mismatched`.
   std::vector<std::string> missing;

@@ -191,7 +191,7 @@ struct is_function_result<std::pair<A, B>>
                          !std::is_void_v<A> && !std::is_void_v<B>> {};
 template <class... Ts>
 struct is_function_result<std::tuple<Ts...>>
-    : std::bool_constant<((is_function_result<Ts>::value && !std::is_void_v<Ts>) && ...)> {};
+    : std::bool_constant<((is_function_result<Ts>::value && !std::is_void_v<Ts>)&&...)> {};
 
 template <class R>
 struct Rebuild;

@@ -117,8 +117,8 @@ void Tensor::copy_element_to(const std::int64_t* index, std::size_t count, void*
   const auto& impl = checked(impl_, "at");
   detail::check_concrete(impl, "at");
   if (count != impl.shape.size())
-    detail::fail("at", "tensor of shape {} needs {} indices, got {}", impl.shape,
-                 impl.shape.size(), count);
+    detail::fail("at", "tensor of shape {} needs {} indices, got {}", impl.shape, impl.shape.size(),
+                 count);
   std::int64_t offset = 0;
   for (std::size_t d = 0; d < count; ++d) {
     const std::int64_t extent = impl.shape[d];

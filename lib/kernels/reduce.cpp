@@ -127,8 +127,8 @@ std::int64_t accumulate_depth(std::int64_t rows) {
 /// acc[k] = reduction over r of x[r * ld + k] (k < cols <= ld), for rows >= 1; pairwise over
 /// row blocks. scratch holds accumulate_depth(rows) * cols accumulators.
 template <class R>
-void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t cols,
-                     std::int64_t ld, typename R::Acc* acc, typename R::Acc* scratch) {
+void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     typename R::Acc* acc, typename R::Acc* scratch) {
   if (rows > kPairwiseRows) {
     const std::int64_t half = rows / 2;
     accumulate_rows<R>(x, half, cols, ld, acc, scratch);
@@ -225,8 +225,7 @@ template <class R>
 typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
                                   typename R::Acc* scratch) {
   const std::int64_t rows = n / kRowWidth;
-  if (rows > 0)
-    accumulate_rows<R>(x, rows, kRowWidth, kRowWidth, scratch, scratch + kRowWidth);
+  if (rows > 0) accumulate_rows<R>(x, rows, kRowWidth, kRowWidth, scratch, scratch + kRowWidth);
   return finish_contiguous<R>(x, n, scratch);
 }
 

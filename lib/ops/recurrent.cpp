@@ -19,7 +19,8 @@ void check_float(std::string_view op, std::initializer_list<const Tensor*> tenso
     fail(op, "needs f32 or f64 tensors, got {}", dtype_name(dtype));
   for (const Tensor* t : tensors)
     if (t->dtype() != dtype)
-      fail(op, "dtypes differ: {} vs {} (use kiln::cast)", dtype_name(dtype), dtype_name(t->dtype()));
+      fail(op, "dtypes differ: {} vs {} (use kiln::cast)", dtype_name(dtype),
+           dtype_name(t->dtype()));
 }
 
 /// Checks h0 / c0 [B, U] and w [U, 4U] against xp [T, B, 4U]; returns U.

@@ -143,10 +143,9 @@ std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
   if (state_->store != nullptr)
     for (const Variable& v : state_->store->variables()) {
       const std::string object = v.name().substr(0, v.name().find('/'));
-      const bool clashes =
-          values.count(v.name()) != 0 ||
-          std::any_of(state_->objects.begin(), state_->objects.end(),
-                      [&](const auto& o) { return o.first == object; });
+      const bool clashes = values.count(v.name()) != 0 ||
+                           std::any_of(state_->objects.begin(), state_->objects.end(),
+                                       [&](const auto& o) { return o.first == object; });
       if (clashes)
         detail::fail(op,
                      "the store's variable '{}' would share its key with an object or tracked "

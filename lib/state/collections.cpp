@@ -17,16 +17,19 @@ namespace detail {
 
 namespace {
 
+/// Collection name -> its entries, in the order they were added.
+using Collections = std::map<std::string, std::vector<std::weak_ptr<VariableImpl>>, std::less<>>;
+
 std::mutex collections_mutex;
-std::map<std::string, std::vector<std::weak_ptr<VariableImpl>>, std::less<>>& collections() {
-  static auto* map = new std::map<std::string, std::vector<std::weak_ptr<VariableImpl>>, std::less<>>;
+Collections& collections() {
+  static auto* map = new Collections;
   return *map;
 }
 
 }  // namespace
 
 void clear_collections() {
-  std::map<std::string, std::vector<std::weak_ptr<VariableImpl>>, std::less<>> dropped;
+  Collections dropped;  // released after the lock
   std::lock_guard lock(collections_mutex);
   dropped.swap(collections());
 }
@@ -35,7 +38,8 @@ void clear_collections() {
 
 void add_to_collection(std::string_view collection, const Variable& variable) {
   detail::check_name("add_to_collection", "collection name", collection, /*allow_slash*/ true);
-  if (!variable.defined()) detail::fail("add_to_collection", "{}: empty Variable handle", collection);
+  if (!variable.defined())
+    detail::fail("add_to_collection", "{}: empty Variable handle", collection);
   std::lock_guard lock(detail::collections_mutex);
   auto& entries = detail::collections()[std::string(collection)];
   std::erase_if(entries, [](const auto& weak) { return weak.expired(); });

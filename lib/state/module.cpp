@@ -312,9 +312,8 @@ Module& Module::add_module(std::string_view name, Module& child) {
   const std::string parent_path = state_path(s);
   const auto taken = [&](std::string_view candidate) {
     if (find_child(s, candidate) != nullptr) return true;
-    return std::any_of(s.variables.begin(), s.variables.end(), [&](const auto& v) {
-      return first_component(v.name) == candidate;
-    });
+    return std::any_of(s.variables.begin(), s.variables.end(),
+                       [&](const auto& v) { return first_component(v.name) == candidate; });
   };
   std::string unique;  // an automatic name made unique among the siblings
   if (c.automatic_name && name == c.name && taken(name) &&

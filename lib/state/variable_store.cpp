@@ -98,7 +98,8 @@ Variable VariableStore::get_variable(std::string_view name, Reuse reuse) {
   detail::check_name(op, "variable name", name, /*allow_slash*/ true);
   const std::string full = scoped_name(name);
   if (reuse != Reuse::Yes)
-    detail::fail(op, "variable {}: {} needs a shape and an initializer to create it; without a "
+    detail::fail(op,
+                 "variable {}: {} needs a shape and an initializer to create it; without a "
                  "shape only Reuse::Yes (find the existing variable) is possible",
                  full, reuse_name(reuse));
   Variable v = find(full);

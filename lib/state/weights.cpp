@@ -127,8 +127,7 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
   std::vector<Assignment> assignments;
   std::set<std::string> provided;
   for (const auto& [key, stored] : file) {
-    const std::string target =
-        options.key_map ? options.key_map(key) : key.substr(legacy.size());
+    const std::string target = options.key_map ? options.key_map(key) : key.substr(legacy.size());
     if (target.empty()) continue;  // skipped by the key map
     const Tensor value = options.transform ? options.transform(key, stored) : stored;
     if (!value.defined())
@@ -140,8 +139,8 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
       continue;
     }
     if (!provided.insert(found->first).second)
-      detail::fail(op, "{}: two keys map to the variable '{}'; nothing was assigned",
-                   path.string(), io::detail::printable(found->first));
+      detail::fail(op, "{}: two keys map to the variable '{}'; nothing was assigned", path.string(),
+                   io::detail::printable(found->first));
     const Variable& v = found->second;
     if (value.dtype() != v.dtype() || value.shape() != v.shape()) {
       result.mismatched.push_back(fmt::format("{}: file {}, variable {}", target,
