@@ -124,6 +124,10 @@ for variant in release asan; do
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
+  # A model saved as data by one program and loaded by another that has none of its code.
+  check "$variant-save-load-model-example" bash -c \
+    'cd "$(mktemp -d)" && "$0/save_model" . && "$0/load_model" . && rm -rf "$PWD"' \
+    "$PWD/$dir/examples"
   # T = 40, checkpoint_every 8, one repeat, 16 units, batch 4, 8 features: a smoke run.
   check "$variant-remat-memory-example" "$dir/examples/remat_memory" 40 8 1 16 4 8
   for example in tensors tracing variables nothing_grows; do

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "kiln/config.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/shape.hpp"
 #include "kiln/tensor.hpp"
@@ -35,6 +36,10 @@ class Initializer {
   /// A custom initializer. `rule` must return a concrete tensor of exactly the requested
   /// shape and dtype (checked on every call).
   Initializer(std::string name, Rule rule);
+  /// A custom initializer that architecture files can name: `config` holds its settings,
+  /// and a program that reads the file must have called
+  /// init::register_initializer(name, factory) first.
+  Initializer(std::string name, Rule rule, Config config);
 
   /// The initial value for a variable of this shape and dtype. Throws kiln::Error
   /// ("[init.<name>] ...") for unsupported dtypes or shapes.
@@ -42,11 +47,26 @@ class Initializer {
 
   /// "glorot_uniform", "zeros", ... (or the custom name).
   const std::string& name() const { return name_; }
+  /// Its settings ({"seed": null}, {"mean": 0.0, "stddev": 0.05, "seed": 7}, ...); empty for
+  /// a custom initializer made without them.
+  const Config& config() const { return *config_; }
 
  private:
   std::string name_;
   std::shared_ptr<const Rule> rule_;
+  std::shared_ptr<const Config> config_;
 };
+
+/// The initializer as architecture files store it: {"class_name": name, "config": settings}.
+/// Throws kiln::Error for from_value (it holds a tensor: save it with save_weights) and for a
+/// custom initializer whose name is not registered.
+Config to_config(const Initializer& initializer);
+/// The initializer a to_config() result describes: a built-in one by name with its settings
+/// checked (unknown keys and wrong types are errors), or a registered custom one.
+Initializer from_config(const Config& spec);
+/// Lets architecture files name a custom initializer: from_config calls `factory` with the
+/// stored settings. Names are unique (the built-in ones are taken); thread-safe.
+void register_initializer(std::string name, std::function<Initializer(const Config&)> factory);
 
 /// Fan-in and fan-out of a variable shape (see the file comment for the convention).
 struct Fans {

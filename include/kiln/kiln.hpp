@@ -5,6 +5,7 @@
 #include "kiln/autodiff.hpp"
 #include "kiln/checkpoint.hpp"
 #include "kiln/checkpointing.hpp"
+#include "kiln/config.hpp"
 #include "kiln/control_flow.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/dtype.hpp"

@@ -2,6 +2,7 @@
 /// @file nn.hpp
 /// Layers (kiln::nn) and losses (kiln::nn::losses).
 
+#include "kiln/nn/architecture.hpp"
 #include "kiln/nn/bidirectional.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "io/atomic_file.hpp"
+#include "io/json.hpp"
 #include "io/mapped_file.hpp"
 
 namespace kiln::io {
@@ -65,56 +65,6 @@ const SafetensorsDType& dtype_entry(DType dtype) {
       break;
   }
   return *find_dtype(name);
-}
-
-/// Parses JSON, rejecting duplicate keys in any object (the safetensors format forbids them;
-/// a plain parse would keep the last one silently).
-nlohmann::json parse_json_without_duplicates(std::string_view text, std::string& duplicate) {
-  std::vector<std::set<std::string>> open_objects;
-  auto check = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& value) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      open_objects.emplace_back();
-    } else if (event == Event::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == Event::key && !open_objects.empty() && duplicate.empty()) {
-      const auto& key = value.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second) duplicate = key;
-    }
-    return true;
-  };
-  return nlohmann::json::parse(text.begin(), text.end(), check);
-}
-
-/// Rejects JSON that nests arrays and objects more than max_safetensors_nesting deep, before
-/// anything parses or prints it (printing a deep value recurses once per level). Brackets
-/// inside strings do not count; the text is known to be valid UTF-8.
-void check_nesting(std::string_view text, const std::string& op, const std::string& source) {
-  std::size_t depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;  // the escaped character cannot end the string
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_safetensors_nesting)
-        fail(op, "{}: header nests deeper than {} levels (at byte {} of the header)", source,
-             max_safetensors_nesting, i);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;  // unbalanced brackets are the JSON parser's to report
-    }
-  }
-}
-
-/// A JSON value as an error message may quote it: compact, escaped and cut to a few hundred
-/// bytes (header values may be as long as the header).
-std::string excerpt(const nlohmann::json& value) {
-  return printable(value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 std::string describe_dims(const nlohmann::json& shape) {
@@ -275,18 +225,8 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
   const std::string_view text(reinterpret_cast<const char*>(file.data() + 8), length);
   if (text.empty() || text.front() != '{')
     fail(op, "{}: header does not start with '{{' (not a safetensors file?)", source);
-  if (!is_valid_utf8(text)) fail(op, "{}: header is not valid UTF-8", source);
-  check_nesting(text, op, source);
-
-  std::string duplicate;
-  nlohmann::json json;
-  try {
-    json = parse_json_without_duplicates(text, duplicate);
-  } catch (const nlohmann::json::exception& e) {
-    fail(op, "{}: header is not valid JSON: {}", source, printable(e.what()));
-  }
-  if (!duplicate.empty())
-    fail(op, "{}: header has the key '{}' twice", source, printable(duplicate));
+  const nlohmann::json json =
+      parse_json_strictly(text, max_safetensors_nesting, op, source, "header");
   if (!json.is_object()) fail(op, "{}: header is not a JSON object", source);
 
   SafetensorsHeader header;

@@ -146,6 +146,7 @@ std::vector<Tensor> Bidirectional::call(const Tensor& x, const RecurrentCallOpti
   }
   const std::vector<Tensor> forward = call_recurrent(*forward_, x, forward_options);
   const std::vector<Tensor> backward = call_recurrent(*backward_, x, backward_options);
+  note_input(x);
   // The backward copy's sequence is in its processing order; back to input order.
   const Tensor backward_output = return_sequences_ ? reverse_sequence(backward[0]) : backward[0];
   std::vector<Tensor> out;

@@ -53,6 +53,7 @@ Tensor Embedding::operator()(const Tensor& indices) {
     detail::fail(embedding_op, "{}: indices must be integers, got bool {}", path(),
                  indices.shape());
   const Tensor ids = is_floating(indices.dtype()) ? cast(indices, i64) : indices;
+  note_input(indices);
   const Variable table = weight("embeddings", {vocab_, dim_}, options_.embeddings_initializer);
   return gather(table.value(), ids, 0);
 }

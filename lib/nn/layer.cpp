@@ -47,6 +47,14 @@ std::string_view activation_name(Activation a) {
   return "unknown";
 }
 
+Activation activation_named(std::string_view name) {
+  for (Activation a : {Activation::none, Activation::relu, Activation::sigmoid, Activation::tanh,
+                       Activation::softmax})
+    if (activation_name(a) == name) return a;
+  detail::fail("nn.activation",
+               "unknown activation '{}'; expected none, relu, sigmoid, tanh or softmax", name);
+}
+
 bool learning_phase() { return training_phase; }
 
 LearningPhaseScope::LearningPhaseScope(bool training) : previous_(training_phase) {
@@ -81,6 +89,21 @@ void Layer::build(const Shape& input_shape, DType dtype) {
                                .input_signature = {TensorSpec(input_shape, dtype)},
                                .optimize = false});
   trace.get_concrete_function(zeros(example, dtype));
+  built_input_ = InputSpec{input_shape, dtype};
+}
+
+void Layer::note_input(const Tensor& x) {
+  if (built_input_ || !x.defined()) return;
+  Shape shape = x.shape();
+  for (std::int64_t& d : shape)
+    if (is_dynamic_dim(d)) d = -1;
+  built_input_ = InputSpec{std::move(shape), x.dtype()};
+}
+
+Config Layer::base_config() const {
+  Config config(path());
+  if (!has_automatic_name()) config.set("name", name());
+  return config;
 }
 
 std::int64_t Layer::input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const {
@@ -112,6 +135,7 @@ Variable Layer::input_weight(std::string_view op, const Tensor& x, std::string_v
                    v.name(), dtype_name(v.dtype()), v.shape());
     return v;
   }
+  note_input(x);
   return add_variable(name, shape, initializer, /*trainable*/ true, x.dtype());
 }
 

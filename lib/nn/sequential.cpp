@@ -28,6 +28,7 @@ Tensor Sequential::operator()(const Tensor& x) {
   if (layers_.empty()) detail::fail(sequential_op, "{} has no layers", path());
   Tensor h = x;
   for (Layer* layer : layers_) h = (*layer)(h);
+  note_input(x);
   return h;
 }
 

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -72,10 +75,24 @@ Tensor orthogonal_value(const Shape& shape, DType dtype, double gain, std::uint6
                       : orthogonal_matrix<float>(shape, dtype, gain, seed, rows, cols);
 }
 
+/// The settings of a seeded initializer: `settings` plus "seed" (null when drawn per call).
+Config settings(std::initializer_list<std::pair<const char*, double>> values,
+                std::optional<std::uint64_t> seed) {
+  Config config("initializer config");
+  for (const auto& [key, value] : values) config.set(key, value);
+  config.set("seed", seed);
+  return config;
+}
+
 }  // namespace
 
 Initializer::Initializer(std::string name, Rule rule)
-    : name_(std::move(name)), rule_(std::make_shared<const Rule>(std::move(rule))) {
+    : Initializer(std::move(name), std::move(rule), Config("initializer config")) {}
+
+Initializer::Initializer(std::string name, Rule rule, Config config)
+    : name_(std::move(name)),
+      rule_(std::make_shared<const Rule>(std::move(rule))),
+      config_(std::make_shared<const Config>(std::move(config))) {
   if (!*rule_) detail::fail("init", "initializer '{}' has an empty rule", name_);
 }
 
@@ -111,17 +128,20 @@ Fans compute_fans(const Shape& shape) {
 }
 
 Initializer zeros() {
-  return {"zeros", [](const Shape& shape, DType dtype) { return kiln::zeros(shape, dtype); }};
+  return {"zeros", [](const Shape& shape, DType dtype) { return kiln::zeros(shape, dtype); },
+          Config("initializer config")};
 }
 
 Initializer ones() {
-  return {"ones", [](const Shape& shape, DType dtype) { return kiln::ones(shape, dtype); }};
+  return {"ones", [](const Shape& shape, DType dtype) { return kiln::ones(shape, dtype); },
+          Config("initializer config")};
 }
 
 Initializer constant(double value) {
   if (!std::isfinite(value)) detail::fail("init.constant", "value must be finite, got {}", value);
   return {"constant",
-          [value](const Shape& shape, DType dtype) { return full(shape, value, dtype); }};
+          [value](const Shape& shape, DType dtype) { return full(shape, value, dtype); },
+          Config("initializer config").set("value", value)};
 }
 
 Initializer from_value(const Tensor& value) {
@@ -137,49 +157,170 @@ Initializer from_value(const Tensor& value) {
 }
 
 Initializer random_normal(double mean, double stddev, std::optional<std::uint64_t> seed) {
-  return {"random_normal", [=](const Shape& shape, DType dtype) {
+  return {"random_normal",
+          [=](const Shape& shape, DType dtype) {
             check_floating("random_normal", dtype);
             return random::normal(shape, mean, stddev, resolve(seed), dtype);
-          }};
+          },
+          settings({{"mean", mean}, {"stddev", stddev}}, seed)};
 }
 
 Initializer random_uniform(double low, double high, std::optional<std::uint64_t> seed) {
-  return {"random_uniform", [=](const Shape& shape, DType dtype) {
+  return {"random_uniform",
+          [=](const Shape& shape, DType dtype) {
             check_floating("random_uniform", dtype);
             return random::uniform(shape, low, high, resolve(seed), dtype);
-          }};
+          },
+          settings({{"low", low}, {"high", high}}, seed)};
 }
 
 Initializer truncated_normal(double mean, double stddev, std::optional<std::uint64_t> seed) {
-  return {"truncated_normal", [=](const Shape& shape, DType dtype) {
+  return {"truncated_normal",
+          [=](const Shape& shape, DType dtype) {
             check_floating("truncated_normal", dtype);
             return random::truncated_normal(shape, mean, stddev, resolve(seed), dtype);
-          }};
+          },
+          settings({{"mean", mean}, {"stddev", stddev}}, seed)};
 }
 
 Initializer glorot_uniform(std::optional<std::uint64_t> seed) {
-  return {"glorot_uniform", [=](const Shape& shape, DType dtype) {
+  return {"glorot_uniform",
+          [=](const Shape& shape, DType dtype) {
             check_floating("glorot_uniform", dtype);
             const Fans fans = compute_fans(shape);
             const double limit = std::sqrt(6.0 / std::max(1.0, fans.fan_in + fans.fan_out));
             return random::uniform(shape, -limit, limit, resolve(seed), dtype);
-          }};
+          },
+          settings({}, seed)};
 }
 
 Initializer he_normal(std::optional<std::uint64_t> seed) {
-  return {"he_normal", [=](const Shape& shape, DType dtype) {
+  return {"he_normal",
+          [=](const Shape& shape, DType dtype) {
             check_floating("he_normal", dtype);
             const double stddev = std::sqrt(2.0 / std::max(1.0, compute_fans(shape).fan_in)) /
                                   truncated_stddev_factor;
             return random::truncated_normal(shape, 0.0, stddev, resolve(seed), dtype);
-          }};
+          },
+          settings({}, seed)};
 }
 
 Initializer orthogonal(double gain, std::optional<std::uint64_t> seed) {
   if (!std::isfinite(gain)) detail::fail("init.orthogonal", "gain must be finite, got {}", gain);
-  return {"orthogonal", [=](const Shape& shape, DType dtype) {
+  return {"orthogonal",
+          [=](const Shape& shape, DType dtype) {
             return orthogonal_value(shape, dtype, gain, resolve(seed));
-          }};
+          },
+          settings({{"gain", gain}}, seed)};
+}
+
+namespace {
+
+using Factory = std::function<Initializer(const Config&)>;
+
+/// The built-in initializers by name, each reading back the settings its factory stores.
+std::map<std::string, Factory, std::less<>> builtin_factories() {
+  std::map<std::string, Factory, std::less<>> out;
+  out["zeros"] = [](const Config& c) {
+    c.check_keys({});
+    return zeros();
+  };
+  out["ones"] = [](const Config& c) {
+    c.check_keys({});
+    return ones();
+  };
+  out["constant"] = [](const Config& c) {
+    c.check_keys({"value"});
+    return constant(c.get_double("value"));
+  };
+  out["random_normal"] = [](const Config& c) {
+    c.check_keys({"mean", "stddev", "seed"});
+    return random_normal(c.get_double("mean", 0.0), c.get_double("stddev", 0.05),
+                         c.get_optional_uint("seed"));
+  };
+  out["random_uniform"] = [](const Config& c) {
+    c.check_keys({"low", "high", "seed"});
+    return random_uniform(c.get_double("low", -0.05), c.get_double("high", 0.05),
+                          c.get_optional_uint("seed"));
+  };
+  out["truncated_normal"] = [](const Config& c) {
+    c.check_keys({"mean", "stddev", "seed"});
+    return truncated_normal(c.get_double("mean", 0.0), c.get_double("stddev", 0.05),
+                            c.get_optional_uint("seed"));
+  };
+  out["glorot_uniform"] = [](const Config& c) {
+    c.check_keys({"seed"});
+    return glorot_uniform(c.get_optional_uint("seed"));
+  };
+  out["he_normal"] = [](const Config& c) {
+    c.check_keys({"seed"});
+    return he_normal(c.get_optional_uint("seed"));
+  };
+  out["orthogonal"] = [](const Config& c) {
+    c.check_keys({"gain", "seed"});
+    return orthogonal(c.get_double("gain", 1.0), c.get_optional_uint("seed"));
+  };
+  return out;
+}
+
+struct InitializerRegistry {
+  std::mutex mutex;
+  std::map<std::string, Factory, std::less<>> factories = builtin_factories();
+};
+
+InitializerRegistry& registry() {
+  static InitializerRegistry instance;
+  return instance;
+}
+
+Factory find_factory(std::string_view name) {
+  InitializerRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.factories.find(name);
+  return it == r.factories.end() ? Factory{} : it->second;
+}
+
+}  // namespace
+
+Config to_config(const Initializer& initializer) {
+  constexpr std::string_view op = "init.to_config";
+  if (initializer.name() == "from_value")
+    detail::fail(op,
+                 "a from_value initializer holds a tensor, which an architecture file does not "
+                 "store; save the values with save_weights and load them after building");
+  if (!find_factory(initializer.name()))
+    detail::fail(op,
+                 "the initializer '{}' is not registered, so a file could not name it; call "
+                 "kiln::init::register_initializer(\"{}\", factory) (in every program that "
+                 "writes or reads the file)",
+                 initializer.name(), initializer.name());
+  Config out("initializer");
+  out.set("class_name", initializer.name());
+  out.set("config", initializer.config());
+  return out;
+}
+
+Initializer from_config(const Config& spec) {
+  spec.check_keys({"class_name", "config"});
+  const std::string name = spec.get_string("class_name");
+  const Factory factory = find_factory(name);
+  if (!factory)
+    detail::fail("init.from_config",
+                 "{}: unknown initializer '{}' (not built in and not registered with "
+                 "kiln::init::register_initializer)",
+                 spec.where(), name);
+  return factory(spec.has("config") ? spec.get_config("config") : Config(spec.where()));
+}
+
+void register_initializer(std::string name, std::function<Initializer(const Config&)> factory) {
+  constexpr std::string_view op = "init.register_initializer";
+  if (name.empty()) detail::fail(op, "the name is empty");
+  if (!factory) detail::fail(op, "'{}': the factory is empty", name);
+  InitializerRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (!r.factories.emplace(name, std::move(factory)).second)
+    detail::fail(op, "'{}' is registered already (names are unique; the built-in ones are taken)",
+                 name);
 }
 
 }  // namespace kiln::init

@@ -96,6 +96,10 @@ class Bidirectional : public Layer {
   Layer& forward_layer() const { return *forward_; }
   /// The copy with go_backwards negated ("backward_<name>").
   Layer& backward_layer() const { return *backward_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static Bidirectional from_config(const Config& config);
 
  private:
   MergeMode merge_mode_;

@@ -30,6 +30,12 @@ class Dense : public Layer {
 
   std::int64_t units() const { return units_; }
   Activation activation() const { return activation_; }
+  const DenseOptions& options() const { return options_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static Dense from_config(const Config& config);
+
   /// The variables (after the first call; before it, kiln::Error).
   Variable kernel() const;
   Variable bias() const;
@@ -58,6 +64,12 @@ class Embedding : public Layer {
 
   std::int64_t vocab() const { return vocab_; }
   std::int64_t dim() const { return dim_; }
+  const EmbeddingOptions& options() const { return options_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static Embedding from_config(const Config& config);
+
   Variable embeddings() const;
 
  private:

@@ -34,6 +34,10 @@ class Dropout : public Layer {
 
   double rate() const { return rate_; }
   std::uint64_t seed() const { return seed_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static Dropout from_config(const Config& config);
 
  private:
   double rate_;

@@ -3,9 +3,11 @@
 /// The base of kiln's layers, activations, and the learning phase (training or inference).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "kiln/config.hpp"
 #include "kiln/init.hpp"
 #include "kiln/module.hpp"
 #include "kiln/tensor.hpp"
@@ -20,6 +22,14 @@ enum class Activation { none, relu, sigmoid, tanh, softmax };
 Tensor activate(Activation a, const Tensor& x);
 /// "none", "relu", "sigmoid", "tanh", "softmax".
 std::string_view activation_name(Activation a);
+/// The activation called `name` (activation_name's inverse); another name is a kiln::Error.
+Activation activation_named(std::string_view name);
+
+/// The shape and dtype of the input a layer was built for (dims of -1 may have any size).
+struct InputSpec {
+  Shape shape;
+  DType dtype = f32;
+};
 
 /// Whether layers run in training mode on this thread (false by default). Only nn::Dropout
 /// behaves differently. train::fit sets it for its train step and clears it for evaluate and
@@ -77,6 +87,12 @@ class Layer : public Module {
   /// "was built for" error. Not inside a traced function (call the layer there).
   void build(const Shape& input_shape, DType dtype = f32);
 
+  /// The input the layer was built for: the shape given to build(), or else that of the first
+  /// input that created its variables (a Sequential: of its first call), dynamic dims as -1;
+  /// nullopt before either. kiln::nn::to_json stores the root layer's, so that from_json
+  /// returns a model with every variable created.
+  const std::optional<InputSpec>& built_input() const { return built_input_; }
+
  protected:
   /// `name` as given, or the automatic name default_name when empty.
   Layer(std::string_view default_name, std::string name);
@@ -92,6 +108,14 @@ class Layer : public Module {
   /// The last dim of x, checking that x is defined, floating, of rank >= min_rank and that the
   /// last dim is static.
   std::int64_t input_size(std::string_view op, const Tensor& x, std::int64_t min_rank) const;
+  /// Records x's shape and dtype as built_input() unless one is recorded already.
+  void note_input(const Tensor& x);
+  /// The start of every built-in layer's config(): {"name": name} for an explicit name, {}
+  /// for an automatic one (which the copy made from the file takes again).
+  Config base_config() const;
+
+ private:
+  std::optional<InputSpec> built_input_;
 };
 
 /// Whether the module tree rooted at `root` holds a stateful layer: root.stateful() for a layer,

@@ -32,6 +32,10 @@ class Masking : public Layer {
   Tensor mask(const Tensor& x) const;
 
   double mask_value() const { return mask_value_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static Masking from_config(const Config& config);
 
  private:
   double mask_value_;

@@ -90,6 +90,11 @@ class LSTMCell : public Layer {
   Tensor operator()(const Tensor& x) override;
 
   std::int64_t units() const { return units_; }
+  const LSTMCellOptions& options() const { return options_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static LSTMCell from_config(const Config& config);
   Variable kernel() const;
   Variable recurrent_kernel() const;
   Variable bias() const;
@@ -162,6 +167,11 @@ class LSTM : public Layer {
 
   std::int64_t units() const { return units_; }
   const LSTMOptions& options() const { return options_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static LSTM from_config(const Config& config);
+
   Variable kernel() const;
   Variable recurrent_kernel() const;
   Variable bias() const;
@@ -217,6 +227,11 @@ class GRU : public Layer {
 
   std::int64_t units() const { return units_; }
   const GRUOptions& options() const { return options_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static GRU from_config(const Config& config);
+
   Variable kernel() const;
   Variable recurrent_kernel() const;
   Variable bias() const;
@@ -273,6 +288,11 @@ class SimpleRNN : public Layer {
 
   std::int64_t units() const { return units_; }
   const SimpleRNNOptions& options() const { return options_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static SimpleRNN from_config(const Config& config);
+
   Variable kernel() const;
   Variable recurrent_kernel() const;
   Variable bias() const;

@@ -68,6 +68,10 @@ class Sequential : public Layer {
   /// Layer i (in order of addition).
   Layer& layer(std::size_t i) const;
   const std::vector<Layer*>& layers() const { return layers_; }
+  /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe
+  /// (a misspelt key, a value of the wrong type or out of range is a kiln::Error).
+  Config config() const;
+  static Sequential from_config(const Config& config);
 
  private:
   Layer& add_layer(std::shared_ptr<Layer> layer);
