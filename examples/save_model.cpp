@@ -1,7 +1,9 @@
-// Saves a trained model as data: its architecture (model.json), its weights (model.safetensors)
-// and an input with the model's predictions for it (input.npy, predictions.npy), in the folder
-// given (default: the current one). examples/load_model.cpp rebuilds the model from the files
-// alone, with none of this code, and prints the same predictions.
+// Saves a trained model as data, in the folder given (default: the current one): its
+// architecture (model.json), its weights (model.safetensors), its traced predict function
+// exported with its weights (model.kiln), and an input with the model's predictions for it
+// (input.npy, predictions.npy). examples/load_model.cpp rebuilds the model from the first two
+// files, examples/run_exported.cpp runs model.kiln; both have none of this code and print the
+// same predictions.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -31,6 +33,10 @@ int main(int argc, char** argv) {
   const kiln::Tensor predictions = model(sample);
   kiln::io::save_npy(dir / "input.npy", sample);
   kiln::io::save_npy(dir / "predictions.npy", predictions);
-  fmt::print("saved model.json, model.safetensors, input.npy and predictions.npy\n");
+  // The traced predict call for any batch size: graph, compiled plan's inputs and weights.
+  auto predict = kiln::function([&](const kiln::Tensor& in) { return model(in); },
+                                {.name = "predict", .input_signature = {{{-1, 5, 4}}}});
+  kiln::export_function(predict.get_concrete_function(sample), dir / "model.kiln");
+  fmt::print("saved model.json, model.safetensors, model.kiln, input.npy and predictions.npy\n");
   fmt::print("predictions: {::.6f}\n", predictions.to_vector<float>());
 }

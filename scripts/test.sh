@@ -124,9 +124,11 @@ for variant in release asan; do
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
-  # A model saved as data by one program and loaded by another that has none of its code.
+  # A model saved as data by one program and loaded by others that have none of its code:
+  # from its architecture and weights, and as an exported function.
   check "$variant-save-load-model-example" bash -c \
-    'cd "$(mktemp -d)" && "$0/save_model" . && "$0/load_model" . && rm -rf "$PWD"' \
+    'cd "$(mktemp -d)" && "$0/save_model" . && "$0/load_model" . &&
+     "$0/run_exported" model.kiln input.npy --expect predictions.npy && rm -rf "$PWD"' \
     "$PWD/$dir/examples"
   # T = 40, checkpoint_every 8, one repeat, 16 units, batch 4, 8 features: a smoke run.
   check "$variant-remat-memory-example" "$dir/examples/remat_memory" 40 8 1 16 4 8

@@ -78,8 +78,12 @@ class Graph {
 class ConcreteFunction {
  public:
   Graph graph() const;
+  /// The name of the function it was traced for (FunctionOptions::name).
+  const std::string& name() const;
   explicit ConcreteFunction(std::shared_ptr<const detail::ConcreteFunctionImpl> impl)
       : impl_(std::move(impl)) {}
+  /// For kiln's own use (kiln::export_function).
+  const std::shared_ptr<const detail::ConcreteFunctionImpl>& impl() const { return impl_; }
 
  private:
   std::shared_ptr<const detail::ConcreteFunctionImpl> impl_;

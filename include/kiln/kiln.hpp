@@ -10,6 +10,7 @@
 #include "kiln/creation.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
+#include "kiln/export.hpp"
 #include "kiln/format.hpp"
 #include "kiln/function.hpp"
 #include "kiln/init.hpp"

@@ -21,6 +21,7 @@
 #include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "jit/concrete_function.hpp"
 #include "jit/executable.hpp"
 #include "jit/graph.hpp"
 #include "jit/passes.hpp"
@@ -33,26 +34,6 @@
 namespace kiln {
 
 namespace detail {
-
-/// Behind a ConcreteFunction: one traced signature's optimized graph and its Executables by shape.
-struct ConcreteFunctionImpl {
-  std::shared_ptr<const GraphData> graph;
-  Executable executable;  // static shapes; with dynamic dims, one per set of sizes in `bound`
-  std::vector<std::size_t> vector_sizes;
-  std::vector<std::string> descriptions;                       // of the arguments it was traced for
-  std::vector<std::shared_ptr<VariableImpl>> owned_variables;  // created by its trace
-  std::int64_t counted_bytes = 0;
-  // Dynamic dims: where each symbol's size is read from (tensor index, dim), and the node
-  // shapes for each set of sizes seen so far.
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
-  mutable std::mutex bound_mutex;
-  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const Executable>> bound;
-  mutable std::int64_t bound_bytes = 0;
-  /// The executable for this call's sizes of the dynamic dims (built once per distinct sizes).
-  std::shared_ptr<const Executable> executable_for(std::span<const Tensor* const> args) const;
-  std::string key;  // the cache key it is stored under
-  ~ConcreteFunctionImpl();
-};
 
 namespace {
 
@@ -351,6 +332,7 @@ std::shared_ptr<const ConcreteFunctionImpl> FunctionImpl::lookup(const ArgPack& 
   cf->owned_variables = std::move(trace.owned_variables());
   cf->symbol_sources = std::move(symbol_sources);
   cf->key = traced_key;
+  cf->name = options_.name;
   cf->counted_bytes =
       graph->bytes() + cf->executable.bytes() + static_cast<std::int64_t>(cf->key.capacity());
   trace.commit();  // nothing below can fail: keep what the trace registered
@@ -395,6 +377,7 @@ std::size_t Graph::num_nodes() const { return data_->nodes.size(); }
 std::string Graph::to_string() const { return data_->to_string(); }
 std::string Graph::to_dot() const { return data_->to_dot(); }
 Graph ConcreteFunction::graph() const { return Graph(impl_->graph); }
+const std::string& ConcreteFunction::name() const { return impl_->name; }
 
 void clear_caches() {
   std::lock_guard lock(detail::registry_mutex);
