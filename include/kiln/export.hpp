@@ -76,4 +76,16 @@ class LoadedFunction {
 /// Loads an export file written by export_function (see the file comment for what is checked).
 LoadedFunction load_function(const std::filesystem::path& path);
 
+/// The ONNX operator set export_onnx writes (ai.onnx, opset 17; IR version 8).
+inline constexpr int onnx_opset = 17;
+
+/// Writes `function` as an ONNX model to `path` atomically, checked by the ONNX checker first.
+/// Inputs are `input_<i>` (dynamic dims as dim_params `d<k>`), outputs `output_<i>`; variables
+/// become initializers holding their current values (ONNX models have no variables). Fused
+/// LSTM and GRU recurrences become ONNX Scan loops over the step's math; fused elementwise
+/// kernels are written as their operations. A function that assigns variables (a train step),
+/// draws random numbers, computes gradients, or holds kiln's scan/while_loop/cond is a
+/// kiln::Error naming the node and the reason, as is a kiln built without libonnx-dev.
+void export_onnx(const ConcreteFunction& function, const std::filesystem::path& path);
+
 }  // namespace kiln

@@ -1,0 +1,225 @@
+// kiln::export_onnx: models the ONNX checker accepts (checked again in Python with the onnx
+// package), onnxruntime giving kiln's outputs within 1e-5 (scenario 2's model, a GRU model, an
+// MLP and a function of many primitives), and clear errors for what ONNX cannot hold.
+#include <catch2/catch.hpp>
+
+#include <kiln/kiln.hpp>
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#if KILN_HAVE_ONNX
+#include <onnx/onnx_pb.h>
+#endif
+
+#include "io_test_support.hpp"
+
+using kiln::Tensor;
+using kiln::TensorSpec;
+namespace nn = kiln::nn;
+
+namespace {
+
+/// A model, its forward function's signature and the inputs to compare on.
+struct ModelCase {
+  std::string name;
+  std::shared_ptr<nn::Layer> model;
+  TensorSpec spec;
+  std::vector<Tensor> inputs;
+};
+
+Tensor normal(kiln::Shape shape, std::uint64_t seed) {
+  return kiln::random::normal(shape, 0.0, 1.0, seed);
+}
+
+std::vector<ModelCase> model_cases() {
+  std::vector<ModelCase> cases;
+  cases.push_back({"scenario2",
+                   std::make_shared<nn::Sequential>(nn::Sequential{
+                       nn::LSTM(64, {.return_sequences = true}), nn::LSTM(32),
+                       nn::Dense(1, nn::Activation::sigmoid)}),
+                   TensorSpec({-1, 5, 10}),
+                   {normal({16, 5, 10}, 1), normal({3, 5, 10}, 2)}});
+  cases.push_back({"scenario2_unrolled",
+                   std::make_shared<nn::Sequential>(nn::Sequential{
+                       nn::LSTM(64, {.return_sequences = true, .unroll = true}),
+                       nn::LSTM(32, {.unroll = true}), nn::Dense(1, nn::Activation::sigmoid)}),
+                   TensorSpec({16, 5, 10}),
+                   {normal({16, 5, 10}, 3)}});
+  cases.push_back({"gru",
+                   std::make_shared<nn::Sequential>(nn::Sequential{
+                       nn::GRU(16, {.return_sequences = true}), nn::GRU(8, {.go_backwards = true}),
+                       nn::Dense(3, nn::Activation::softmax)}),
+                   TensorSpec({-1, 7, 4}),
+                   {normal({4, 7, 4}, 4), normal({2, 7, 4}, 5)}});
+  cases.push_back({"gru_dynamic_time",
+                   std::make_shared<nn::Sequential>(
+                       nn::Sequential{nn::GRU(5, {.return_sequences = true}), nn::GRU(4),
+                                      nn::Dense(2)}),
+                   TensorSpec({-1, -1, 3}),
+                   {normal({2, 6, 3}, 8), normal({3, 2, 3}, 9)}});
+  cases.push_back({"lstm_scan",
+                   std::make_shared<nn::Sequential>(nn::Sequential{
+                       nn::LSTM(6, {.return_sequences = true, .fused = false}),
+                       nn::SimpleRNN(4, {.go_backwards = true}), nn::Dense(1)}),
+                   TensorSpec({-1, -1, 3}),
+                   {normal({2, 5, 3}, 10), normal({4, 1, 3}, 11)}});
+  cases.push_back({"bidirectional_mlp",
+                   std::make_shared<nn::Sequential>(nn::Sequential{
+                       nn::Bidirectional(nn::LSTM(6)), nn::Dense(8, nn::Activation::relu),
+                       nn::Dense(8, nn::Activation::tanh), nn::Dense(2)}),
+                   TensorSpec({-1, 4, 3}),
+                   {normal({5, 4, 3}, 6)}});
+  return cases;
+}
+
+/// One function of many primitives (reductions, movement, comparisons, integer arithmetic).
+std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
+  const Tensor a = kiln::exp(x * -0.5f) + kiln::log1p(kiln::abs(x)) - kiln::rsqrt(x * x + 1.f);
+  const Tensor b = kiln::where(x > 0.f, kiln::sqrt(kiln::abs(x)), kiln::square(x) * 2.f);
+  const Tensor c = kiln::softmax(kiln::concat({a, b}, 1), 1);
+  const Tensor t = kiln::transpose(kiln::reshape(c, {2, 3, 4}), {2, 0, 1});
+  const Tensor s = kiln::slice(kiln::pad(t, {{1, 0}, {0, 1}, {2, 2}}, 0.5), 0, 1, 5, 2);
+  const Tensor r = kiln::sum(s, {1}) + kiln::max(s, {1}) - kiln::mean(s, {1});
+  const Tensor g = kiln::gather(x, ids, 0);
+  const Tensor q = kiln::cast(ids, kiln::i64);
+  const Tensor i = (q - 3) / std::int64_t{2} + (q - 4) % std::int64_t{3};
+  return {r, kiln::argmax(g, 1), i, kiln::cast(kiln::all(x > -10.f, {1}), kiln::f32)};
+}
+
+}  // namespace
+
+#if KILN_HAVE_ONNX
+
+namespace {
+
+onnx::ModelProto read_model(const std::filesystem::path& path) {
+  onnx::ModelProto model;
+  std::ifstream in(path, std::ios::binary);
+  REQUIRE(model.ParseFromIstream(&in));
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("export_onnx writes models the ONNX checker accepts", "[onnx]") {
+  kiln::clear_session();
+  io_test::TempDir dir;
+  for (const ModelCase& c : model_cases()) {
+    CAPTURE(c.name);
+    auto forward = kiln::function([&](const Tensor& x) { return (*c.model)(x); },
+                                  {.name = c.name, .input_signature = {c.spec}});
+    const auto path = dir / (c.name + ".onnx");
+    kiln::export_onnx(forward.get_concrete_function(c.inputs.front()), path);
+    const onnx::ModelProto model = read_model(path);
+    CHECK(model.opset_import(0).version() == kiln::onnx_opset);
+    CHECK(model.graph().name() == c.name);
+    REQUIRE(model.graph().input_size() == 1);
+    CHECK(model.graph().input(0).name() == "input_0");
+    const auto& dims = model.graph().input(0).type().tensor_type().shape();
+    REQUIRE(dims.dim_size() == static_cast<int>(c.spec.shape.size()));
+    for (int d = 0; d < dims.dim_size(); ++d)
+      CHECK((c.spec.shape[static_cast<std::size_t>(d)] == -1) == dims.dim(d).has_dim_param());
+    CHECK(model.graph().output(0).name() == "output_0");
+  }
+}
+
+TEST_CASE("functions an ONNX model cannot hold are errors naming the node", "[onnx]") {
+  kiln::clear_session();
+  io_test::TempDir dir;
+  nn::Sequential model{nn::Dense(4, nn::Activation::relu), nn::Dropout(0.5), nn::Dense(1)};
+  kiln::optim::SGD opt;
+  const Tensor x = normal({8, 3}, 1), y = normal({8, 1}, 2);
+  auto step = kiln::function([&](const Tensor& in, const Tensor& target) {
+    kiln::GradientTape tape;
+    const Tensor loss = nn::losses::mean_squared_error(target, model(in));
+    const auto vars = model.trainable_variables();
+    opt.apply(tape.gradient(loss, vars), vars);
+    return loss;
+  });
+  REQUIRE_THROWS_WITH(kiln::export_onnx(step.get_concrete_function(x, y), dir / "step.onnx"),
+                      Catch::Contains("step.onnx: node") &&
+                          (Catch::Contains("assigns the variable") ||
+                           Catch::Contains("has no ONNX form")));
+  auto dropout = kiln::function([&](const Tensor& in) {
+    nn::LearningPhaseScope training(true);
+    return model(in);
+  });
+  REQUIRE_THROWS_WITH(kiln::export_onnx(dropout.get_concrete_function(x), dir / "d.onnx"),
+                      Catch::Contains("random_uniform has no ONNX form") ||
+                          Catch::Contains("assigns the variable"));
+  auto loop = kiln::function([](const Tensor& in) {
+    return kiln::while_loop([](const std::vector<Tensor>& v) { return kiln::sum(v[0]) < 100.f; },
+                            [](const std::vector<Tensor>& v) { return std::vector{v[0] * 2.f}; },
+                            {in}, {.maximum_iterations = 10})[0];
+  });
+  REQUIRE_THROWS_WITH(
+      kiln::export_onnx(loop.get_concrete_function(kiln::ones({3})), dir / "loop.onnx"),
+      Catch::Contains("loop.onnx: node") && Catch::Contains("does not write kiln's while_loop"));
+  CHECK(dir.entries().empty());  // nothing half-written
+}
+
+#else
+
+TEST_CASE("export_onnx says when kiln was built without ONNX", "[onnx]") {
+  auto f = kiln::function([](const Tensor& x) { return x * 2.f; });
+  REQUIRE_THROWS_WITH(kiln::export_onnx(f.get_concrete_function(kiln::ones({2})), "x.onnx"),
+                      Catch::Contains("built without ONNX"));
+}
+
+#endif
+
+TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
+  std::string python;
+  if (const char* env = std::getenv("KILN_PYTHON"); env && *env) {
+    python = env;
+  } else {
+    const char* venv = std::getenv("KILN_VENV");
+    python = (venv && *venv ? std::string(venv) : std::string(KILN_SOURCE_DIR) + "/.venv-kiln") +
+             "/bin/python";
+  }
+  const std::string probe =
+      fmt::format("'{}' -c 'import onnx, onnxruntime' >/dev/null 2>&1", python);
+  if (!KILN_HAVE_ONNX || !std::filesystem::exists(python) || std::system(probe.c_str()) != 0) {
+    WARN("skipped: kiln without ONNX, or no Python with onnx and onnxruntime at "
+         << python << " (run scripts/python-env.sh, or set KILN_PYTHON)");
+    return;
+  }
+  kiln::clear_session();
+  io_test::TempDir dir;
+  nlohmann::json manifest = nlohmann::json::array();
+  int file = 0;
+  const auto save = [&](const Tensor& t) {
+    const std::string name = fmt::format("t{}.npy", file++);
+    kiln::io::save_npy(dir / name, t);
+    return name;
+  };
+  for (const ModelCase& c : model_cases()) {
+    auto forward = kiln::function([&](const Tensor& x) { return (*c.model)(x); },
+                                  {.name = c.name, .input_signature = {c.spec}});
+    kiln::export_onnx(forward.get_concrete_function(c.inputs.front()), dir / (c.name + ".onnx"));
+    nlohmann::json runs = nlohmann::json::array();
+    for (const Tensor& x : c.inputs)
+      runs.push_back({{"inputs", {save(x)}}, {"outputs", {save(forward(x))}}});
+    manifest.push_back({{"model", c.name + ".onnx"}, {"runs", runs}});
+  }
+  auto ops = kiln::function(many_ops, {.name = "many_ops"});
+  const Tensor x = normal({4, 3}, 7);
+  const Tensor ids = kiln::tensor<std::int32_t>({3, 0, 2, 2, 1}, {5});
+  kiln::export_onnx(ops.get_concrete_function(x, ids), dir / "many_ops.onnx");
+  nlohmann::json outputs = nlohmann::json::array();
+  for (const Tensor& out : ops(x, ids)) outputs.push_back(save(out));
+  manifest.push_back(
+      {{"model", "many_ops.onnx"},
+       {"runs", {{{"inputs", {save(x), save(ids)}}, {"outputs", outputs}}}}});
+  std::ofstream(dir / "manifest.json") << manifest.dump(1);
+
+  const std::string command = fmt::format("'{}' '{}/check_onnx.py' '{}'", python,
+                                          KILN_TEST_DATA_DIR, dir.path().string());
+  const int status = std::system(command.c_str());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
