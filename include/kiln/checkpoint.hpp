@@ -50,6 +50,11 @@ struct LoadWeightsResult {
   std::vector<std::string> missing;     ///< variable paths (relative) the file did not provide
   std::vector<std::string> unexpected;  ///< file keys (after key_map) that are no variable
   std::vector<std::string> mismatched;  ///< "path: file f32 [3,4], variable f32 [4,3]"
+  /// Variable paths (relative) whose values wait for variables not created yet: the module
+  /// had none (it is not built), so every value is queued under the name its variable will
+  /// have and becomes that variable's initial value when the layer creates it (dtype and shape
+  /// must match then). Loading again replaces the queue; it is dropped with the module.
+  std::vector<std::string> deferred;
 };
 
 /// Assigns the values in `path` (safetensors, .npz or .npy detected from the file) to the
@@ -57,8 +62,8 @@ struct LoadWeightsResult {
 /// relative (every key rooted at the saving module's name, "sequential_1/dense/kernel") loads
 /// too: without a key_map, a first component shared by every key and by none of the module's
 /// paths is dropped. Validates everything before assigning anything; with strict options any
-/// problem is an error that lists them all and changes nothing (into a module with no
-/// variables yet, the error says it is not built). Cannot be called while a function is being
+/// problem is an error that lists them all and changes nothing. Into a module with no variables
+/// yet (not built), the values are deferred by path instead (LoadWeightsResult::deferred). Cannot be called while a function is being
 /// traced.
 LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path,
                                const LoadWeightsOptions& options = {});
@@ -119,6 +124,11 @@ class Checkpoint {
  public:
   using Objects = std::vector<std::pair<std::string, Module*>>;
   explicit Checkpoint(Objects objects, CheckpointOptions options = {});
+  /// A checkpoint of one module tree whose keys are its variable paths ("dense/kernel",
+  /// relative to `module`, as save_weights writes them), with no object name in front; restore
+  /// defers by path as above. track() adds variables beside it; track_store() is refused (a
+  /// store's full names could collide with the paths).
+  explicit Checkpoint(Module& module, CheckpointOptions options = {});
   ~Checkpoint();
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;

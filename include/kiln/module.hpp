@@ -4,6 +4,7 @@
 /// so every parameter has a stable path ("net/l1/kernel") and is created exactly once.
 
 #include <concepts>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -18,8 +19,12 @@
 
 namespace kiln {
 
+class Module;
 namespace detail {
 struct ModuleState;
+/// The owner id under which values loaded into `module` before it was built wait for its
+/// variables (made on first use; the queue is dropped with the module). Internal.
+std::uint64_t deferred_restore_owner(Module& module);
 }
 
 /// Base class of layers and models. A module has a name, variables it created with
@@ -152,6 +157,7 @@ class Module {
   bool frozen() const;
 
  private:
+  friend std::uint64_t detail::deferred_restore_owner(Module& module);
   void add_owned_module(std::string_view name, std::shared_ptr<Module> child);
   void release() noexcept;
 

@@ -21,8 +21,6 @@ namespace kiln {
 
 namespace {
 
-std::atomic<std::uint64_t> next_checkpoint_id{1};
-
 constexpr std::string_view checkpoint_suffix = ".safetensors";
 /// The highest checkpoint number, 18 nines: every number of 1 to 18 digits fits below it.
 constexpr std::uint64_t max_checkpoint_number = 999'999'999'999'999'999;
@@ -82,7 +80,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 struct Checkpoint::State {
-  std::uint64_t id = next_checkpoint_id.fetch_add(1);
+  std::uint64_t id = detail::new_restore_owner();
   Objects objects;
   std::vector<std::pair<std::string, Variable>> variables;
   const VariableStore* store = nullptr;  // track_store's
@@ -90,6 +88,9 @@ struct Checkpoint::State {
   /// The number this checkpoint last saved under each prefix (absolute, normalized), so that
   /// its numbering never goes back even when files are removed between saves.
   std::map<std::string, std::uint64_t> last_saved;
+
+  /// Made by Checkpoint(Module&): one object without a name, whose paths are the keys.
+  bool rooted() const { return objects.size() == 1 && objects.front().first.empty(); }
 };
 
 Checkpoint::Checkpoint(Objects objects, CheckpointOptions options)
@@ -105,6 +106,11 @@ Checkpoint::Checkpoint(Objects objects, CheckpointOptions options)
     detail::fail("Checkpoint", "keep_last is {}; use 0 to keep every file", options.keep_last);
   state_->objects = std::move(objects);
   state_->options = options;
+}
+
+Checkpoint::Checkpoint(Module& module, CheckpointOptions options)
+    : Checkpoint(Objects{{"model", &module}}, options) {
+  state_->objects.front().first.clear();  // one unnamed object: keys are its variable paths
 }
 
 Checkpoint::~Checkpoint() { detail::drop_deferred_restores(state_->id); }
@@ -129,6 +135,10 @@ std::filesystem::path Checkpoint::latest(const std::filesystem::path& prefix) {
 }
 
 Checkpoint& Checkpoint::track_store(const VariableStore& store) {
+  if (state_->rooted())
+    detail::fail("Checkpoint.track_store",
+                 "this checkpoint's keys are one module's variable paths, which a store's full "
+                 "names could collide with; name the module: Checkpoint({{\"model\", &m}})");
   state_->store = &store;
   return *this;
 }
@@ -138,7 +148,9 @@ std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
   detail::refuse_while_tracing(op);
   std::map<std::string, Tensor> values;
   for (const auto& [object, module] : state_->objects)
-    for (const auto& [path, v] : module->named_variables()) values[object + "/" + path] = v.value();
+    for (const auto& [path, v] : object.empty() ? detail::relative_variables(*module)
+                                                : module->named_variables())
+      values[object.empty() ? path : object + "/" + path] = v.value();
   for (const auto& [name, v] : state_->variables) values[name] = v.value();
   if (state_->store != nullptr)
     for (const Variable& v : state_->store->variables()) {
@@ -238,8 +250,11 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
   for (const auto& entry : values) {
     const std::string& key = entry.first;  // not a structured binding: lambdas capture it
     const Tensor& value = entry.second;
-    const std::size_t slash = key.find('/');
-    const std::string object = key.substr(0, slash);
+    // A rooted checkpoint's keys are all its module's paths; else the first component names
+    // the object.
+    const bool rooted = state_->rooted();
+    const std::size_t slash = rooted ? 0 : key.find('/');
+    const std::string object = rooted ? std::string() : key.substr(0, slash);
     auto tracked = std::find_if(state_->variables.begin(), state_->variables.end(),
                                 [&](const auto& p) { return p.first == key; });
     Variable target;
@@ -263,7 +278,7 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
     } else if (tracked != state_->variables.end()) {
       target = tracked->second;
     } else {
-      if (owner == state_->objects.end() || slash == std::string::npos) {
+      if (owner == state_->objects.end() || (!rooted && slash == std::string::npos)) {
         if (options.strict)
           problems.push_back(fmt::format("'{}' belongs to no object of this checkpoint",
                                          io::detail::printable(key)));
@@ -271,7 +286,8 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
           result.unused.push_back(key);
         continue;
       }
-      const std::string path = key.substr(slash + 1);
+      const std::string path =
+          rooted ? owner->second->name() + "/" + key : key.substr(slash + 1);
       const Module& module = *owner->second;
       if (!module.has_variable(path)) {
         if (!selected.empty()) {  // not created yet, so not in var_list
@@ -342,8 +358,9 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
     return (selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0;
   };
   for (const auto& [object, module] : state_->objects)
-    for (const auto& [path, v] : module->named_variables())
-      if (missed(v)) result.missing.push_back(object + "/" + path);
+    for (const auto& [path, v] : object.empty() ? detail::relative_variables(*module)
+                                                : module->named_variables())
+      if (missed(v)) result.missing.push_back(object.empty() ? path : object + "/" + path);
   for (const auto& [name, v] : state_->variables)
     if (missed(v)) result.missing.push_back(name);
   if (state_->store != nullptr)

@@ -1,5 +1,6 @@
 #include "state/deferred_restore.hpp"
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -20,6 +21,11 @@ std::map<std::string, Pending>& pending_by_name() {
 }
 
 }  // namespace
+
+std::uint64_t new_restore_owner() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 void defer_restore(std::uint64_t owner, const std::string& full_name, std::string key,
                    Tensor value) {

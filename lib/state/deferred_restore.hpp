@@ -11,6 +11,8 @@
 
 namespace kiln::detail {
 
+/// A new owner id (checkpoints and modules that queue values each take one).
+std::uint64_t new_restore_owner();
 /// Queues `value` for the variable that will be named `full_name`; `owner` identifies the
 /// checkpoint, `key` is how it names the value in messages.
 void defer_restore(std::uint64_t owner, const std::string& full_name, std::string key,

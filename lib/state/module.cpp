@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/fail.hpp"
+#include "state/deferred_restore.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "kiln/name_scope.hpp"
@@ -38,6 +39,7 @@ struct ModuleState {
   std::vector<ModuleState*> parents;     // every module this one is registered in
   ModuleState* naming_parent = nullptr;  // the one its path comes from (the first)
   std::string name_in_parent;
+  std::uint64_t restore_owner = 0;  // values load_weights queued before it was built (if any)
 };
 
 }  // namespace detail
@@ -234,8 +236,16 @@ void Module::release() noexcept {
   std::vector<detail::ModuleChild> children = std::move(self->children);
   self->children.clear();
   for (auto& child : children) forget_parent(*child.state, self);
+  if (self->restore_owner != 0) detail::drop_deferred_restores(self->restore_owner);
   std::shared_ptr<ModuleState> dropped = std::move(state_);
   children.clear();  // destroys owned children (they no longer list this module as a parent)
+}
+
+std::uint64_t detail::deferred_restore_owner(Module& module) {
+  TreeLock lock(tree_mutex());
+  if (!module.state_) detail::fail("Module", "this module was moved from");
+  if (module.state_->restore_owner == 0) module.state_->restore_owner = new_restore_owner();
+  return module.state_->restore_owner;
 }
 
 const std::string& Module::name() const {

@@ -10,6 +10,8 @@
 #include "io/elements.hpp"
 #include "io/weights_file.hpp"
 #include "kiln/checkpoint.hpp"
+#include "state/deferred_restore.hpp"
+#include "state/names.hpp"
 #include "state/weights.hpp"
 
 namespace kiln {
@@ -27,18 +29,18 @@ std::string describe(DType dtype, const Shape& shape) {
   return fmt::format("{} {}", dtype_name(dtype), shape.to_string());
 }
 
-}  // namespace detail
-
-namespace {
-
-/// The module's variables by their paths relative to it ("dense/kernel"): the keys of its
-/// weights files, whatever the module itself is called (like a PyTorch state_dict).
 std::vector<std::pair<std::string, Variable>> relative_variables(const Module& module) {
   std::vector<std::pair<std::string, Variable>> out = module.named_variables();
   const std::size_t root = module.name().size() + 1;  // "sequential/"
   for (auto& [name, variable] : out) name.erase(0, root);
   return out;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::relative_variables;
 
 /// Files written before keys were relative rooted every key at the saving module's name
 /// ("sequential_1/dense/kernel"). When every key of `file` starts with one component that is
@@ -119,6 +121,27 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
   };
 
   LoadWeightsResult result;
+  if (variables.empty() && !file.empty()) {
+    // Not built: every value waits, under the full name its variable will have, and becomes
+    // that variable's initial value when the layer creates it (as Checkpoint::restore defers).
+    // A later load replaces the queue; it is dropped with the module.
+    const std::uint64_t owner = detail::deferred_restore_owner(module);
+    detail::drop_deferred_restores(owner);
+    const std::string prefix = module.path();
+    for (const auto& [key, stored] : file) {
+      const std::string target = options.key_map ? options.key_map(key) : key;
+      if (target.empty()) continue;
+      const Tensor value = options.transform ? options.transform(key, stored) : stored;
+      if (!value.defined())
+        detail::fail(op, "{}: the transform returned an undefined tensor for '{}'", path.string(),
+                     io::detail::printable(key));
+      const std::string relative =
+          target.starts_with(prefix + "/") ? target.substr(prefix.size() + 1) : target;
+      detail::defer_restore(owner, detail::join_path(prefix, relative), relative, value);
+      result.deferred.push_back(relative);
+    }
+    return result;
+  }
   struct Assignment {
     std::string path;
     Variable variable;
@@ -167,12 +190,6 @@ LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path
     list("missing from the file", result.missing);
     list("unexpected in the file", result.unexpected);
     list("dtype or shape differs", result.mismatched);
-    if (variables.empty())
-      detail::fail(op,
-                   "{} holds {} weights, but module '{}' has no variables yet: it is not built "
-                   "(layers create their variables on their first call; call the model once on "
-                   "an input of the right shape, then load). Nothing was assigned",
-                   path.string(), file.size(), module.name());
     detail::fail(op,
                  "{} does not match module '{}'; nothing was assigned (pass strict = false to "
                  "load what matches, or a key_map to rename keys):{}",
