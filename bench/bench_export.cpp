@@ -52,7 +52,8 @@ void print(const Row& r) {
 int main(int argc, char** argv) {
   const kiln::bench::BenchArgs args = kiln::bench::parse_bench_args(argc, argv);
   if (args.bad()) {
-    fmt::print(stderr, "kiln_bench_export: unknown argument '{}'\nusage: kiln_bench_export [--quick]\n",
+    fmt::print(stderr,
+               "kiln_bench_export: unknown argument '{}'\nusage: kiln_bench_export [--quick]\n",
                args.unknown);
     return 2;
   }
@@ -91,7 +92,8 @@ int main(int argc, char** argv) {
     Row r{"predict"};
     r.first_ms = once_ms([&] { predict(x); });
     r.cached_us = kiln::bench::measure(plan, [&] { predict(x); }).median * 1e6;
-    r.export_ms = once_ms([&] { kiln::export_function(predict.get_concrete_function(x), dir / "predict.kiln"); });
+    r.export_ms = once_ms(
+        [&] { kiln::export_function(predict.get_concrete_function(x), dir / "predict.kiln"); });
     std::optional<kiln::LoadedFunction> loaded;
     r.load_ms = once_ms([&] { loaded = kiln::load_function(dir / "predict.kiln"); });
     r.loaded_first_ms = once_ms([&] { (*loaded)(x); });

@@ -24,10 +24,9 @@ int main(int argc, char** argv) {
     else
       inputs.push_back(kiln::io::load_npy(argv[i]));
   }
-  fmt::print("loaded '{}': {} inputs, {} outputs, {} variables, {} graph nodes\n",
-             function.name(), function.input_signature().size(),
-             function.output_signature().size(), function.variables().size(),
-             function.graph().num_nodes());
+  fmt::print("loaded '{}': {} inputs, {} outputs, {} variables, {} graph nodes\n", function.name(),
+             function.input_signature().size(), function.output_signature().size(),
+             function.variables().size(), function.graph().num_nodes());
   const std::vector<kiln::Tensor> outputs = function.call(inputs);
   for (std::size_t i = 0; i < outputs.size(); ++i)
     fmt::print("output {}: {} {::.6f}\n", i, outputs[i].shape(),

@@ -16,6 +16,23 @@
 
 namespace io_test {
 
+/// The Python of the project's private environment (scripts/python-env.sh: $KILN_PYTHON, else
+/// $KILN_VENV or .venv-kiln), or "" when it is missing or cannot import `modules`
+/// ("numpy, safetensors").
+inline std::string test_python(const std::string& modules) {
+  std::string python;
+  if (const char* env = std::getenv("KILN_PYTHON"); env && *env) {
+    python = env;
+  } else {
+    const char* venv = std::getenv("KILN_VENV");
+    python = (venv && *venv ? std::string(venv) : std::string(KILN_SOURCE_DIR) + "/.venv-kiln") +
+             "/bin/python";
+  }
+  const std::string probe = "'" + python + "' -c 'import " + modules + "' >/dev/null 2>&1";
+  if (!std::filesystem::exists(python) || std::system(probe.c_str()) != 0) return {};
+  return python;
+}
+
 /// A fresh folder under $TMPDIR (or /tmp), removed with its contents on destruction.
 class TempDir {
  public:

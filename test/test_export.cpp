@@ -39,8 +39,8 @@ std::vector<ForwardCase> forward_cases() {
   return {
       {"fused LSTM and Dense, dynamic batch",
        [] {
-         return std::make_shared<nn::Sequential>(nn::Sequential{
-             nn::LSTM(8, {.return_sequences = true}), nn::LSTM(4), nn::Dense(2)});
+         return std::make_shared<nn::Sequential>(
+             nn::Sequential{nn::LSTM(8, {.return_sequences = true}), nn::LSTM(4), nn::Dense(2)});
        },
        TensorSpec({-1, 6, 3}),
        {{4, 6, 3}, {1, 6, 3}, {7, 6, 3}}},
@@ -54,16 +54,16 @@ std::vector<ForwardCase> forward_cases() {
       {"GRU with masking and Bidirectional, static",
        [] {
          return std::make_shared<nn::Sequential>(
-             nn::Sequential{nn::Bidirectional(nn::GRU(4, {.return_sequences = true})),
-                            nn::GRU(3), nn::Dense(2, nn::Activation::softmax)});
+             nn::Sequential{nn::Bidirectional(nn::GRU(4, {.return_sequences = true})), nn::GRU(3),
+                            nn::Dense(2, nn::Activation::softmax)});
        },
        TensorSpec({3, 5, 2}),
        {{3, 5, 2}}},
       {"MLP with fused elementwise chains",
        [] {
-         return std::make_shared<nn::Sequential>(
-             nn::Sequential{nn::Dense(16, nn::Activation::tanh), nn::Dense(16, nn::Activation::relu),
-                            nn::Dense(3, nn::Activation::softmax)});
+         return std::make_shared<nn::Sequential>(nn::Sequential{
+             nn::Dense(16, nn::Activation::tanh), nn::Dense(16, nn::Activation::relu),
+             nn::Dense(3, nn::Activation::softmax)});
        },
        TensorSpec({-1, 10}),
        {{8, 10}, {300, 10}}},
@@ -120,9 +120,9 @@ TEST_CASE("a loaded function's variables stay variables", "[export]") {
   const Tensor expected = kiln::matmul(x, kiln::full({4, 2}, 0.5)) + dense.bias().value();
   CHECK(kiln::test::max_diff(loaded(x)[0], expected) == 0.0);
   CHECK_FALSE(same(dense(x), expected));  // the original is untouched
-  REQUIRE_THROWS_WITH(loaded.variable("dense/kernal"),
-                      Catch::Contains("no variable 'dense/kernal'") &&
-                          Catch::Contains("dense/kernel"));
+  REQUIRE_THROWS_WITH(
+      loaded.variable("dense/kernal"),
+      Catch::Contains("no variable 'dense/kernal'") && Catch::Contains("dense/kernel"));
 }
 
 TEST_CASE("an exported train step trains its own variables as the original does", "[export]") {
@@ -178,7 +178,8 @@ TEST_CASE("calling a loaded function with the wrong arguments is an error", "[ex
     REQUIRE_THROWS_WITH(loaded(input({3, 4})), Catch::Contains("has no gradient"));
   }
   auto outer = kiln::function([&](const Tensor& x) { return loaded(x)[0]; });
-  REQUIRE_THROWS_WITH(outer(input({3, 4})), Catch::Contains("while a kiln::function is being traced"));
+  REQUIRE_THROWS_WITH(outer(input({3, 4})),
+                      Catch::Contains("while a kiln::function is being traced"));
   CHECK(loaded(input({5, 4}))[0].shape() == Shape{5, 2});
 }
 
@@ -199,8 +200,8 @@ namespace {
 
 /// Rewrites the export file at `path` with its graph text changed by `edit`; with `resign`, the
 /// checksum is recomputed (an edit made on purpose), else left as it was.
-void edit_graph(const std::filesystem::path& path,
-                const std::function<void(std::string&)>& edit, bool resign) {
+void edit_graph(const std::filesystem::path& path, const std::function<void(std::string&)>& edit,
+                bool resign) {
   std::map<std::string, Tensor> tensors = kiln::io::load_safetensors(path);
   kiln::io::Metadata metadata = kiln::io::load_safetensors_metadata(path);
   edit(metadata.at(kiln::detail::graph_key));
@@ -244,7 +245,8 @@ TEST_CASE("damaged, edited and foreign export files are errors naming the file",
   }
   SECTION("edited without the checksum") {
     fresh();
-    edit_graph(path, [](std::string& t) { replace_once(t, "\"tanh\"", "\"sigmoid\""); }, false);
+    edit_graph(
+        path, [](std::string& t) { replace_once(t, "\"tanh\"", "\"sigmoid\""); }, false);
     fails_with({"does not match its checksum"});
   }
   SECTION("a version from the future") {
@@ -261,29 +263,32 @@ TEST_CASE("damaged, edited and foreign export files are errors naming the file",
   }
   SECTION("a primitive this kiln does not have") {
     fresh();
-    edit_graph(path, [](std::string& t) { replace_once(t, "\"prim\":\"matmul\"", "\"prim\":\"conv9d\""); },
-               true);
+    edit_graph(
+        path, [](std::string& t) { replace_once(t, "\"prim\":\"matmul\"", "\"prim\":\"conv9d\""); },
+        true);
     fails_with({"graph.nodes[", "'conv9d', which this kiln does not have"});
   }
   SECTION("an input that does not come first") {
     fresh();
-    edit_graph(path, [](std::string& t) { replace_once(t, "\"inputs\":[0,", "\"inputs\":[99,"); },
-               true);
+    edit_graph(
+        path, [](std::string& t) { replace_once(t, "\"inputs\":[0,", "\"inputs\":[99,"); }, true);
     fails_with({"reads node 99, which does not come before it"});
   }
   SECTION("a constant of another shape") {
     fresh();
-    edit_graph(path,
-               [](std::string& t) {
-                 replace_once(t, "\"kind\":\"variable\",\"dtype\":\"f32\",\"shape\":[4,3]",
-                              "\"kind\":\"variable\",\"dtype\":\"f32\",\"shape\":[4,4]");
-               },
-               true);
+    edit_graph(
+        path,
+        [](std::string& t) {
+          replace_once(t, "\"kind\":\"variable\",\"dtype\":\"f32\",\"shape\":[4,3]",
+                       "\"kind\":\"variable\",\"dtype\":\"f32\",\"shape\":[4,4]");
+        },
+        true);
     fails_with({"the variable is f32 [4,3]"});
   }
   SECTION("a graph that is not JSON") {
     fresh();
-    edit_graph(path, [](std::string& t) { t.resize(t.size() / 2); }, true);
+    edit_graph(
+        path, [](std::string& t) { t.resize(t.size() / 2); }, true);
     fails_with({"not valid JSON"});
   }
   SECTION("a missing file") { fails_with({}); }

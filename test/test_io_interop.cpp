@@ -143,19 +143,11 @@ TEST_CASE("F16 and BF16 conversion covers every class of value", "[io]") {
 
 TEST_CASE("NumPy and the reference safetensors package read kiln's files", "[io]") {
   // The private environment made by scripts/python-env.sh (scripts/test.sh creates it).
-  std::string python;
-  if (const char* env = std::getenv("KILN_PYTHON"); env && *env) {
-    python = env;
-  } else {
-    const char* venv = std::getenv("KILN_VENV");
-    python = (venv && *venv ? std::string(venv) : std::string(KILN_SOURCE_DIR) + "/.venv-kiln") +
-             "/bin/python";
-  }
-  const std::string probe =
-      fmt::format("'{}' -c 'import numpy, safetensors' >/dev/null 2>&1", python);
-  if (!std::filesystem::exists(python) || std::system(probe.c_str()) != 0) {
-    WARN("skipped: no Python with numpy and safetensors at "
-         << python << " (run scripts/python-env.sh, or set KILN_PYTHON)");
+  const std::string python = io_test::test_python("numpy, safetensors");
+  if (python.empty()) {
+    WARN(
+        "skipped: no Python with numpy and safetensors (run scripts/python-env.sh, or set "
+        "KILN_PYTHON)");
     return;
   }
   TempDir dir;

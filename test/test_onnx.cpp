@@ -38,9 +38,9 @@ Tensor normal(kiln::Shape shape, std::uint64_t seed) {
 std::vector<ModelCase> model_cases() {
   std::vector<ModelCase> cases;
   cases.push_back({"scenario2",
-                   std::make_shared<nn::Sequential>(nn::Sequential{
-                       nn::LSTM(64, {.return_sequences = true}), nn::LSTM(32),
-                       nn::Dense(1, nn::Activation::sigmoid)}),
+                   std::make_shared<nn::Sequential>(
+                       nn::Sequential{nn::LSTM(64, {.return_sequences = true}), nn::LSTM(32),
+                                      nn::Dense(1, nn::Activation::sigmoid)}),
                    TensorSpec({-1, 5, 10}),
                    {normal({16, 5, 10}, 1), normal({3, 5, 10}, 2)}});
   cases.push_back({"scenario2_unrolled",
@@ -56,15 +56,14 @@ std::vector<ModelCase> model_cases() {
                    TensorSpec({-1, 7, 4}),
                    {normal({4, 7, 4}, 4), normal({2, 7, 4}, 5)}});
   cases.push_back({"gru_dynamic_time",
-                   std::make_shared<nn::Sequential>(
-                       nn::Sequential{nn::GRU(5, {.return_sequences = true}), nn::GRU(4),
-                                      nn::Dense(2)}),
+                   std::make_shared<nn::Sequential>(nn::Sequential{
+                       nn::GRU(5, {.return_sequences = true}), nn::GRU(4), nn::Dense(2)}),
                    TensorSpec({-1, -1, 3}),
                    {normal({2, 6, 3}, 8), normal({3, 2, 3}, 9)}});
   cases.push_back({"lstm_scan",
-                   std::make_shared<nn::Sequential>(nn::Sequential{
-                       nn::LSTM(6, {.return_sequences = true, .fused = false}),
-                       nn::SimpleRNN(4, {.go_backwards = true}), nn::Dense(1)}),
+                   std::make_shared<nn::Sequential>(
+                       nn::Sequential{nn::LSTM(6, {.return_sequences = true, .fused = false}),
+                                      nn::SimpleRNN(4, {.go_backwards = true}), nn::Dense(1)}),
                    TensorSpec({-1, -1, 3}),
                    {normal({2, 5, 3}, 10), normal({4, 1, 3}, 11)}});
   cases.push_back({"bidirectional_mlp",
@@ -140,10 +139,10 @@ TEST_CASE("functions an ONNX model cannot hold are errors naming the node", "[on
     opt.apply(tape.gradient(loss, vars), vars);
     return loss;
   });
-  REQUIRE_THROWS_WITH(kiln::export_onnx(step.get_concrete_function(x, y), dir / "step.onnx"),
-                      Catch::Contains("step.onnx: node") &&
-                          (Catch::Contains("assigns the variable") ||
-                           Catch::Contains("has no ONNX form")));
+  REQUIRE_THROWS_WITH(
+      kiln::export_onnx(step.get_concrete_function(x, y), dir / "step.onnx"),
+      Catch::Contains("step.onnx: node") &&
+          (Catch::Contains("assigns the variable") || Catch::Contains("has no ONNX form")));
   auto dropout = kiln::function([&](const Tensor& in) {
     nn::LearningPhaseScope training(true);
     return model(in);
@@ -173,19 +172,11 @@ TEST_CASE("export_onnx says when kiln was built without ONNX", "[onnx]") {
 #endif
 
 TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
-  std::string python;
-  if (const char* env = std::getenv("KILN_PYTHON"); env && *env) {
-    python = env;
-  } else {
-    const char* venv = std::getenv("KILN_VENV");
-    python = (venv && *venv ? std::string(venv) : std::string(KILN_SOURCE_DIR) + "/.venv-kiln") +
-             "/bin/python";
-  }
-  const std::string probe =
-      fmt::format("'{}' -c 'import onnx, onnxruntime' >/dev/null 2>&1", python);
-  if (!KILN_HAVE_ONNX || !std::filesystem::exists(python) || std::system(probe.c_str()) != 0) {
-    WARN("skipped: kiln without ONNX, or no Python with onnx and onnxruntime at "
-         << python << " (run scripts/python-env.sh, or set KILN_PYTHON)");
+  const std::string python = io_test::test_python("onnx, onnxruntime");
+  if (!KILN_HAVE_ONNX || python.empty()) {
+    WARN(
+        "skipped: kiln without ONNX, or no Python with onnx and onnxruntime (run "
+        "scripts/python-env.sh, or set KILN_PYTHON)");
     return;
   }
   kiln::clear_session();
@@ -212,13 +203,12 @@ TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
   kiln::export_onnx(ops.get_concrete_function(x, ids), dir / "many_ops.onnx");
   nlohmann::json outputs = nlohmann::json::array();
   for (const Tensor& out : ops(x, ids)) outputs.push_back(save(out));
-  manifest.push_back(
-      {{"model", "many_ops.onnx"},
-       {"runs", {{{"inputs", {save(x), save(ids)}}, {"outputs", outputs}}}}});
+  manifest.push_back({{"model", "many_ops.onnx"},
+                      {"runs", {{{"inputs", {save(x), save(ids)}}, {"outputs", outputs}}}}});
   std::ofstream(dir / "manifest.json") << manifest.dump(1);
 
-  const std::string command = fmt::format("'{}' '{}/check_onnx.py' '{}'", python,
-                                          KILN_TEST_DATA_DIR, dir.path().string());
+  const std::string command =
+      fmt::format("'{}' '{}/check_onnx.py' '{}'", python, KILN_TEST_DATA_DIR, dir.path().string());
   const int status = std::system(command.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

@@ -63,8 +63,8 @@ struct LoadWeightsResult {
 /// too: without a key_map, a first component shared by every key and by none of the module's
 /// paths is dropped. Validates everything before assigning anything; with strict options any
 /// problem is an error that lists them all and changes nothing. Into a module with no variables
-/// yet (not built), the values are deferred by path instead (LoadWeightsResult::deferred). Cannot be called while a function is being
-/// traced.
+/// yet (not built), the values are deferred by path instead (LoadWeightsResult::deferred). Cannot
+/// be called while a function is being traced.
 LoadWeightsResult load_weights(Module& module, const std::filesystem::path& path,
                                const LoadWeightsOptions& options = {});
 

@@ -25,7 +25,7 @@ struct ModuleState;
 /// The owner id under which values loaded into `module` before it was built wait for its
 /// variables (made on first use; the queue is dropped with the module). Internal.
 std::uint64_t deferred_restore_owner(Module& module);
-}
+}  // namespace detail
 
 /// Base class of layers and models. A module has a name, variables it created with
 /// add_variable, and child modules registered with add_module. Subclass it:

@@ -45,10 +45,9 @@ class GraphReader {
       : source_(std::move(source)), tensors_(tensors), num_symbols_(num_symbols) {}
 
   /// The root graph (regions inside it are read as they come).
-  std::shared_ptr<GraphData> root(const Json& j, std::size_t num_variables,
-                                  const std::vector<TensorSpec>& variable_specs) {
+  std::shared_ptr<GraphData> root(const Json& j, const std::vector<TensorSpec>& variable_specs) {
     variable_specs_ = &variable_specs;
-    num_variables_ = num_variables;
+    num_variables_ = variable_specs.size();
     return graph(j, "graph", 0);
   }
 
@@ -64,8 +63,7 @@ class GraphReader {
   template <class... Args>
   [[noreturn]] void bad(const std::string& where, fmt::format_string<Args...> message,
                         Args&&... args) const {
-    fail(load_op, "{}: {}: {}", source_, where,
-         fmt::format(message, std::forward<Args>(args)...));
+    fail(load_op, "{}: {}: {}", source_, where, fmt::format(message, std::forward<Args>(args)...));
   }
 
   const Json& field(const Json& j, const char* key, const std::string& where) const {
@@ -79,7 +77,8 @@ class GraphReader {
                        std::int64_t high) const {
     if (!j.is_number_integer()) bad(where, "must be an integer");
     if (j.is_number_unsigned() &&
-        j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        j.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
       bad(where, "is out of range");
     const auto v = j.get<std::int64_t>();
     if (v < low || v > high) bad(where, "is {}, outside [{}, {}]", v, low, high);
@@ -182,8 +181,8 @@ class GraphReader {
           bad(at, "operand {} ({}) is neither an input nor a slot", k, o);
         op.operands[k] = static_cast<std::int16_t>(std::clamp<std::int64_t>(o, -128, 127));
       }
-      const std::int64_t result = integer(field(ops[i], "result_slot", at), at + ".result_slot",
-                                          0, std::max<std::int64_t>(0, p->num_slots - 1));
+      const std::int64_t result = integer(field(ops[i], "result_slot", at), at + ".result_slot", 0,
+                                          std::max<std::int64_t>(0, p->num_slots - 1));
       op.result_slot = static_cast<std::int16_t>(result);
       p->ops.push_back(op);
     }
@@ -203,7 +202,9 @@ class GraphReader {
   void check_control_flow(const Node& n, const std::string& where) const {
     const std::size_t want_regions = n.kind == Node::Kind::scan ? 1 : 2;
     if (n.regions.size() != want_regions) bad(where, "needs {} regions", want_regions);
-    const std::size_t want_ints = n.kind == Node::Kind::scan ? 3 : n.kind == Node::Kind::cond ? 3 : 4;
+    const std::size_t want_ints = n.kind == Node::Kind::scan   ? 3
+                                  : n.kind == Node::Kind::cond ? 3
+                                                               : 4;
     if (n.attrs.ints.size() < want_ints) bad(where, "needs {} integer attributes", want_ints);
     for (std::size_t k = 0; k < want_ints; ++k)
       if (n.attrs.ints[k] < (n.kind == Node::Kind::while_loop && k == 3 ? -1 : 0))
@@ -214,7 +215,8 @@ class GraphReader {
       if (count(0) + count(1) > inputs) bad(where, "has fewer inputs than carries and xs");
       if (n.regions[0]->num_parameters != inputs)
         bad(where, "body takes {} parameters for {} inputs", n.regions[0]->num_parameters, inputs);
-      if (n.regions[0]->outputs.size() < count(0)) bad(where, "body returns fewer than its carries");
+      if (n.regions[0]->outputs.size() < count(0))
+        bad(where, "body returns fewer than its carries");
     } else if (n.kind == Node::Kind::while_loop) {
       if (count(0) + count(1) + count(2) != inputs) bad(where, "input counts do not add up");
       if (n.regions[0]->num_parameters != count(0) + count(1) || n.regions[0]->outputs.size() != 1)
@@ -354,7 +356,8 @@ class GraphReader {
       }
       case Node::Kind::output:
         inputs_exactly(1);
-        if (!input(0).is_control_flow()) bad(at, "reads node {}, which has no results", n.inputs[0]);
+        if (!input(0).is_control_flow())
+          bad(at, "reads node {}, which has no results", n.inputs[0]);
         if (n.index < 0 || static_cast<std::size_t>(n.index) >= results_of(input(0)))
           bad(at, "reads result {} of {}", n.index, results_of(input(0)));
         break;
@@ -437,14 +440,14 @@ LoadedFunction load_function(const std::filesystem::path& path) {
   }
   std::vector<std::pair<std::uint32_t, std::uint32_t>> symbol_sources;
   for (const nlohmann::json& s : doc["symbol_sources"]) {
-    if (!s.is_array() || s.size() != 2 || !s[0].is_number_unsigned() || !s[1].is_number_unsigned() ||
-        s[0].get<std::uint64_t>() > (1u << 20) || s[1].get<std::uint64_t>() > 64)
+    if (!s.is_array() || s.size() != 2 || !s[0].is_number_unsigned() ||
+        !s[1].is_number_unsigned() || s[0].get<std::uint64_t>() > (1u << 20) ||
+        s[1].get<std::uint64_t>() > 64)
       fail(op, "{}: symbol_sources must be [argument, dim] pairs", source);
     symbol_sources.emplace_back(s[0].get<std::uint32_t>(), s[1].get<std::uint32_t>());
   }
   detail::GraphReader reader(source, tensors, static_cast<std::int64_t>(symbol_sources.size()));
-  const std::shared_ptr<detail::GraphData> graph =
-      reader.root(doc["graph"], variable_specs.size(), variable_specs);
+  const std::shared_ptr<detail::GraphData> graph = reader.root(doc["graph"], variable_specs);
   // Parameters in argument order; each symbol's source must be a dynamic dim of its argument.
   std::vector<const detail::Node*> parameters(graph->num_parameters);
   for (const detail::Node& n : graph->nodes)
@@ -500,7 +503,6 @@ std::vector<Tensor> LoadedFunction::call(const std::vector<Tensor>& args) const 
       symbol[s] = args[t].shape()[d];
   }
   std::vector<const Tensor*> pointers;
-  std::size_t k = 0;
   for (const detail::Node& n : g.nodes) {
     if (n.kind != detail::Node::Kind::parameter) continue;
     const std::size_t i = static_cast<std::size_t>(n.index);
@@ -516,11 +518,11 @@ std::vector<Tensor> LoadedFunction::call(const std::vector<Tensor>& args) const 
                  : a.shape()[d] == want;
     }
     if (!fits)
-      fail(name, "argument {} must be {} {} (-1: any size, the same where the trace shared a dim); got {} {}",
+      fail(name,
+           "argument {} must be {} {} (-1: any size, the same where the trace shared a dim); got "
+           "{} {}",
            i, dtype_name(spec.dtype), spec.shape, dtype_name(a.dtype()), a.shape());
-    ++k;
   }
-  (void)k;
   for (const Tensor& a : args) pointers.push_back(&a);
   std::vector<Tensor> outputs;
   const detail::ConcreteFunctionImpl& cf = *impl.function;

@@ -20,8 +20,8 @@ namespace detail {
 namespace {
 
 constexpr Node::Kind all_kinds[] = {
-    Node::Kind::parameter, Node::Kind::constant, Node::Kind::variable,   Node::Kind::primitive,
-    Node::Kind::assign,    Node::Kind::fused,    Node::Kind::scan,       Node::Kind::while_loop,
+    Node::Kind::parameter, Node::Kind::constant, Node::Kind::variable, Node::Kind::primitive,
+    Node::Kind::assign,    Node::Kind::fused,    Node::Kind::scan,     Node::Kind::while_loop,
     Node::Kind::cond,      Node::Kind::output};
 
 using Json = nlohmann::ordered_json;
@@ -33,7 +33,9 @@ Json number(double value) {
   return value;
 }
 
-Json dims(const Shape& shape) { return Json(std::vector<std::int64_t>(shape.begin(), shape.end())); }
+Json dims(const Shape& shape) {
+  return Json(std::vector<std::int64_t>(shape.begin(), shape.end()));
+}
 
 /// Writes graphs (the root and every region) and collects the constants they capture.
 class GraphWriter {

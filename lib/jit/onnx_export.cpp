@@ -143,13 +143,10 @@ class OnnxWriter {
   template <class... Args>
   [[noreturn]] void unsupported(fmt::format_string<Args...> message, Args&&... args) const {
     detail::fail(onnx_op, "{}: {}node {}: {}", model_.source, is_region_ ? "loop body " : "",
-                 current_,
-                 fmt::format(message, std::forward<Args>(args)...));
+                 current_, fmt::format(message, std::forward<Args>(args)...));
   }
 
-  std::string fresh(std::string_view hint) {
-    return fmt::format("{}_{}", hint, model_.counter++);
-  }
+  std::string fresh(std::string_view hint) { return fmt::format("{}_{}", hint, model_.counter++); }
 
   static void describe(onnx::ValueInfoProto& info, const std::string& name, DType dtype,
                        const Shape& shape) {
@@ -209,8 +206,7 @@ class OnnxWriter {
     for (std::int64_t d : t.shape()) p.add_dims(d);
     std::string bytes;
     const auto append = [&](const auto& values) {
-      bytes.assign(reinterpret_cast<const char*>(values.data()),
-                   values.size() * sizeof(values[0]));
+      bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(values[0]));
     };
     switch (t.dtype()) {
       case DType::f32:
@@ -253,26 +249,46 @@ class OnnxWriter {
   std::string elementwise(Prim p, DType in, DType out, const std::vector<std::string>& x) {
     const bool floating = is_floating(in);
     switch (p) {
-      case Prim::neg: return op("Neg", x);
-      case Prim::abs: return op("Abs", x);
-      case Prim::sign: return op("Sign", x);
-      case Prim::exp: return op("Exp", x);
-      case Prim::log: return op("Log", x);
-      case Prim::log1p: return op("Log", {op("Add", {x[0], scalar(1.0, in)})});
-      case Prim::sqrt: return op("Sqrt", x);
-      case Prim::rsqrt: return op("Reciprocal", {op("Sqrt", x)});
-      case Prim::square: return op("Mul", {x[0], x[0]});
-      case Prim::sin: return op("Sin", x);
-      case Prim::cos: return op("Cos", x);
-      case Prim::tanh: return op("Tanh", x);
-      case Prim::sigmoid: return op("Sigmoid", x);
-      case Prim::relu: return op("Relu", x);
-      case Prim::softplus: return op("Softplus", x);
-      case Prim::erf: return op("Erf", x);
-      case Prim::floor: return floating ? op("Floor", x) : op("Identity", x);
-      case Prim::ceil: return floating ? op("Ceil", x) : op("Identity", x);
-      case Prim::round: return floating ? op("Round", x) : op("Identity", x);
-      case Prim::logical_not: return op("Not", {in == DType::boolean ? x[0] : cast_to(x[0], DType::boolean)});
+      case Prim::neg:
+        return op("Neg", x);
+      case Prim::abs:
+        return op("Abs", x);
+      case Prim::sign:
+        return op("Sign", x);
+      case Prim::exp:
+        return op("Exp", x);
+      case Prim::log:
+        return op("Log", x);
+      case Prim::log1p:
+        return op("Log", {op("Add", {x[0], scalar(1.0, in)})});
+      case Prim::sqrt:
+        return op("Sqrt", x);
+      case Prim::rsqrt:
+        return op("Reciprocal", {op("Sqrt", x)});
+      case Prim::square:
+        return op("Mul", {x[0], x[0]});
+      case Prim::sin:
+        return op("Sin", x);
+      case Prim::cos:
+        return op("Cos", x);
+      case Prim::tanh:
+        return op("Tanh", x);
+      case Prim::sigmoid:
+        return op("Sigmoid", x);
+      case Prim::relu:
+        return op("Relu", x);
+      case Prim::softplus:
+        return op("Softplus", x);
+      case Prim::erf:
+        return op("Erf", x);
+      case Prim::floor:
+        return floating ? op("Floor", x) : op("Identity", x);
+      case Prim::ceil:
+        return floating ? op("Ceil", x) : op("Identity", x);
+      case Prim::round:
+        return floating ? op("Round", x) : op("Identity", x);
+      case Prim::logical_not:
+        return op("Not", {in == DType::boolean ? x[0] : cast_to(x[0], DType::boolean)});
       case Prim::isnan:  // integers are never NaN
         return floating ? op("IsNaN", x) : op("Not", {op("Equal", {x[0], x[0]})});
       case Prim::isfinite:  // integers always are finite
@@ -281,27 +297,42 @@ class OnnxWriter {
       case Prim::cast:
         if (in == out) return op("Identity", x);
         return cast_to(x[0], out);
-      case Prim::add: return op("Add", x);
-      case Prim::sub: return op("Sub", x);
-      case Prim::mul: return op("Mul", x);
+      case Prim::add:
+        return op("Add", x);
+      case Prim::sub:
+        return op("Sub", x);
+      case Prim::mul:
+        return op("Mul", x);
       case Prim::div:
         if (floating) return op("Div", x);
         return floor_div(x[0], x[1], in);
-      case Prim::pow: return op("Pow", x);
-      case Prim::maximum: return op("Max", x);
-      case Prim::minimum: return op("Min", x);
+      case Prim::pow:
+        return op("Pow", x);
+      case Prim::maximum:
+        return op("Max", x);
+      case Prim::minimum:
+        return op("Min", x);
       case Prim::mod:
         if (floating) return op("Sub", {x[0], op("Mul", {op("Floor", {op("Div", x)}), x[1]})});
         return mod_of(x[0], x[1]);
-      case Prim::equal: return op("Equal", x);
-      case Prim::not_equal: return op("Not", {op("Equal", x)});
-      case Prim::less: return op("Less", x);
-      case Prim::less_equal: return op("LessOrEqual", x);
-      case Prim::greater: return op("Greater", x);
-      case Prim::greater_equal: return op("GreaterOrEqual", x);
-      case Prim::logical_and: return op("And", x);
-      case Prim::logical_or: return op("Or", x);
-      case Prim::where: return op("Where", x);
+      case Prim::equal:
+        return op("Equal", x);
+      case Prim::not_equal:
+        return op("Not", {op("Equal", x)});
+      case Prim::less:
+        return op("Less", x);
+      case Prim::less_equal:
+        return op("LessOrEqual", x);
+      case Prim::greater:
+        return op("Greater", x);
+      case Prim::greater_equal:
+        return op("GreaterOrEqual", x);
+      case Prim::logical_and:
+        return op("And", x);
+      case Prim::logical_or:
+        return op("Or", x);
+      case Prim::where:
+        return op("Where", x);
       default:
         unsupported("the primitive {} is not elementwise", detail::name(p));
     }
@@ -320,8 +351,9 @@ class OnnxWriter {
     const std::string q = op("Div", {a, b});
     const std::string r = op("Sub", {a, op("Mul", {q, b})});
     const std::string zero = scalar(0, dtype);
-    const std::string adjust = op("And", {op("Not", {op("Equal", {r, zero})}),
-                                          op("Xor", {op("Less", {r, zero}), op("Less", {b, zero})})});
+    const std::string adjust =
+        op("And", {op("Not", {op("Equal", {r, zero})}),
+                   op("Xor", {op("Less", {r, zero}), op("Less", {b, zero})})});
     return op("Sub", {q, cast_to(adjust, dtype)});
   }
 
@@ -337,10 +369,14 @@ class OnnxWriter {
       return out;
     };
     switch (n.prim) {
-      case Prim::reduce_sum: return reduce_with("ReduceSum", x);
-      case Prim::reduce_prod: return reduce_with("ReduceProd", x);
-      case Prim::reduce_max: return reduce_with("ReduceMax", x);
-      case Prim::reduce_min: return reduce_with("ReduceMin", x);
+      case Prim::reduce_sum:
+        return reduce_with("ReduceSum", x);
+      case Prim::reduce_prod:
+        return reduce_with("ReduceProd", x);
+      case Prim::reduce_max:
+        return reduce_with("ReduceMax", x);
+      case Prim::reduce_min:
+        return reduce_with("ReduceMin", x);
       case Prim::reduce_all:
         return cast_to(reduce_with("ReduceMin", cast_to(x, DType::i32)), DType::boolean);
       case Prim::reduce_any:
@@ -364,8 +400,10 @@ class OnnxWriter {
         bool dynamic = false;
         for (auto a : axes) {
           const std::int64_t d = input.shape[static_cast<std::size_t>(a)];
-          if (is_dynamic_dim(d)) dynamic = true;
-          else count *= d;
+          if (is_dynamic_dim(d))
+            dynamic = true;
+          else
+            count *= d;
         }
         if (!dynamic) return scalar(static_cast<double>(count), n.dtype);
         std::vector<std::string> factors;
@@ -404,8 +442,7 @@ class OnnxWriter {
           const std::int64_t start = n.attrs.ints[2 * a], step = n.attrs.ints[2 * a + 1];
           const std::int64_t count = n.shape[a], size = in.shape[a];
           if (is_dynamic_dim(count)) {
-            if (count != size || start != 0 || step != 1)
-              unsupported("a slice of dynamic length");
+            if (count != size || start != 0 || step != 1) unsupported("a slice of dynamic length");
             continue;  // the whole axis
           }
           if (count == size && start == 0 && step == 1) continue;
@@ -457,7 +494,8 @@ class OnnxWriter {
     body_attr.set_type(onnx::AttributeProto::GRAPH);
     onnx::GraphProto& body = *body_attr.mutable_g();
     body.set_name(fresh("step"));
-    const Shape batch_units{dynamic_or(x, g, n, 1), units};
+    // The state's batch dim: that of h0 (input 1), [B, U].
+    const Shape batch_units{g.nodes[static_cast<std::size_t>(n.inputs[1])].shape[0], units};
     const auto body_input = [&](const std::string& name, const Shape& shape) {
       describe(*body.add_input(), name, dtype, shape);
       return name;
@@ -472,12 +510,14 @@ class OnnxWriter {
     const auto split = [&](const std::string& v) {
       std::vector<std::string> parts;
       for (std::int64_t k = 0; k < gates; ++k) parts.push_back(fresh("gate"));
-      attr(emit(body, "Split", {v, ints(std::vector<std::int64_t>(gates, units))}, parts), "axis", 1);
+      attr(emit(body, "Split", {v, ints(std::vector<std::int64_t>(gates, units))}, parts), "axis",
+           1);
       return parts;
     };
     std::vector<std::string> states, ys;
     if (lstm) {
-      const std::string z = body_op("Add", {body_op("Add", {xp, body_op("MatMul", {h, x[3]})}), x[4]});
+      const std::string z =
+          body_op("Add", {body_op("Add", {xp, body_op("MatMul", {h, x[3]})}), x[4]});
       const auto part = split(z);
       const std::string i = body_op("Sigmoid", {part[0]}), f = body_op("Sigmoid", {part[1]});
       const std::string gg = body_op("Tanh", {part[2]}), o = body_op("Sigmoid", {part[3]});
@@ -502,8 +542,8 @@ class OnnxWriter {
         t.set_raw_data(dtype == DType::f64 ? std::string(reinterpret_cast<const char*>(&v), 8)
                                            : std::string(reinterpret_cast<const char*>(&vf), 4));
       }
-      const std::string h_next = body_op(
-          "Add", {body_op("Mul", {z, h}), body_op("Mul", {body_op("Sub", {one, z}), nn})});
+      const std::string h_next =
+          body_op("Add", {body_op("Mul", {z, h}), body_op("Mul", {body_op("Sub", {one, z}), nn})});
       states = {h_next};
       ys = {h_next};
       if (saved) ys.insert(ys.end(), {z, r, nn, qs[2]});
@@ -530,12 +570,6 @@ class OnnxWriter {
     *scan.add_attribute() = body_attr;
     attr(scan, "num_scan_inputs", 1);
     return y;
-  }
-
-  /// The batch dim of a recurrence's state (node input 1, h0 [B, U]).
-  static std::int64_t dynamic_or(const std::vector<std::string>&, const GraphData& g,
-                                 const Node& n, std::size_t input) {
-    return g.nodes[static_cast<std::size_t>(n.inputs[input])].shape[0];
   }
 
   /// A kiln::scan as an ONNX Scan: carries are its states, xs its scan inputs (both read
@@ -613,8 +647,8 @@ class OnnxWriter {
         if (it != model_.variables.end()) return it->second;
         const auto v = g.variables[static_cast<std::size_t>(n.index)].lock();
         if (!v)
-          detail::fail(onnx_op, "{}: the function's variable '{}' no longer exists",
-                       model_.source, g.variable_names[static_cast<std::size_t>(n.index)]);
+          detail::fail(onnx_op, "{}: the function's variable '{}' no longer exists", model_.source,
+                       g.variable_names[static_cast<std::size_t>(n.index)]);
         initializer(v->name, Variable(v).value());
         model_.variables.emplace(n.index, v->name);
         return v->name;
@@ -699,8 +733,7 @@ void export_onnx(const ConcreteFunction& function, const std::filesystem::path& 
   try {
     onnx::checker::check_model(model);
   } catch (const std::exception& e) {
-    detail::fail(onnx_op, "{}: the ONNX checker rejects the model kiln made: {}", source,
-                 e.what());
+    detail::fail(onnx_op, "{}: the ONNX checker rejects the model kiln made: {}", source, e.what());
   }
   std::string bytes;
   if (!model.SerializeToString(&bytes))

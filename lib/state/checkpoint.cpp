@@ -148,8 +148,8 @@ std::filesystem::path Checkpoint::save(const std::filesystem::path& prefix) {
   detail::refuse_while_tracing(op);
   std::map<std::string, Tensor> values;
   for (const auto& [object, module] : state_->objects)
-    for (const auto& [path, v] : object.empty() ? detail::relative_variables(*module)
-                                                : module->named_variables())
+    for (const auto& [path, v] :
+         object.empty() ? detail::relative_variables(*module) : module->named_variables())
       values[object.empty() ? path : object + "/" + path] = v.value();
   for (const auto& [name, v] : state_->variables) values[name] = v.value();
   if (state_->store != nullptr)
@@ -286,8 +286,7 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
           result.unused.push_back(key);
         continue;
       }
-      const std::string path =
-          rooted ? owner->second->name() + "/" + key : key.substr(slash + 1);
+      const std::string path = rooted ? owner->second->name() + "/" + key : key.substr(slash + 1);
       const Module& module = *owner->second;
       if (!module.has_variable(path)) {
         if (!selected.empty()) {  // not created yet, so not in var_list
@@ -358,8 +357,8 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
     return (selected.empty() || selected.count(v.id()) != 0) && claimed.count(v.id()) == 0;
   };
   for (const auto& [object, module] : state_->objects)
-    for (const auto& [path, v] : object.empty() ? detail::relative_variables(*module)
-                                                : module->named_variables())
+    for (const auto& [path, v] :
+         object.empty() ? detail::relative_variables(*module) : module->named_variables())
       if (missed(v)) result.missing.push_back(object.empty() ? path : object + "/" + path);
   for (const auto& [name, v] : state_->variables)
     if (missed(v)) result.missing.push_back(name);

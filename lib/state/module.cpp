@@ -5,10 +5,10 @@
 #include <unordered_set>
 
 #include "core/fail.hpp"
-#include "state/deferred_restore.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "kiln/name_scope.hpp"
+#include "state/deferred_restore.hpp"
 #include "state/names.hpp"
 #include "state/variable_impl.hpp"
 
