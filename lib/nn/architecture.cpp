@@ -10,6 +10,7 @@
 #include "core/fail.hpp"
 #include "io/atomic_file.hpp"
 #include "io/mapped_file.hpp"
+#include "jit/export_format.hpp"
 #include "kiln/nn/bidirectional.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"
@@ -217,9 +218,7 @@ std::unique_ptr<Module> from_json(std::string_view text, std::string_view source
     if (layer == nullptr) input.fail("the module is not an nn::Layer, so it has no built input");
     const std::vector<std::int64_t> dims = input.get_ints("shape");
     const std::string dtype_text = input.get_string("dtype");
-    std::optional<DType> dtype;
-    for (DType d : {f32, f64, i32, i64, boolean})
-      if (dtype_name(d) == dtype_text) dtype = d;
+    const std::optional<DType> dtype = kiln::detail::dtype_named(dtype_text);
     if (!dtype) input.fail("'dtype' must be f32, f64, i32, i64 or bool, got '" + dtype_text + "'");
     layer->build(Shape(dims), *dtype);
   }
