@@ -5,6 +5,7 @@ packages=(g++ meson ninja-build pkg-config cmake
           libfmt-dev xtensor-dev libxsimd-dev catch2 libopenblas-dev libxsmm-dev libdnnl-dev
           nlohmann-json3-dev libzip-dev zlib1g-dev
           libonnx-dev libprotobuf-dev  # ONNX export (kiln::export_onnx) and its checker
+          libisal-dev libpng-dev  # TensorBoard event files: CRC-32C of records, PNG images
           doxygen graphviz  # the API reference (scripts/api-docs.sh) and graph rendering
           clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtime: scripts/fuzz.sh
 missing=()

@@ -3,6 +3,7 @@
 /// Everything public in kiln. (The xtensor interop header kiln/xtensor.hpp is opt-in.)
 
 #include "kiln/autodiff.hpp"
+#include "kiln/callbacks.hpp"
 #include "kiln/checkpoint.hpp"
 #include "kiln/checkpointing.hpp"
 #include "kiln/config.hpp"
@@ -24,6 +25,7 @@
 #include "kiln/random.hpp"
 #include "kiln/session.hpp"
 #include "kiln/shape.hpp"
+#include "kiln/summary.hpp"
 #include "kiln/tensor.hpp"
 #include "kiln/train.hpp"
 #include "kiln/variable.hpp"

@@ -24,6 +24,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kiln/module.hpp"
@@ -51,6 +53,30 @@ Metric categorical_accuracy();
 Metric sparse_categorical_accuracy();
 }  // namespace metrics
 
+class Callback;  // kiln/callbacks.hpp
+
+/// Validation samples for fit: evaluated after every validation_freq-th epoch.
+struct ValidationData {
+  Tensor x;
+  Tensor y;
+};
+
+/// Named values of a batch or an epoch, in the order fit logs them: "loss", the metrics, then
+/// (at an epoch's end, with validation) "val_loss" and "val_<metric>", and "learning_rate".
+class Logs {
+ public:
+  /// Sets `key` (appended if new).
+  void set(std::string_view key, double value);
+  bool contains(std::string_view key) const;
+  /// The value of `key`; a kiln::Error listing the keys there are if it is missing.
+  double at(std::string_view key) const;
+  const std::vector<std::pair<std::string, double>>& items() const { return items_; }
+  bool empty() const { return items_.empty(); }
+
+ private:
+  std::vector<std::pair<std::string, double>> items_;
+};
+
 struct FitOptions {
   int epochs = 1;
   std::int64_t batch_size = 32;
@@ -67,16 +93,42 @@ struct FitOptions {
   /// (nn::reset_states), so each epoch starts its sequences afresh. Keras leaves this to a
   /// callback; nothing to do for a model without stateful layers.
   bool reset_states_at_epoch_end = false;
+  /// Samples to validate on after each epoch (loss and metrics in inference mode, logged as
+  /// "val_loss" and "val_<metric>"). x and y must have the training data's dtypes and its shapes
+  /// after dim 0; checked before training starts.
+  std::optional<ValidationData> validation_data = {};
+  /// Instead of validation_data: the last fraction (0 <= split < 1) of x and y, taken before
+  /// shuffling, as Keras does. Setting both is an error.
+  double validation_split = 0.0;
+  /// Batch size of validation (0: batch_size).
+  std::int64_t validation_batch_size = 0;
+  /// Validate after every validation_freq-th epoch (and after the last).
+  int validation_freq = 1;
+  /// Called at the start and end of training, of each epoch and of each batch (see
+  /// kiln/callbacks.hpp: TensorBoard, ModelCheckpoint, EarlyStopping, LearningRateScheduler,
+  /// CSVLogger, LambdaCallback, or your own). Held by reference: they must outlive the fit.
+  std::vector<std::reference_wrapper<Callback>> callbacks = {};
 };
 
-/// What fit returns: per-epoch averages (weighted by batch size) and counters.
+/// What fit returns: per-epoch averages (weighted by batch size) and counters. An epoch without
+/// validation (validation_freq) has NaN in the val_ rows.
 struct History {
   std::vector<double> loss = {};
   std::map<std::string, std::vector<double>> metrics = {};
+  std::vector<double> val_loss = {};
+  std::map<std::string, std::vector<double>> val_metrics = {};
+  /// The learning rate at the end of each epoch.
+  std::vector<double> learning_rate = {};
   /// Wall time per epoch, seconds.
   std::vector<double> seconds = {};
-  /// How many times the train step was traced (1 for any run).
+  /// The epochs run (0-based; fewer than FitOptions::epochs when a callback stopped training).
+  std::vector<int> epochs = {};
+  /// How many times the train step was traced (1 for any run), and the validation step.
   int traces = 0;
+  int validation_traces = 0;
+  /// The values logged under `key` ("loss", "val_loss", "val_binary_accuracy",
+  /// "learning_rate", a metric's name), one per epoch; a kiln::Error naming the keys if none.
+  const std::vector<double>& at(std::string_view key) const;
 };
 
 struct EvaluateOptions {

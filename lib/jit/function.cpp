@@ -24,6 +24,7 @@
 #include "jit/concrete_function.hpp"
 #include "jit/executable.hpp"
 #include "jit/graph.hpp"
+#include "jit/log.hpp"
 #include "jit/passes.hpp"
 #include "jit/plan.hpp"
 #include "jit/signature.hpp"
@@ -45,14 +46,6 @@ std::atomic<bool> eager_override{[] {
 std::mutex sink_mutex;
 std::function<void(const std::string&)> log_sink;
 
-void log_warning(const std::string& message) {
-  std::lock_guard lock(sink_mutex);
-  if (log_sink)
-    log_sink(message);
-  else
-    std::cerr << "kiln warning: " << message << "\n";
-}
-
 std::mutex registry_mutex;
 std::set<FunctionImpl*>& registry() {
   static auto* r = new std::set<FunctionImpl*>;
@@ -60,6 +53,14 @@ std::set<FunctionImpl*>& registry() {
 }
 
 }  // namespace
+
+void log_warning(const std::string& message) {
+  std::lock_guard lock(sink_mutex);
+  if (log_sink)
+    log_sink(message);
+  else
+    std::cerr << "kiln warning: " << message << "\n";
+}
 
 ConcreteFunctionImpl::~ConcreteFunctionImpl() {
   if (graph)

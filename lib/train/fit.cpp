@@ -1,6 +1,7 @@
 // train::fit, evaluate and predict: batching, shuffling, one traced step per call.
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -8,6 +9,7 @@
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "kiln/autodiff.hpp"
+#include "kiln/callbacks.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/function.hpp"
 #include "kiln/nn/layer.hpp"
@@ -89,12 +91,6 @@ double scalar_value(const Tensor& t) {
   return t.dtype() == f64 ? t.item<double>() : cast(t, f64).item<double>();
 }
 
-std::vector<std::string> names_of(const std::vector<Metric>& metrics) {
-  std::vector<std::string> names;
-  for (const Metric& m : metrics) names.push_back(m.name);
-  return names;
-}
-
 /// A random permutation of [0, n) from `seed` (Fisher-Yates over SplitMix64; the same on every
 /// platform).
 std::vector<std::int64_t> permutation(std::int64_t n, std::uint64_t seed) {
@@ -147,6 +143,99 @@ std::vector<Tensor> batch_values(const Tensor& loss, const std::vector<Metric>& 
   return out;
 }
 
+/// The traced evaluation step of evaluate and of fit's validation: loss and metrics in
+/// inference mode.
+auto make_evaluate_step(const detail::ModelRef& model, const LossFn& loss,
+                        const std::vector<Metric>& metrics, std::vector<TensorSpec> signature,
+                        std::string name) {
+  FunctionOptions function_options;
+  function_options.name = std::move(name);
+  function_options.input_signature = std::move(signature);
+  return kiln::function(
+      [&model, &loss, &metrics](const Tensor& xb, const Tensor& yb) {
+        nn::LearningPhaseScope phase(false);
+        const Tensor pred = model.forward(xb);
+        const Tensor value = loss(yb, pred);
+        check_loss_value(value);
+        return batch_values(value, metrics, yb, pred);
+      },
+      function_options);
+}
+
+template <class Step>
+Averages run_evaluation(Step& step, const Tensor& x, const Tensor& y, std::int64_t batch_size,
+                        std::size_t metrics) {
+  const std::int64_t n = x.dim(0);
+  Averages averages(metrics);
+  for (std::int64_t begin = 0; begin < n; begin += batch_size) {
+    const std::int64_t end = std::min(n, begin + batch_size);
+    averages.add(step(slice(x, 0, begin, end), slice(y, 0, begin, end)), end - begin);
+  }
+  return averages;
+}
+
+/// "loss" and the metrics (with `prefix`) of `averages`, appended to `logs`.
+void log_averages(Logs& logs, const Averages& averages, const std::vector<Metric>& metrics,
+                  std::string_view prefix) {
+  logs.set(fmt::format("{}loss", prefix), averages.loss);
+  for (std::size_t i = 0; i < metrics.size(); ++i)
+    logs.set(fmt::format("{}{}", prefix, metrics[i].name), averages.metrics[i]);
+}
+
+/// The samples fit trains on and those it validates on (none: undefined tensors).
+struct Split {
+  Tensor x, y, val_x, val_y;
+};
+
+/// `t`'s dtype and its shape after dim 0 must be `like`'s.
+void check_like(std::string_view op, const Tensor& t, const Tensor& like, const char* what,
+                const char* like_what) {
+  const Shape a = t.shape(), b = like.shape();
+  bool same = t.dtype() == like.dtype() && a.size() == b.size();
+  for (std::size_t d = 1; same && d < a.size(); ++d) same = a[d] == b[d];
+  if (!same)
+    kiln::detail::fail(op,
+                       "{} must match {} in dtype and in every dim after the first: {} is {} {}, "
+                       "{} is {} {}",
+                       what, like_what, what, dtype_name(t.dtype()), a, like_what,
+                       dtype_name(like.dtype()), b);
+}
+
+Split split_validation(std::string_view op, const Tensor& x, const Tensor& y,
+                       const FitOptions& options) {
+  Split s{x, y, Tensor(), Tensor()};
+  const double split = options.validation_split;
+  if (!(split >= 0.0 && split < 1.0))
+    kiln::detail::fail(op, "validation_split must be in [0, 1), got {}", split);
+  if (options.validation_data && split > 0.0)
+    kiln::detail::fail(op, "give validation_data or validation_split, not both");
+  if (options.validation_data) {
+    const ValidationData& v = *options.validation_data;
+    check_pair(op, v.x, v.y);
+    check_like(op, v.x, x, "validation_data.x", "x");
+    check_like(op, v.y, y, "validation_data.y", "y");
+    s.val_x = v.x;
+    s.val_y = v.y;
+  } else if (split > 0.0) {
+    const std::int64_t n = x.dim(0);
+    const auto at = static_cast<std::int64_t>(static_cast<double>(n) * (1.0 - split));
+    if (at <= 0 || at >= n)
+      kiln::detail::fail(op,
+                         "validation_split {} of {} samples leaves {} to train on and {} to "
+                         "validate on; both need at least one",
+                         split, n, at, n - at);
+    s.x = slice(x, 0, 0, at);
+    s.y = slice(y, 0, 0, at);
+    s.val_x = slice(x, 0, at, n);
+    s.val_y = slice(y, 0, at, n);
+  }
+  return s;
+}
+
+double current_learning_rate(const optim::Optimizer& optimizer) {
+  return scalar_value(optimizer.learning_rate());
+}
+
 }  // namespace
 
 namespace detail {
@@ -161,18 +250,36 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   if (options.epochs < 0) kiln::detail::fail(op, "epochs must be >= 0, got {}", options.epochs);
   if (options.verbose < 0 || options.verbose > 2)
     kiln::detail::fail(op, "verbose must be 0, 1 or 2, got {}", options.verbose);
+  if (options.validation_freq < 1)
+    kiln::detail::fail(op, "validation_freq must be >= 1, got {}", options.validation_freq);
+  if (options.validation_batch_size < 0)
+    kiln::detail::fail(op, "validation_batch_size must be positive (or 0: batch_size), got {}",
+                       options.validation_batch_size);
+  const Split data = split_validation(op, x, y, options);
+  const bool validate = data.val_x.defined();
+  const std::int64_t val_batch_size =
+      options.validation_batch_size > 0 ? options.validation_batch_size : options.batch_size;
 
-  const std::int64_t batch = signature_batch(op, model.module, x.dim(0), options.batch_size);
+  const std::int64_t batch = signature_batch(op, model.module, data.x.dim(0), options.batch_size);
   if (batch != -1 && options.shuffle)
     kiln::detail::fail(op,
                        "the model {} is stateful (the layer {} carries its state from one batch to "
                        "the next), so the samples must stay in order: batch i continues the "
                        "sequences of batch i of the previous call; pass shuffle = false",
                        model.module.path(), stateful_layer_path(model.module));
+  std::int64_t val_batch = -1;
+  if (validate && batch != -1) {
+    if (val_batch_size != options.batch_size)
+      kiln::detail::fail(op,
+                         "the model {} is stateful, so validation batches must have the training "
+                         "batch_size {} (its state is one row per sample), not {}",
+                         model.module.path(), options.batch_size, val_batch_size);
+    val_batch = signature_batch(op, model.module, data.val_x.dim(0), val_batch_size);
+  }
 
   FunctionOptions function_options;
   function_options.name = "train_step";
-  function_options.input_signature = {batch_spec(x, batch), batch_spec(y, batch)};
+  function_options.input_signature = {batch_spec(data.x, batch), batch_spec(data.y, batch)};
   auto step = kiln::function(
       [&](const Tensor& xb, const Tensor& yb) {
         nn::LearningPhaseScope phase(true);
@@ -191,36 +298,92 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
         return batch_values(value, options.metrics, yb, pred);
       },
       function_options);
+  auto val_step = make_evaluate_step(
+      model, loss, options.metrics,
+      {batch_spec(data.x, val_batch), batch_spec(data.y, val_batch)}, "validation_step");
 
-  const std::int64_t n = x.dim(0);
-  const std::uint64_t seed = options.seed ? *options.seed : random::next_seed();
-  Progress progress(options.verbose, options.epochs, n, names_of(options.metrics));
+  const std::int64_t n = data.x.dim(0);
+  const std::int64_t first_end = std::min(n, options.batch_size);
+  // The step traced up front (the first batch then finds it cached), so callbacks see its graph.
+  const ConcreteFunction train_function =
+      step.get_concrete_function(slice(data.x, 0, 0, first_end), slice(data.y, 0, 0, first_end));
+  std::vector<std::string> keys{"loss"};
+  for (const Metric& m : options.metrics) keys.push_back(m.name);
+  if (validate) {
+    keys.emplace_back("val_loss");
+    for (const Metric& m : options.metrics) keys.push_back("val_" + m.name);
+  }
+  keys.emplace_back("learning_rate");
+
   History history;
+  FitState state(model.module, optimizer, history, train_function, keys);
+  state.epochs = options.epochs;
+  state.steps_per_epoch = (n + options.batch_size - 1) / options.batch_size;
+  state.has_validation = validate;
+  CallbackList callbacks(options.callbacks, state);
+  callbacks.train_begin(Logs());
+
+  const std::uint64_t seed = options.seed ? *options.seed : random::next_seed();
+  Progress progress(options.verbose, options.epochs, n);
+  Logs logs;
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
+    callbacks.epoch_begin(epoch, Logs());
     progress.begin_epoch(epoch);
-    Tensor xs = x, ys = y;
+    Tensor xs = data.x, ys = data.y;
     if (options.shuffle) {
       const Tensor order = tensor(permutation(n, seed + static_cast<std::uint64_t>(epoch)));
-      xs = gather(x, order, 0);
-      ys = gather(y, order, 0);
+      xs = gather(data.x, order, 0);
+      ys = gather(data.y, order, 0);
     }
     Averages averages(options.metrics.size());
-    for (std::int64_t begin = 0; begin < n; begin += options.batch_size) {
+    std::int64_t batch_index = 0;
+    for (std::int64_t begin = 0; begin < n; begin += options.batch_size, ++batch_index) {
       const std::int64_t end = std::min(n, begin + options.batch_size);
+      if (!callbacks.empty()) callbacks.batch_begin(batch_index, Logs());
       averages.add(step(slice(xs, 0, begin, end), slice(ys, 0, begin, end)), end - begin);
-      progress.update(end, averages.loss, averages.metrics);
+      ++state.global_step;
+      Logs batch_logs;
+      log_averages(batch_logs, averages, options.metrics, "");
+      progress.update(end, batch_logs);
+      if (!callbacks.empty()) callbacks.batch_end(batch_index, batch_logs);
     }
+    logs = Logs();
+    log_averages(logs, averages, options.metrics, "");
+    const bool validate_now =
+        validate && ((epoch + 1) % options.validation_freq == 0 || epoch + 1 == options.epochs);
+    if (validate_now) {
+      const Averages val = run_evaluation(val_step, data.val_x, data.val_y, val_batch_size,
+                                          options.metrics.size());
+      log_averages(logs, val, options.metrics, "val_");
+    }
+    logs.set("learning_rate", current_learning_rate(optimizer));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    progress.end_epoch(averages.loss, averages.metrics, seconds);
+    progress.end_epoch(logs, seconds);
     if (options.reset_states_at_epoch_end) nn::reset_states(model.module);
+
+    const double missing = std::numeric_limits<double>::quiet_NaN();
     history.loss.push_back(averages.loss);
     for (std::size_t i = 0; i < options.metrics.size(); ++i)
       history.metrics[options.metrics[i].name].push_back(averages.metrics[i]);
+    if (validate) {
+      history.val_loss.push_back(validate_now ? logs.at("val_loss") : missing);
+      for (const Metric& m : options.metrics)
+        history.val_metrics[m.name].push_back(validate_now ? logs.at("val_" + m.name) : missing);
+    }
+    history.learning_rate.push_back(logs.at("learning_rate"));
     history.seconds.push_back(seconds);
+    history.epochs.push_back(epoch);
+    history.traces = step.tracing_count();
+    history.validation_traces = val_step.tracing_count();
+
+    callbacks.epoch_end(epoch, logs);
+    if (state.stop_training) break;
   }
   history.traces = step.tracing_count();
+  history.validation_traces = val_step.tracing_count();
+  callbacks.train_end(logs);
   return history;
 }
 
@@ -232,30 +395,20 @@ EvaluateResult evaluate(const ModelRef& model, const LossFn& loss, const Tensor&
   check_metrics(op, options.metrics);
   if (!loss) kiln::detail::fail(op, "the loss function is empty");
   const std::int64_t batch = signature_batch(op, model.module, x.dim(0), options.batch_size);
-  FunctionOptions function_options;
-  function_options.name = "evaluate_step";
-  function_options.input_signature = {batch_spec(x, batch), batch_spec(y, batch)};
-  auto step = kiln::function(
-      [&](const Tensor& xb, const Tensor& yb) {
-        nn::LearningPhaseScope phase(false);
-        const Tensor pred = model.forward(xb);
-        const Tensor value = loss(yb, pred);
-        check_loss_value(value);
-        return batch_values(value, options.metrics, yb, pred);
-      },
-      function_options);
+  auto step = make_evaluate_step(model, loss, options.metrics,
+                                 {batch_spec(x, batch), batch_spec(y, batch)}, "evaluate_step");
   const std::int64_t n = x.dim(0);
-  Averages averages(options.metrics.size());
-  for (std::int64_t begin = 0; begin < n; begin += options.batch_size) {
-    const std::int64_t end = std::min(n, begin + options.batch_size);
-    averages.add(step(slice(x, 0, begin, end), slice(y, 0, begin, end)), end - begin);
-  }
+  const Averages averages =
+      run_evaluation(step, x, y, options.batch_size, options.metrics.size());
   EvaluateResult result;
   result.loss = averages.loss;
   for (std::size_t i = 0; i < options.metrics.size(); ++i)
     result.metrics[options.metrics[i].name] = averages.metrics[i];
-  if (options.verbose > 0)
-    print_evaluation(n, averages.loss, names_of(options.metrics), averages.metrics);
+  if (options.verbose > 0) {
+    Logs logs;
+    log_averages(logs, averages, options.metrics, "");
+    print_evaluation(n, logs);
+  }
   return result;
 }
 
