@@ -5,7 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -177,6 +179,37 @@ TEST_CASE("histograms use TensorFlow's exponential bucket limits", "[summary]") 
   CHECK(h.bucket[bucket_of(0.0)] == 1);
   CHECK(h.bucket_limit[bucket_of(0.0)] == 1e-12);  // 0 counts into [0, 1e-12)
   CHECK(h.bucket_limit.back() == DBL_MAX);
+
+  // Every value counts where a binary search over the limits puts it: the limits themselves, their
+  // neighbours, values spread over every magnitude, both signs, 0 and the extremes.
+  std::vector<double> many = {0.0, -0.0, DBL_MAX, -DBL_MAX, 1e-300, -1e-300, 1e300, -1e300};
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    many.push_back(limits[i]);
+    many.push_back(std::nextafter(limits[i], -DBL_MAX));
+    many.push_back(std::nextafter(limits[i], DBL_MAX));
+  }
+  for (int i = -400; i <= 400; ++i) {
+    many.push_back(std::pow(10.0, i * 0.1) * 1.2345);
+    many.push_back(-std::pow(10.0, i * 0.1) * 0.987);
+  }
+  std::vector<double> reference(limits.size(), 0.0);
+  for (const double v : many) {
+    const auto at = static_cast<std::size_t>(std::upper_bound(limits.begin(), limits.end(), v) -
+                                             limits.begin());
+    reference[std::min(at, limits.size() - 1)] += 1.0;
+  }
+  const auto counted = kiln::detail::summary::histogram_of(many);
+  std::vector<double> merged_limits, merged_counts;
+  for (std::size_t i = 0; i < limits.size();) {  // the reference's empty runs merged
+    double end = limits[i];
+    const double count = reference[i++];
+    if (count == 0.0)
+      for (; i < limits.size() && reference[i] == 0.0; ++i) end = limits[i];
+    merged_limits.push_back(end);
+    merged_counts.push_back(count);
+  }
+  CHECK(counted.bucket_limit == merged_limits);
+  CHECK(counted.bucket == merged_counts);
 
   const auto empty = kiln::detail::summary::histogram_of({});
   CHECK(empty.num == 0);

@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -147,24 +148,35 @@ struct ModelCheckpointOptions {
   int verbose = 0;
 };
 
-/// Saves the model's weights (kiln::save_weights: safetensors, or .npz by extension; atomic)
-/// after epochs. The path may name the epoch (1-based) and logged values in fmt's syntax:
-/// "ckpt/weights.{epoch:02d}-{val_loss:.3f}.safetensors"; missing folders are created.
+/// Saves the model's weights (the file kiln::save_weights writes: safetensors, or .npz by
+/// extension; atomic and fsynced) after epochs. The path may name the epoch (1-based) and logged
+/// values in fmt's syntax: "ckpt/weights.{epoch:02d}-{val_loss:.3f}.safetensors"; missing
+/// folders are created.
+///
+/// The values are taken at the epoch's end (tensors are immutable, so this copies nothing) and
+/// written by a background thread while training goes on, as TensorFlow's asynchronous
+/// checkpoints do: the disk's latency stays out of the epoch. One write is in flight at a
+/// time; the next save and on_train_end wait for it and raise its error, so when fit returns
+/// every file is complete.
 class ModelCheckpoint : public Callback {
  public:
   explicit ModelCheckpoint(std::string filepath, ModelCheckpointOptions options = {});
+  ~ModelCheckpoint() override;
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
-  /// The best monitored value so far (save_best_only), and the files written.
+  void on_train_end(const Logs& logs) override;
+  /// The best monitored value so far (save_best_only), and the files saved.
   double best() const { return best_; }
   const std::vector<std::filesystem::path>& saved() const { return saved_; }
 
  private:
+  void wait_for_write();
   std::string filepath_;
   ModelCheckpointOptions options_;
   bool maximize_ = false;
   double best_ = 0;
   std::vector<std::filesystem::path> saved_;
+  std::future<void> writing_;
 };
 
 struct EarlyStoppingOptions {
@@ -286,9 +298,14 @@ class CallbackList {
   void epoch_end(int epoch, const Logs& logs);
   void batch_begin(std::int64_t batch, const Logs& logs);
   void batch_end(std::int64_t batch, const Logs& logs);
+  /// Seconds spent in the hooks since the last call (and resets the count).
+  double take_seconds();
 
  private:
+  template <class Hook>
+  void run(const Hook& hook);
   std::vector<std::reference_wrapper<Callback>> callbacks_;
+  double seconds_ = 0;
 };
 }  // namespace detail
 

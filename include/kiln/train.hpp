@@ -121,6 +121,8 @@ struct History {
   std::vector<double> learning_rate = {};
   /// Wall time per epoch, seconds.
   std::vector<double> seconds = {};
+  /// Of that, the seconds spent in the callbacks' hooks (0 without callbacks).
+  std::vector<double> callback_seconds = {};
   /// The epochs run (0-based; fewer than FitOptions::epochs when a callback stopped training).
   std::vector<int> epochs = {};
   /// How many times the train step was traced (1 for any run), and the validation step.

@@ -7,13 +7,17 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 
 #include "core/fail.hpp"
+#include "io/weights_file.hpp"
 #include "kiln/checkpoint.hpp"
 #include "kiln/ops.hpp"
+#include "state/weights.hpp"
 
 namespace kiln::train {
 
@@ -123,23 +127,37 @@ CallbackList::~CallbackList() {
   for (auto& c : callbacks_) c.get().state_ = nullptr;
 }
 
+template <class Hook>
+void CallbackList::run(const Hook& hook) {
+  if (callbacks_.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto& c : callbacks_) hook(c.get());
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void CallbackList::train_begin(const Logs& logs) {
-  for (auto& c : callbacks_) c.get().on_train_begin(logs);
+  run([&](Callback& c) { c.on_train_begin(logs); });
 }
 void CallbackList::train_end(const Logs& logs) {
-  for (auto& c : callbacks_) c.get().on_train_end(logs);
+  run([&](Callback& c) { c.on_train_end(logs); });
 }
 void CallbackList::epoch_begin(int epoch, const Logs& logs) {
-  for (auto& c : callbacks_) c.get().on_epoch_begin(epoch, logs);
+  run([&](Callback& c) { c.on_epoch_begin(epoch, logs); });
 }
 void CallbackList::epoch_end(int epoch, const Logs& logs) {
-  for (auto& c : callbacks_) c.get().on_epoch_end(epoch, logs);
+  run([&](Callback& c) { c.on_epoch_end(epoch, logs); });
 }
 void CallbackList::batch_begin(std::int64_t batch, const Logs& logs) {
-  for (auto& c : callbacks_) c.get().on_batch_begin(batch, logs);
+  run([&](Callback& c) { c.on_batch_begin(batch, logs); });
 }
 void CallbackList::batch_end(std::int64_t batch, const Logs& logs) {
-  for (auto& c : callbacks_) c.get().on_batch_end(batch, logs);
+  run([&](Callback& c) { c.on_batch_end(batch, logs); });
+}
+
+double CallbackList::take_seconds() {
+  const double s = seconds_;
+  seconds_ = 0;
+  return s;
 }
 
 }  // namespace detail
@@ -175,6 +193,8 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
 
 void ModelCheckpoint::on_train_begin(const Logs&) {
   constexpr std::string_view who = "train.ModelCheckpoint";
+  if (writing_.valid()) writing_.wait();  // left by a fit that threw (which reported its error)
+  writing_ = {};
   if (options_.save_best_only) fit().require_key(who, options_.monitor);
   maximize_ = maximizes(options_.mode, options_.monitor);
   best_ = maximize_ ? -std::numeric_limits<double>::infinity()
@@ -196,13 +216,29 @@ void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
     best_ = value;
   }
   const std::filesystem::path path = format_path(who, filepath_, epoch, logs);
+  wait_for_write();
   if (!path.parent_path().empty()) std::filesystem::create_directories(path.parent_path());
-  save_weights(fit().model, path);
+  std::map<std::string, Tensor> values;
+  for (const auto& [name, variable] : kiln::detail::relative_variables(fit().model))
+    values[name] = variable.value();
+  writing_ = std::async(std::launch::async, [path, values = std::move(values)] {
+    io::detail::write_weights_file(path, values, {}, "train.ModelCheckpoint");
+  });
   saved_.push_back(path);
   if (options_.verbose > 0)
     fmt::print("epoch {}: saved {}{}\n", epoch + 1, path.string(),
                options_.save_best_only ? fmt::format(" ({} {:.5g})", options_.monitor, best_)
                                        : std::string());
+}
+
+void ModelCheckpoint::wait_for_write() {
+  if (writing_.valid()) writing_.get();  // rethrows the write's error
+}
+
+void ModelCheckpoint::on_train_end(const Logs&) { wait_for_write(); }
+
+ModelCheckpoint::~ModelCheckpoint() {
+  if (writing_.valid()) writing_.wait();  // a fit that threw: its error is already on its way
 }
 
 // EarlyStopping

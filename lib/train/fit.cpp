@@ -322,6 +322,7 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   state.has_validation = validate;
   CallbackList callbacks(options.callbacks, state);
   callbacks.train_begin(Logs());
+  callbacks.take_seconds();  // on_train_begin's time belongs to no epoch
 
   const std::uint64_t seed = options.seed ? *options.seed : random::next_seed();
   Progress progress(options.verbose, options.epochs, n);
@@ -379,6 +380,10 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     history.validation_traces = val_step.tracing_count();
 
     callbacks.epoch_end(epoch, logs);
+    // The epoch's time includes its callbacks (on_epoch_end too, as in Keras).
+    history.callback_seconds.push_back(callbacks.take_seconds());
+    history.seconds.back() =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (state.stop_training) break;
   }
   history.traces = step.tracing_count();

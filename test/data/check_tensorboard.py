@@ -2,7 +2,10 @@
 """Reads kiln's TensorBoard event files with TensorBoard's own EventAccumulator and compares what
 it finds with what kiln wrote (expected.json, written by test_summary.cpp).
 
-Usage: check_tensorboard.py DIR   (DIR/run holds the event file, DIR/expected.json the values)
+Usage: check_tensorboard.py DIR        (DIR/run holds the event file, DIR/expected.json the
+                                        values: test_summary.cpp)
+       check_tensorboard.py --fit DIR  (DIR is the TensorBoard callback's log_dir, with train/
+                                        and validation/ runs: test_callbacks.cpp)
 Exits 1 with a message per difference.
 """
 import json
@@ -11,6 +14,52 @@ import pathlib
 import sys
 
 from tensorboard.backend.event_processing import event_accumulator
+
+
+def load(folder: pathlib.Path):
+    acc = event_accumulator.EventAccumulator(
+        str(folder),
+        size_guidance={event_accumulator.SCALARS: 0, event_accumulator.HISTOGRAMS: 0,
+                       event_accumulator.IMAGES: 0, event_accumulator.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def check_fit(root: pathlib.Path) -> int:
+    """The runs of a fit with the TensorBoard callback against the history kiln returned."""
+    expected = json.loads((root / "expected.json").read_text())
+    problems = []
+    for run, want in expected["runs"].items():
+        acc = load(root / run)
+        tags = acc.Tags()
+        for tag, points in want.get("scalars", {}).items():
+            if tag not in tags["scalars"]:
+                problems.append(f"{run}: scalar {tag} missing: {tags['scalars']}")
+                continue
+            got = [[e.step, e.value] for e in acc.Scalars(tag)]
+            wanted = [[s, v] for s, v in points if not math.isnan(v)]
+            if got != wanted:
+                problems.append(f"{run}/{tag}: got {got}, expected {wanted}")
+        for tag, steps in want.get("batch_steps", {}).items():
+            got = [e.step for e in acc.Scalars(tag)] if tag in tags["scalars"] else []
+            if got != steps:
+                problems.append(f"{run}/{tag}: steps {got}, expected {steps}")
+        for tag in want.get("histograms", []):
+            if tag not in tags["histograms"]:
+                problems.append(f"{run}: histogram {tag} missing: {tags['histograms']}")
+                continue
+            steps = [e.step for e in acc.Histograms(tag)]
+            if steps != want["histogram_steps"]:
+                problems.append(f"{run}/{tag}: histogram steps {steps}")
+        if bool(tags["graph"]) != want.get("graph", False):
+            problems.append(f"{run}: graph present {tags['graph']}, expected {want.get('graph')}")
+        elif tags["graph"] and len(acc.Graph().node) == 0:
+            problems.append(f"{run}: the graph has no nodes")
+    for p in problems:
+        print("check_tensorboard:", p)
+    if not problems:
+        print(f"check_tensorboard: ok (fit runs {', '.join(expected['runs'])})")
+    return 1 if problems else 0
 
 
 def main(root: pathlib.Path) -> int:
@@ -92,4 +141,6 @@ def main(root: pathlib.Path) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--fit":
+        sys.exit(check_fit(pathlib.Path(sys.argv[2])))
     sys.exit(main(pathlib.Path(sys.argv[1])))
