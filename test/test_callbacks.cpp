@@ -13,6 +13,7 @@
 #include <kiln/kiln.hpp>
 
 #include "io_test_support.hpp"
+#include "train/progress.hpp"
 
 using kiln::Tensor;
 using kiln::Variable;
@@ -489,4 +490,22 @@ TEST_CASE("a whole fit of scenario 2's model with validation and every callback 
   CHECK(h.traces == 1);
   CHECK(h.validation_traces == 1);
   CHECK(!ckpt.saved().empty());
+}
+
+TEST_CASE("progress shows validation values, and the bar's ETA reads as a duration",
+          "[train][callbacks]") {
+  train::Logs logs;
+  logs.set("loss", 0.5);
+  logs.set("val_loss", 0.25);
+  logs.set("learning_rate", 0.001);
+  CHECK(train::detail::logs_text(logs) == "loss 0.5000 - val_loss 0.2500");
+  CHECK(train::detail::duration_text(3.4) == "3s");
+  CHECK(train::detail::duration_text(125) == "2m05s");
+  CHECK(train::detail::duration_text(3725) == "1h02m");
+  CHECK(train::detail::duration_text(-1) == "?");
+  logs.set("loss", 0.75);  // set replaces, keeping the order
+  CHECK(keys_of(logs) == std::vector<std::string>{"loss", "val_loss", "learning_rate"});
+  CHECK(logs.at("loss") == 0.75);
+  CHECK_THROWS_WITH(logs.at("accuracy"),
+                    Catch::Contains("no value 'accuracy'; the logs have: loss, val_loss"));
 }
