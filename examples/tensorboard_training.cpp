@@ -27,21 +27,19 @@ int main(int argc, char** argv) {
   train::EarlyStopping stop({.patience = 3, .restore_best_weights = true});
   train::CSVLogger csv(log_dir / "history.csv");
 
-  const train::History history = train::fit(
-      model, opt, nn::losses::binary_crossentropy, x, y,
-      {.epochs = 30,
-       .batch_size = 32,
-       .seed = 3,
-       .verbose = 1,
-       .metrics = {train::metrics::binary_accuracy()},
-       .validation_split = 0.2,
-       .callbacks = {tensorboard, best, stop, csv}});
+  const train::History history = train::fit(model, opt, nn::losses::binary_crossentropy, x, y,
+                                            {.epochs = 30,
+                                             .batch_size = 32,
+                                             .seed = 3,
+                                             .verbose = 1,
+                                             .metrics = {train::metrics::binary_accuracy()},
+                                             .validation_split = 0.2,
+                                             .callbacks = {tensorboard, best, stop, csv}});
 
   const auto& val_loss = history.at("val_loss");
   fmt::print("ran {} epochs ({}), best val_loss {:.4f} at epoch {}, val accuracy there {:.3f}\n",
-             history.epochs.size(),
-             stop.stopped_epoch() >= 0 ? "stopped early" : "all of them", stop.best(),
-             stop.best_epoch() + 1,
+             history.epochs.size(), stop.stopped_epoch() >= 0 ? "stopped early" : "all of them",
+             stop.best(), stop.best_epoch() + 1,
              history.at("val_binary_accuracy")[static_cast<std::size_t>(stop.best_epoch())]);
   fmt::print("traces: train step {}, validation step {}\n", history.traces,
              history.validation_traces);

@@ -1,10 +1,10 @@
 // train::fit with validation and callbacks: the values logged, the hooks' order, each built-in
 // callback's Keras semantics, their errors before training, one trace for the whole fit, and
 // TensorBoard's reader on the TensorBoard callback's files.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -36,7 +36,8 @@ Data separable(std::int64_t n, std::uint64_t seed) {
 }
 
 nn::Sequential small_model() {
-  return nn::Sequential({nn::Dense(8, nn::Activation::relu), nn::Dense(1, nn::Activation::sigmoid)});
+  return nn::Sequential(
+      {nn::Dense(8, nn::Activation::relu), nn::Dense(1, nn::Activation::sigmoid)});
 }
 
 std::vector<Tensor> values_of(const kiln::Module& m) {
@@ -94,8 +95,7 @@ TEST_CASE("fit validates on validation_data after every epoch, with one trace ea
   std::vector<std::vector<std::string>> epoch_keys;
   train::LambdaCallback spy;
   spy.epoch_end = [&](int, const train::Logs& logs) { epoch_keys.push_back(keys_of(logs)); };
-  const auto h = train::fit(model, opt, nn::losses::binary_crossentropy, train_data.x,
-                            train_data.y,
+  const auto h = train::fit(model, opt, nn::losses::binary_crossentropy, train_data.x, train_data.y,
                             {.epochs = 4,
                              .batch_size = 16,
                              .seed = 3,
@@ -115,8 +115,9 @@ TEST_CASE("fit validates on validation_data after every epoch, with one trace ea
   CHECK(epoch_keys[0] == std::vector<std::string>{"loss", "binary_accuracy", "val_loss",
                                                   "val_binary_accuracy", "learning_rate"});
   // The last validation saw the final weights: it is evaluate's result.
-  const auto e = train::evaluate(model, nn::losses::binary_crossentropy, val.x, val.y,
-                                 {.batch_size = 10, .metrics = {train::metrics::binary_accuracy()}});
+  const auto e =
+      train::evaluate(model, nn::losses::binary_crossentropy, val.x, val.y,
+                      {.batch_size = 10, .metrics = {train::metrics::binary_accuracy()}});
   CHECK(h.val_loss.back() == Approx(e.loss).epsilon(1e-6));
   CHECK(h.val_metrics.at("binary_accuracy").back() == Approx(e.metrics.at("binary_accuracy")));
   CHECK(h.learning_rate == std::vector<double>(4, static_cast<double>(0.05f)));
@@ -164,8 +165,8 @@ TEST_CASE("callbacks run in Keras's order with fit's state", "[train][callbacks]
     std::vector<std::string>* calls;
     explicit Recorder(std::vector<std::string>* c) : calls(c) {}
     void on_train_begin(const train::Logs&) override {
-      calls->push_back(fmt::format("train_begin steps={} epochs={}", fit().steps_per_epoch,
-                                   fit().epochs));
+      calls->push_back(
+          fmt::format("train_begin steps={} epochs={}", fit().steps_per_epoch, fit().epochs));
       CHECK(fit().train_function.graph().num_nodes() > 0);
     }
     void on_epoch_begin(int epoch, const train::Logs&) override {
@@ -186,12 +187,12 @@ TEST_CASE("callbacks run in Keras's order with fit's state", "[train][callbacks]
   } recorder(&calls);
   train::fit(model, opt, nn::losses::binary_crossentropy, d.x, d.y,
              {.epochs = 2, .batch_size = 12, .verbose = 0, .callbacks = {recorder}});
-  CHECK(calls == std::vector<std::string>{
-                     "train_begin steps=2 epochs=2", "epoch_begin 0", "batch_begin 0",
-                     "batch_end 0 step=1", "batch_begin 1", "batch_end 1 step=2",
-                     "epoch_end 0 history=1", "epoch_begin 1", "batch_begin 0",
-                     "batch_end 0 step=3", "batch_begin 1", "batch_end 1 step=4",
-                     "epoch_end 1 history=2", "train_end true"});
+  CHECK(calls == std::vector<std::string>{"train_begin steps=2 epochs=2", "epoch_begin 0",
+                                          "batch_begin 0", "batch_end 0 step=1", "batch_begin 1",
+                                          "batch_end 1 step=2", "epoch_end 0 history=1",
+                                          "epoch_begin 1", "batch_begin 0", "batch_end 0 step=3",
+                                          "batch_begin 1", "batch_end 1 step=4",
+                                          "epoch_end 1 history=2", "train_end true"});
   struct Outside : train::Callback {
     void poke() { (void)fit(); }
   } outside;
@@ -313,7 +314,8 @@ TEST_CASE("LearningRateScheduler sets the rate per epoch without retracing", "[t
   CHECK(h.learning_rate[2] == Approx(0.025));
   CHECK(h.traces == 1);
 
-  kiln::optim::SGD scheduled({.learning_rate = kiln::optim::schedules::exponential_decay(0.1, 10, 0.5)});
+  kiln::optim::SGD scheduled(
+      {.learning_rate = kiln::optim::schedules::exponential_decay(0.1, 10, 0.5)});
   CHECK_THROWS_WITH(train::fit(model, scheduled, nn::losses::binary_crossentropy, d.x, d.y,
                                {.verbose = 0, .callbacks = {schedule}}),
                     Catch::Contains("[train.LearningRateScheduler] cannot set the learning rate"));
@@ -338,8 +340,9 @@ TEST_CASE("CSVLogger writes a header and a row per epoch, and appends", "[train]
               .validation_freq = 2,
               .callbacks = {csv}});
   std::string text = read_text(dir / "log.csv");
-  CHECK_THAT(text, Catch::StartsWith(
-                       "epoch,loss,binary_accuracy,val_loss,val_binary_accuracy,learning_rate\n0,"));
+  CHECK_THAT(text,
+             Catch::StartsWith(
+                 "epoch,loss,binary_accuracy,val_loss,val_binary_accuracy,learning_rate\n0,"));
   CHECK(std::count(text.begin(), text.end(), '\n') == 3);
   CHECK_THAT(text, Catch::Contains(",NA,NA,"));  // epoch 0 did not validate
   train::CSVLogger more(dir / "log.csv", {.separator = ';', .append = true});
@@ -373,8 +376,9 @@ TEST_CASE("bad validation data and callback settings fail before training starts
   fails({.validation_data = train::ValidationData{kiln::ones({5, 3}), kiln::ones({5, 1})}},
         "validation_data.x must match x in dtype and in every dim after the first: "
         "validation_data.x is f32 [5,3], x is f32 [20,4]");
-  fails({.validation_data = train::ValidationData{kiln::ones({5, 4}), kiln::ones({5, 1}, kiln::f64)}},
-        "validation_data.y must match y");
+  fails(
+      {.validation_data = train::ValidationData{kiln::ones({5, 4}), kiln::ones({5, 1}, kiln::f64)}},
+      "validation_data.y must match y");
   fails({.validation_data = train::ValidationData{kiln::ones({5, 4}), kiln::ones({4, 1})}},
         "x has 5 samples but y has 4");
   fails({.validation_data = train::ValidationData{d.x, d.y}, .validation_split = 0.5},
@@ -401,9 +405,10 @@ TEST_CASE("bad validation data and callback settings fail before training starts
                     Catch::Contains("save_freq"));
 }
 
-TEST_CASE("TensorBoard writes epoch and batch scalars, histograms and the graph, read back by "
-          "TensorBoard's EventAccumulator",
-          "[train][callbacks][summary]") {
+TEST_CASE(
+    "TensorBoard writes epoch and batch scalars, histograms and the graph, read back by "
+    "TensorBoard's EventAccumulator",
+    "[train][callbacks][summary]") {
   kiln::clear_session();
   io_test::TempDir dir;
   const Data d = separable(40, 11);

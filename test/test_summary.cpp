@@ -1,14 +1,14 @@
 // kiln::summary: the wire format, CRC-32C framing, TensorFlow's histogram buckets, the writer's
 // files, timers and threads, its errors; and TensorBoard's own reader on kiln's files.
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cfloat>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <string>
@@ -49,7 +49,8 @@ std::vector<std::string> read_records(const fs::path& path) {
     REQUIRE(at + 12 <= bytes.size());
     const std::string length_bytes(reinterpret_cast<const char*>(&bytes[at]), 8);
     const std::uint64_t length = read_le(&bytes[at], 8);
-    REQUIRE(read_le(&bytes[at + 8], 4) == kiln::detail::mask_crc(kiln::detail::crc32c(length_bytes)));
+    REQUIRE(read_le(&bytes[at + 8], 4) ==
+            kiln::detail::mask_crc(kiln::detail::crc32c(length_bytes)));
     REQUIRE(at + 12 + length + 4 <= bytes.size());
     std::string data(reinterpret_cast<const char*>(&bytes[at + 12]), length);
     REQUIRE(read_le(&bytes[at + 12 + length], 4) ==
@@ -128,8 +129,7 @@ TEST_CASE("protobuf fields are encoded as the wire format defines", "[summary]")
   CHECK(hex(Message().float64(1, 1.0).data()) == "09000000000000f03f");
   CHECK(hex(Message().float32(2, 1.0f).data()) == "150000803f");
   const double values[] = {1.0, 2.0};
-  CHECK(hex(Message().packed_float64(6, values).data()) ==
-        "3210000000000000f03f0000000000000040");
+  CHECK(hex(Message().packed_float64(6, values).data()) == "3210000000000000f03f0000000000000040");
   CHECK(Message().packed_float64(6, {}).data().empty());
   Message inner;
   inner.varint(1, 150);
@@ -292,15 +292,16 @@ TEST_CASE("FileWriter takes events from several threads at once", "[summary][thr
 TEST_CASE("summary errors name the writer, the tag and the problem", "[summary]") {
   io_test::TempDir dir;
   std::ofstream(dir / "plain.txt") << "x";
-  CHECK_THROWS_WITH(kiln::summary::FileWriter(dir / "plain.txt/logs"),
-                    Catch::Contains("summary.FileWriter") &&
-                        Catch::Contains("cannot create the log folder"));
+  CHECK_THROWS_WITH(
+      kiln::summary::FileWriter(dir / "plain.txt/logs"),
+      Catch::Contains("summary.FileWriter") && Catch::Contains("cannot create the log folder"));
   CHECK_THROWS_WITH(kiln::summary::FileWriter(dir.path(), {.flush_seconds = 0}),
                     Catch::Contains("flush_seconds must be positive"));
   CHECK_THROWS_WITH(kiln::summary::FileWriter(dir.path(), {.max_queue = 0}),
                     Catch::Contains("max_queue"));
   kiln::summary::FileWriter writer(dir.path());
-  CHECK_THROWS_WITH(writer.scalar("", 1.0, 0), Catch::Contains("[summary.scalar] the tag is empty"));
+  CHECK_THROWS_WITH(writer.scalar("", 1.0, 0),
+                    Catch::Contains("[summary.scalar] the tag is empty"));
   CHECK_THROWS_WITH(writer.scalar("v", kiln::ones({2}), 0), Catch::Contains("needs one element"));
   CHECK_THROWS_WITH(writer.histogram("h", kiln::tensor<float>({1.f, NAN}, {2}), 0),
                     Catch::Contains("[summary.histogram] 'h' has a non-finite value"));
@@ -316,7 +317,8 @@ TEST_CASE("summary errors name the writer, the tag and the problem", "[summary]"
   });
   CHECK_THROWS_WITH(traced(kiln::ones({2})), Catch::Contains("needs a concrete tensor"));
   kiln::summary::FileWriter moved(std::move(writer));
-  CHECK_THROWS_WITH(writer.flush(), Catch::Contains("moved from"));  // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS_WITH(writer.flush(),
+                    Catch::Contains("moved from"));  // NOLINT(bugprone-use-after-move)
   moved.close();
   CHECK(read_records(moved.path()).size() == 1);  // the failed calls wrote nothing
 }
@@ -340,9 +342,14 @@ TEST_CASE("TensorBoard's EventAccumulator reads kiln's event files", "[summary]"
     writer.histogram("dense/kernel", w, 3);
     const auto h = kiln::detail::summary::histogram_of(
         kiln::cast(w, kiln::f64).contiguous().to_vector<double>());
-    expected["histogram"] = {{"tag", "dense/kernel"}, {"step", 3},       {"min", h.min},
-                             {"max", h.max},          {"num", h.num},     {"sum", h.sum},
-                             {"limits", h.bucket_limit}, {"counts", h.bucket}};
+    expected["histogram"] = {{"tag", "dense/kernel"},
+                             {"step", 3},
+                             {"min", h.min},
+                             {"max", h.max},
+                             {"num", h.num},
+                             {"sum", h.sum},
+                             {"limits", h.bucket_limit},
+                             {"counts", h.bucket}};
     writer.text("notes", "hello *kiln*", 4);
     expected["text"] = {{"tag", "notes"}, {"step", 4}, {"value", "hello *kiln*"}};
     writer.image("picture", kiln::reshape(kiln::linspace(0.0, 1.0, 6 * 4 * 3), {6, 4, 3}), 2);

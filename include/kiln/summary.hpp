@@ -2,7 +2,7 @@
 /// @file summary.hpp
 /// TensorBoard event files (kiln::summary): scalars, histograms, text, images and graphs that
 /// `tensorboard --logdir` shows, written as TensorBoard's own writers write them: TFRecord
-/// files named `events.out.tfevents.<time>.<host>.<pid>.<n>` holding `Event` protocol buffers.
+/// files named `events.out.tfevents.TIME.HOST.PID.N` holding `Event` protocol buffers.
 ///
 /// ```cpp
 /// kiln::summary::FileWriter writer("logs/run1");

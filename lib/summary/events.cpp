@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdint>
 #include <cfloat>
 #include <cmath>
+#include <cstdint>
 
 namespace kiln::detail::summary {
 
@@ -37,7 +37,7 @@ constexpr int dt_string = 7;
 /// double's bits (exponent + mantissa - 1, within 0.09 of log2), so it may land one bucket off;
 /// the comparisons fix that.
 std::size_t bucket_index(const std::vector<double>& limits, double v) {
-  const std::size_t middle = limits.size() / 2;  // limits[middle] == 0
+  const std::size_t middle = limits.size() / 2;               // limits[middle] == 0
   const auto positive = static_cast<std::ptrdiff_t>(middle);  // limits above 0
   const double a = std::fabs(v);
   std::ptrdiff_t k = 0;

@@ -30,8 +30,7 @@ namespace {
 constexpr std::string_view op = "summary.FileWriter";
 
 double wall_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string host_name() {
@@ -214,14 +213,14 @@ void FileWriter::histogram(std::string_view tag, const Tensor& values, std::int6
   if (bad != v.end())
     kiln::detail::fail("summary.histogram", "'{}' has a non-finite value ({} at element {})", tag,
                        *bad, bad - v.begin());
-  live().push(kiln::detail::summary::summary_event(
-      wall_time(), step, kiln::detail::summary::histogram_value(tag, v)));
+  live().push(kiln::detail::summary::summary_event(wall_time(), step,
+                                                   kiln::detail::summary::histogram_value(tag, v)));
 }
 
 void FileWriter::text(std::string_view tag, std::string_view text, std::int64_t step) {
   check_tag("summary.text", tag);
-  live().push(kiln::detail::summary::summary_event(
-      wall_time(), step, kiln::detail::summary::text_value(tag, text)));
+  live().push(kiln::detail::summary::summary_event(wall_time(), step,
+                                                   kiln::detail::summary::text_value(tag, text)));
 }
 
 void FileWriter::image(std::string_view tag, const Tensor& image, std::int64_t step) {
@@ -246,8 +245,10 @@ void FileWriter::image(std::string_view tag, const Tensor& image, std::int64_t s
     if (floating) {
       x = std::round(std::clamp(x, 0.0, 1.0) * 255.0);
     } else if (x < 0 || x > 255) {
-      kiln::detail::fail(what, "'{}' is an integer image, so its values must be in 0..255; "
-                         "element {} is {}", tag, i, x);
+      kiln::detail::fail(what,
+                         "'{}' is an integer image, so its values must be in 0..255; "
+                         "element {} is {}",
+                         tag, i, x);
     }
     pixels[i] = static_cast<std::uint8_t>(x);
   }

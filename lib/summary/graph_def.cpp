@@ -85,7 +85,8 @@ class GraphDefWriter {
       names[i] = unique(full_name(g, n, i, names, scope));
       proto::Message node;
       node.bytes(node_name, names[i]).bytes(node_op, op_name(n));
-      for (const std::int32_t in : n.inputs) node.bytes(node_input, names[static_cast<std::size_t>(in)]);
+      for (const std::int32_t in : n.inputs)
+        node.bytes(node_input, names[static_cast<std::size_t>(in)]);
       if (!n.is_control_flow()) {
         proto::Message type;
         type.varint(attr_type, tf_dtype(n.dtype));

@@ -49,8 +49,7 @@ int color_type(int channels) {
 // Only trivially destructible locals live in this function, so the longjmp skips no
 // destructor. Returns false on a libpng error (its message in out.message).
 bool png_encode(PngOutput& out, png_bytep* rows, int height, int width, int channels) {
-  png_structp png =
-      png_create_write_struct(PNG_LIBPNG_VER_STRING, &out, on_error, on_warning);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &out, on_error, on_warning);
   if (png == nullptr) return false;
   png_infop info = png_create_info_struct(png);
   if (info == nullptr || setjmp(png_jmpbuf(png)) != 0) {
@@ -70,8 +69,7 @@ bool png_encode(PngOutput& out, png_bytep* rows, int height, int width, int chan
 
 }  // namespace
 
-std::string encode_png(std::span<const std::uint8_t> pixels, int height, int width,
-                       int channels) {
+std::string encode_png(std::span<const std::uint8_t> pixels, int height, int width, int channels) {
   std::vector<png_bytep> rows(static_cast<std::size_t>(height));
   const auto stride = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
   for (std::size_t r = 0; r < rows.size(); ++r)

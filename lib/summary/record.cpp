@@ -4,7 +4,6 @@
 
 #include <limits>
 
-
 namespace kiln::detail {
 
 namespace {
@@ -29,9 +28,7 @@ std::uint32_t crc32c(std::string_view data) {
   return crc ^ 0xFFFFFFFFu;
 }
 
-std::uint32_t mask_crc(std::uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+std::uint32_t mask_crc(std::uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 std::string tf_record(std::string_view data) {
   std::string out;

@@ -247,8 +247,10 @@ EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(
   if (options_.patience < 0)
     kiln::detail::fail("train.EarlyStopping", "patience must be >= 0, got {}", options_.patience);
   if (!(options_.min_delta >= 0) || !std::isfinite(options_.min_delta))
-    kiln::detail::fail("train.EarlyStopping", "min_delta must be >= 0 (its sign follows the "
-                       "mode), got {}", options_.min_delta);
+    kiln::detail::fail("train.EarlyStopping",
+                       "min_delta must be >= 0 (its sign follows the "
+                       "mode), got {}",
+                       options_.min_delta);
 }
 
 bool EarlyStopping::improved(double value, double reference) const {
@@ -299,8 +301,8 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
 void EarlyStopping::on_train_end(const Logs&) {
   best_weights_.clear();  // the snapshot holds tensors as large as the model
   if (stopped_epoch_ >= 0 && options_.verbose > 0)
-    fmt::print("epoch {}: early stopping ({} has not improved for {} epochs)\n",
-               stopped_epoch_ + 1, options_.monitor, options_.patience);
+    fmt::print("epoch {}: early stopping ({} has not improved for {} epochs)\n", stopped_epoch_ + 1,
+               options_.monitor, options_.patience);
 }
 
 // LearningRateScheduler
@@ -373,8 +375,7 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
     row += options_.separator + (logs.contains(c) ? fmt::format("{}", logs.at(c)) : "NA");
   fmt::print(file_, "{}\n", row);
   if (std::fflush(file_) != 0)
-    kiln::detail::fail("train.CSVLogger", "writing '{}': {}", path_.string(),
-                       std::strerror(errno));
+    kiln::detail::fail("train.CSVLogger", "writing '{}': {}", path_.string(), std::strerror(errno));
 }
 
 void CSVLogger::on_train_end(const Logs&) {

@@ -298,9 +298,9 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
         return batch_values(value, options.metrics, yb, pred);
       },
       function_options);
-  auto val_step = make_evaluate_step(
-      model, loss, options.metrics,
-      {batch_spec(data.x, val_batch), batch_spec(data.y, val_batch)}, "validation_step");
+  auto val_step = make_evaluate_step(model, loss, options.metrics,
+                                     {batch_spec(data.x, val_batch), batch_spec(data.y, val_batch)},
+                                     "validation_step");
 
   const std::int64_t n = data.x.dim(0);
   const std::int64_t first_end = std::min(n, options.batch_size);
@@ -354,8 +354,8 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     const bool validate_now =
         validate && ((epoch + 1) % options.validation_freq == 0 || epoch + 1 == options.epochs);
     if (validate_now) {
-      const Averages val = run_evaluation(val_step, data.val_x, data.val_y, val_batch_size,
-                                          options.metrics.size());
+      const Averages val =
+          run_evaluation(val_step, data.val_x, data.val_y, val_batch_size, options.metrics.size());
       log_averages(logs, val, options.metrics, "val_");
     }
     logs.set("learning_rate", current_learning_rate(optimizer));
@@ -403,8 +403,7 @@ EvaluateResult evaluate(const ModelRef& model, const LossFn& loss, const Tensor&
   auto step = make_evaluate_step(model, loss, options.metrics,
                                  {batch_spec(x, batch), batch_spec(y, batch)}, "evaluate_step");
   const std::int64_t n = x.dim(0);
-  const Averages averages =
-      run_evaluation(step, x, y, options.batch_size, options.metrics.size());
+  const Averages averages = run_evaluation(step, x, y, options.batch_size, options.metrics.size());
   EvaluateResult result;
   result.loss = averages.loss;
   for (std::size_t i = 0; i < options.metrics.size(); ++i)

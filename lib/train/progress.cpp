@@ -62,8 +62,8 @@ void Progress::update(std::int64_t done, const Logs& logs) {
   std::string bar(static_cast<std::size_t>(filled), '=');
   if (filled < bar_width) bar += '>';
   bar.resize(bar_width, '.');
-  fmt::print("\r\033[Kepoch {}/{} [{}] {}/{} - ETA {} - {:.0f} samples/s - {}", epoch_ + 1,
-             epochs_, bar, done, samples_, duration_text(eta), rate, logs_text(logs));
+  fmt::print("\r\033[Kepoch {}/{} [{}] {}/{} - ETA {} - {:.0f} samples/s - {}", epoch_ + 1, epochs_,
+             bar, done, samples_, duration_text(eta), rate, logs_text(logs));
   std::fflush(stdout);
 }
 
