@@ -69,8 +69,9 @@ class FileWriter {
   void image(std::string_view tag, const Tensor& image, std::int64_t step);
   /// The optimized graph of a concrete function (the Graphs tab): one node per graph node,
   /// named after the variable it reads or as "<op>_<n>", with its op, its inputs, its dtype and
-  /// its output shape (-1 for a dynamic dim); the bodies of scan, while_loop and cond nodes
-  /// nested under the node's name, so TensorBoard draws them as expandable groups.
+  /// its output shape (-1 for a dynamic dim). An op is grouped under the module of the first
+  /// variable it reads (else of its first input), so each layer is one expandable group, and
+  /// the bodies of scan, while_loop and cond nodes are nested under their node's name.
   void graph(const ConcreteFunction& function);
 
   /// Writes every queued event and flushes the file.

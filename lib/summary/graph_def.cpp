@@ -43,7 +43,7 @@ proto::Message shape_proto(const Shape& shape) {
   proto::Message s;
   for (std::size_t d = 0; d < shape.size(); ++d) {
     proto::Message dim;
-    dim.varint(dim_size, shape[d]);
+    dim.varint(dim_size, is_dynamic_dim(shape[d]) ? -1 : shape[d]);  // TensorFlow: -1 = unknown
     s.message(shape_dim, dim);
   }
   return s;
@@ -79,10 +79,11 @@ class GraphDefWriter {
       : out_(out), taken_(taken), count_(count) {}
 
   void write(const GraphData& g, const std::string& scope) {
-    std::vector<std::string> names(g.nodes.size());
+    std::vector<std::string> names(g.nodes.size()), modules(g.nodes.size());
     for (std::size_t i = 0; i < g.nodes.size(); ++i) {
       const Node& n = g.nodes[i];
-      names[i] = unique(full_name(g, n, i, names, scope));
+      modules[i] = module_of(g, n, modules);
+      names[i] = unique(full_name(g, n, i, names, scope, modules[i]));
       proto::Message node;
       node.bytes(node_name, names[i]).bytes(node_op, op_name(n));
       for (const std::int32_t in : n.inputs)
@@ -125,12 +126,38 @@ class GraphDefWriter {
                : fmt::format("variable_{}", slot);
   }
 
-  /// The node's name: under `scope`, except an output node, named after its (scoped) producer.
+  /// The module an op belongs to, for grouping: the graph keeps no name scopes, so an op is put
+  /// with the module of the first variable it reads ("net/l1" for "net/l1/kernel"), else with
+  /// its first input's module, so a layer's matmul, bias add and activation (and the gradients
+  /// and updates that read them) form one group TensorBoard can collapse.
+  static std::string module_of(const GraphData& g, const Node& n,
+                               const std::vector<std::string>& modules) {
+    if (n.kind == Node::Kind::variable) {
+      const std::string path = variable_name(g, n.index);
+      const auto slash = path.rfind('/');
+      return slash == std::string::npos ? std::string() : path.substr(0, slash);
+    }
+    if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::constant ||
+        n.kind == Node::Kind::assign || n.kind == Node::Kind::output)
+      return {};
+    for (const std::int32_t in : n.inputs)
+      if (g.nodes[static_cast<std::size_t>(in)].kind == Node::Kind::variable)
+        return modules[static_cast<std::size_t>(in)];
+    for (const std::int32_t in : n.inputs)
+      if (!modules[static_cast<std::size_t>(in)].empty())
+        return modules[static_cast<std::size_t>(in)];
+    return {};
+  }
+
+  /// The node's name: under `scope` (and its module, for an op), except an output node, named
+  /// after its producer.
   static std::string full_name(const GraphData& g, const Node& n, std::size_t i,
-                               const std::vector<std::string>& names, const std::string& scope) {
+                               const std::vector<std::string>& names, const std::string& scope,
+                               const std::string& module) {
     if (n.kind == Node::Kind::output)
       return fmt::format("{}_output_{}", names[static_cast<std::size_t>(n.inputs.at(0))], n.index);
-    return scope + base_name(g, n, i);
+    if (n.kind == Node::Kind::variable || module.empty()) return scope + base_name(g, n, i);
+    return scope + module + "/" + base_name(g, n, i);
   }
 
   static std::string base_name(const GraphData& g, const Node& n, std::size_t i) {
