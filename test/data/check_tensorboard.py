@@ -131,6 +131,15 @@ def main(root: pathlib.Path) -> int:
         for n in graph.node:
             for inp in n.input:
                 check(inp in names, f"node {n.name} reads {inp}, which is not a node")
+            for shape in n.attr["_output_shapes"].list.shape:
+                check(all(d.size >= -1 for d in shape.dim), f"node {n.name} has shape {shape}")
+        prefix = expected["graph_module"] + "/"
+        grouped = [n.name for n in graph.node
+                   if n.name.startswith(prefix) and n.op not in ("ReadVariable", "Assign")]
+        check(grouped, f"no op grouped under {prefix}: {sorted(names)}")
+        dynamic = [n.name for n in graph.node if n.op == "Placeholder"
+                   and n.attr["_output_shapes"].list.shape[0].dim[0].size == -1]
+        check(dynamic, "the dynamic batch dim of the inputs is not -1")
 
     for p in problems:
         print("check_tensorboard:", p)
