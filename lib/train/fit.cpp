@@ -304,9 +304,13 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
 
   const std::int64_t n = data.x.dim(0);
   const std::int64_t first_end = std::min(n, options.batch_size);
-  // The step traced up front (the first batch then finds it cached), so callbacks see its graph.
+  // With callbacks, the step is traced up front (the first batch then finds it cached), so they
+  // see its graph from on_train_begin on.
   const ConcreteFunction train_function =
-      step.get_concrete_function(slice(data.x, 0, 0, first_end), slice(data.y, 0, 0, first_end));
+      options.callbacks.empty()
+          ? ConcreteFunction(nullptr)
+          : step.get_concrete_function(slice(data.x, 0, 0, first_end),
+                                       slice(data.y, 0, 0, first_end));
   std::vector<std::string> keys{"loss"};
   for (const Metric& m : options.metrics) keys.push_back(m.name);
   if (validate) {
