@@ -514,3 +514,37 @@ TEST_CASE("progress shows validation values, and the bar's ETA reads as a durati
   CHECK_THROWS_WITH(logs.at("accuracy"),
                     Catch::Contains("no value 'accuracy'; the logs have: loss, val_loss"));
 }
+
+TEST_CASE("a stateful model validates with its static batch size", "[train][callbacks]") {
+  kiln::clear_session();
+  const Tensor x = kiln::random::normal({8, 4, 2}, 0, 1, 13);
+  const Tensor y = kiln::reshape(kiln::sum(x, {1, 2}), {8, 1});
+  nn::Sequential model({nn::LSTM(4, {.stateful = true}), nn::Dense(1)});
+  kiln::optim::SGD opt({.learning_rate = 0.01});
+  const Tensor vx = kiln::random::normal({8, 4, 2}, 0, 1, 14);
+  const Tensor vy = kiln::reshape(kiln::sum(vx, {1, 2}), {8, 1});
+  const auto h = train::fit(model, opt, nn::losses::mean_squared_error, x, y,
+                            {.epochs = 2,
+                             .batch_size = 4,
+                             .shuffle = false,
+                             .verbose = 0,
+                             .validation_data = train::ValidationData{vx, vy}});
+  CHECK(h.traces == 1);
+  CHECK(h.validation_traces == 1);
+  CHECK(h.val_loss.size() == 2);
+  CHECK_THROWS_WITH(train::fit(model, opt, nn::losses::mean_squared_error, x, y,
+                               {.batch_size = 4,
+                                .shuffle = false,
+                                .verbose = 0,
+                                .validation_data = train::ValidationData{vx, vy},
+                                .validation_batch_size = 8}),
+                    Catch::Contains("validation batches must have the training batch_size 4"));
+  CHECK_THROWS_WITH(
+      train::fit(model, opt, nn::losses::mean_squared_error, x, y,
+                 {.batch_size = 4,
+                  .shuffle = false,
+                  .verbose = 0,
+                  .validation_data =
+                      train::ValidationData{kiln::slice(vx, 0, 0, 6), kiln::slice(vy, 0, 0, 6)}}),
+      Catch::Contains("6 samples are not a multiple of it"));
+}
