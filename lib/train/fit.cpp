@@ -307,10 +307,9 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   // With callbacks, the step is traced up front (the first batch then finds it cached), so they
   // see its graph from on_train_begin on.
   const ConcreteFunction train_function =
-      options.callbacks.empty()
-          ? ConcreteFunction(nullptr)
-          : step.get_concrete_function(slice(data.x, 0, 0, first_end),
-                                       slice(data.y, 0, 0, first_end));
+      options.callbacks.empty() ? ConcreteFunction(nullptr)
+                                : step.get_concrete_function(slice(data.x, 0, 0, first_end),
+                                                             slice(data.y, 0, 0, first_end));
   std::vector<std::string> keys{"loss"};
   for (const Metric& m : options.metrics) keys.push_back(m.name);
   if (validate) {
@@ -348,10 +347,11 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
       if (!callbacks.empty()) callbacks.batch_begin(batch_index, Logs());
       averages.add(step(slice(xs, 0, begin, end), slice(ys, 0, begin, end)), end - begin);
       ++state.global_step;
+      if (callbacks.empty() && !progress.draws_bar()) continue;  // nobody reads batch logs
       Logs batch_logs;
       log_averages(batch_logs, averages, options.metrics, "");
       progress.update(end, batch_logs);
-      if (!callbacks.empty()) callbacks.batch_end(batch_index, batch_logs);
+      callbacks.batch_end(batch_index, batch_logs);
     }
     logs = Logs();
     log_averages(logs, averages, options.metrics, "");

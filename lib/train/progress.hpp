@@ -15,6 +15,8 @@ class Progress {
   /// verbose: 0 silent, 1 bar on a terminal (one line per epoch otherwise), 2 lines.
   Progress(int verbose, int epochs, std::int64_t samples);
 
+  /// Whether update() draws anything (a bar on a terminal).
+  bool draws_bar() const { return bar_; }
   void begin_epoch(int epoch);
   /// After a batch: `done` samples of this epoch so far and the running averages. Redraws the
   /// bar (with ETA, samples/s and the values) at most ten times a second.
