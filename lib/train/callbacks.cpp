@@ -18,6 +18,7 @@
 #include "kiln/checkpoint.hpp"
 #include "kiln/ops.hpp"
 #include "state/weights.hpp"
+#include "train/learning_rate.hpp"
 
 namespace kiln::train {
 
@@ -307,11 +308,9 @@ void EarlyStopping::on_train_end(const Logs&) {
 
 // LearningRateScheduler
 
-namespace {
-double rate_of(const optim::Optimizer& optimizer) {
+double detail::learning_rate_value(const optim::Optimizer& optimizer) {
   return cast(optimizer.learning_rate(), f64).item<double>();
 }
-}  // namespace
 
 LearningRateScheduler::LearningRateScheduler(Rule schedule, int verbose)
     : schedule_(std::move(schedule)), verbose_(verbose) {
@@ -321,7 +320,7 @@ LearningRateScheduler::LearningRateScheduler(Rule schedule, int verbose)
 void LearningRateScheduler::on_train_begin(const Logs&) {
   optim::Optimizer& optimizer = fit().optimizer;
   try {
-    optimizer.set_learning_rate(rate_of(optimizer));
+    optimizer.set_learning_rate(detail::learning_rate_value(optimizer));
   } catch (const Error& e) {
     kiln::detail::fail("train.LearningRateScheduler", "cannot set the learning rate of {}: {}",
                        optimizer.path(), e.what());
@@ -330,7 +329,7 @@ void LearningRateScheduler::on_train_begin(const Logs&) {
 
 void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
   optim::Optimizer& optimizer = fit().optimizer;
-  const double rate = schedule_(epoch, rate_of(optimizer));
+  const double rate = schedule_(epoch, detail::learning_rate_value(optimizer));
   if (!std::isfinite(rate) || rate < 0)
     kiln::detail::fail("train.LearningRateScheduler",
                        "the schedule returned {} for epoch {}; a rate must be finite and >= 0",

@@ -16,6 +16,7 @@
 #include "kiln/ops.hpp"
 #include "kiln/random.hpp"
 #include "kiln/train.hpp"
+#include "train/learning_rate.hpp"
 #include "train/progress.hpp"
 
 namespace kiln::train {
@@ -232,10 +233,6 @@ Split split_validation(std::string_view op, const Tensor& x, const Tensor& y,
   return s;
 }
 
-double current_learning_rate(const optim::Optimizer& optimizer) {
-  return scalar_value(optimizer.learning_rate());
-}
-
 }  // namespace
 
 namespace detail {
@@ -344,7 +341,7 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     std::int64_t batch_index = 0;
     for (std::int64_t begin = 0; begin < n; begin += options.batch_size, ++batch_index) {
       const std::int64_t end = std::min(n, begin + options.batch_size);
-      if (!callbacks.empty()) callbacks.batch_begin(batch_index, Logs());
+      callbacks.batch_begin(batch_index, Logs());
       averages.add(step(slice(xs, 0, begin, end), slice(ys, 0, begin, end)), end - begin);
       ++state.global_step;
       if (callbacks.empty() && !progress.draws_bar()) continue;  // nobody reads batch logs
@@ -362,7 +359,7 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
           run_evaluation(val_step, data.val_x, data.val_y, val_batch_size, options.metrics.size());
       log_averages(logs, val, options.metrics, "val_");
     }
-    logs.set("learning_rate", current_learning_rate(optimizer));
+    logs.set("learning_rate", learning_rate_value(optimizer));
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.end_epoch(logs, seconds);
