@@ -25,6 +25,7 @@
 #include "kiln/random.hpp"
 #include "kiln/session.hpp"
 #include "kiln/shape.hpp"
+#include "kiln/sparse.hpp"
 #include "kiln/summary.hpp"
 #include "kiln/tensor.hpp"
 #include "kiln/train.hpp"

@@ -1,6 +1,7 @@
 #pragma once
 /// @file optim.hpp
-/// Optimizers (kiln::optim): SGD, Adam, RMSprop, learning-rate schedules, gradient clipping.
+/// Optimizers (kiln::optim): SGD, Adam, RMSprop, Adagrad, learning-rate schedules, gradient
+/// clipping.
 ///
 /// An optimizer is a kiln::Module (named "sgd", "adam", "rmsprop" or as given) that owns its
 /// state as non-trainable variables, so checkpoints save it with its paths:
@@ -17,6 +18,11 @@
 /// variable the optimizer holds slots for is destroyed (a model rebuilt in a loop), the next
 /// apply() drops its slots, so a long-lived optimizer does not grow. Two live variables with
 /// the same name cannot share one optimizer (their slots would collide): that is an error.
+///
+/// Gradients may be indexed-slices values (kiln/sparse.hpp: the gradient of an embedding
+/// lookup). Their duplicate rows are summed, clipping reads only their values, and SGD, Adam,
+/// RMSprop and Adagrad update only the rows they name, in place (each class says how its
+/// slots behave); any other optimizer gets them as dense tensors.
 
 #include <cstdint>
 #include <functional>
@@ -109,6 +115,14 @@ class Optimizer : public Module {
   /// the learning rate and the 1-based step number, both scalars of var's dtype.
   virtual void update(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
                       const Tensor& learning_rate, const Tensor& step) = 0;
+  /// update() for an indexed-slices gradient (each row once, sorted, maybe padded with -1
+  /// rows: kiln/sparse.hpp). This default makes it dense and calls update().
+  virtual void update_sparse(const Variable& var, const Tensor& grad,
+                             std::span<const Variable> slots, const Tensor& learning_rate,
+                             const Tensor& step);
+  /// The value every slot starts from (0 unless a subclass sets another before its first
+  /// apply(): Adagrad's initial accumulator).
+  void set_slot_initial_value(double value);
 
   const std::string& kind() const;
 
@@ -132,7 +146,8 @@ struct SGDOptions {
 
 /// Stochastic gradient descent, Keras's formulation: without momentum var -= lr * g; with it,
 /// m = momentum * m - lr * g and var += m (nesterov: var += momentum * m - lr * g). Slot:
-/// "momentum" (only when momentum > 0).
+/// "momentum" (only when momentum > 0). An indexed-slices gradient updates only its rows, and
+/// their momentum only (TensorFlow's SparseApplyMomentum).
 class SGD : public Optimizer {
  public:
   explicit SGD(SGDOptions options = {});
@@ -141,6 +156,8 @@ class SGD : public Optimizer {
  protected:
   void update(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
               const Tensor& learning_rate, const Tensor& step) override;
+  void update_sparse(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
+                     const Tensor& learning_rate, const Tensor& step) override;
 
  private:
   SGDOptions options_;
@@ -151,6 +168,10 @@ struct AdamOptions {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-7;
+  /// For indexed-slices gradients: true updates m, v and the variable only in the rows the
+  /// gradient names (TensorFlow Addons' LazyAdam: memory and time scale with those rows);
+  /// false gives the dense update's result (every row's m and v decay, every row moves).
+  bool lazy = true;
   /// Scale each gradient whose L2 norm exceeds this down to that norm (Keras's clipnorm).
   std::optional<double> clipnorm = {};
   /// Scale all gradients together when their global L2 norm exceeds this (Keras's
@@ -162,7 +183,7 @@ struct AdamOptions {
 
 /// Adam (Kingma & Ba), Keras's formulation: m += (g - m)(1 - beta1), v += (g^2 - v)(1 - beta2),
 /// var -= lr sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon), t the 1-based step.
-/// Slots: "m", "v".
+/// Slots: "m", "v". Indexed-slices gradients: see AdamOptions::lazy.
 class Adam : public Optimizer {
  public:
   explicit Adam(AdamOptions options = {});
@@ -171,6 +192,8 @@ class Adam : public Optimizer {
  protected:
   void update(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
               const Tensor& learning_rate, const Tensor& step) override;
+  void update_sparse(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
+                     const Tensor& learning_rate, const Tensor& step) override;
 
  private:
   AdamOptions options_;
@@ -192,7 +215,9 @@ struct RMSpropOptions {
 
 /// RMSprop, Keras's formulation: velocity = rho velocity + (1 - rho) g^2, increment =
 /// lr g / sqrt(velocity + epsilon); var -= increment, or with momentum: m = momentum m +
-/// increment, var -= m. Slots: "velocity", and "momentum" when momentum > 0.
+/// increment, var -= m. Slots: "velocity", and "momentum" when momentum > 0. An
+/// indexed-slices gradient updates only its rows and their slots (TensorFlow's
+/// SparseApplyRMSProp).
 class RMSprop : public Optimizer {
  public:
   explicit RMSprop(RMSpropOptions options = {});
@@ -201,9 +226,43 @@ class RMSprop : public Optimizer {
  protected:
   void update(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
               const Tensor& learning_rate, const Tensor& step) override;
+  void update_sparse(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
+                     const Tensor& learning_rate, const Tensor& step) override;
 
  private:
   RMSpropOptions options_;
+};
+
+struct AdagradOptions {
+  LearningRate learning_rate = 0.001;
+  /// The accumulator's starting value (> 0 keeps the first steps finite).
+  double initial_accumulator_value = 0.1;
+  double epsilon = 1e-7;
+  /// Scale each gradient whose L2 norm exceeds this down to that norm (Keras's clipnorm).
+  std::optional<double> clipnorm = {};
+  /// Scale all gradients together when their global L2 norm exceeds this (Keras's
+  /// global_clipnorm, TensorFlow's clip_by_global_norm). Applied after clipnorm.
+  std::optional<double> global_clipnorm = {};
+  /// Empty: an automatic name (see the class).
+  std::string name = {};
+};
+
+/// Adagrad, Keras's formulation: accumulator += g^2, var -= lr g / (sqrt(accumulator) +
+/// epsilon). Slot: "accumulator". An indexed-slices gradient updates only its rows, which gives
+/// exactly the dense result (the other rows' gradient is zero).
+class Adagrad : public Optimizer {
+ public:
+  explicit Adagrad(AdagradOptions options = {});
+  const AdagradOptions& options() const { return options_; }
+
+ protected:
+  void update(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
+              const Tensor& learning_rate, const Tensor& step) override;
+  void update_sparse(const Variable& var, const Tensor& grad, std::span<const Variable> slots,
+                     const Tensor& learning_rate, const Tensor& step) override;
+
+ private:
+  AdagradOptions options_;
 };
 
 }  // namespace kiln::optim

@@ -39,7 +39,11 @@ class Tensor {
   /// Element strides of the underlying buffer (a view may be non-contiguous).
   const Shape& strides() const;
   bool is_contiguous() const;
-  /// This tensor if it is contiguous, else a contiguous copy.
+  /// Whether this is an indexed-slices value (a row-sparse gradient; see kiln/sparse.hpp).
+  /// Its dtype() and shape() are those of the dense tensor it stands for.
+  bool is_indexed_slices() const;
+  /// This tensor if it is contiguous, else a contiguous copy (an indexed-slices value: its
+  /// dense tensor).
   Tensor contiguous() const;
 
   /// Pointer to the first element. The tensor must be contiguous if you read it as a

@@ -41,6 +41,24 @@ class Variable {
   void assign(const Tensor& value) const;
   void assign_add(const Tensor& delta) const;
   void assign_sub(const Tensor& delta) const;
+  /// Adds values[i...] to row indices[i...] of the variable (along its first dim), in place:
+  /// nothing is copied when no other tensor shares the variable's buffer (else the variable
+  /// gets a fresh copy first, so tensors read earlier never change). indices: i32 or i64, any
+  /// shape, each in [0, rows); values: indices' shape followed by the variable's dims after
+  /// the first. Rows named twice add up. Inside a kiln::function, an ordered side effect that
+  /// runs in place when the call ends. TensorFlow's Variable.scatter_add.
+  void scatter_add(const Tensor& indices, const Tensor& values) const;
+  /// Subtracts values[i...] from row indices[i...] (see scatter_add).
+  void scatter_sub(const Tensor& indices, const Tensor& values) const;
+  /// Sets row indices[i...] to values[i...] (see scatter_add; of rows named twice, the last
+  /// entry wins).
+  void scatter_update(const Tensor& indices, const Tensor& values) const;
+  /// scatter_add / scatter_sub of an indexed-slices value of the variable's shape
+  /// (kiln/sparse.hpp): what sparse optimizers apply.
+  void scatter_add(const Tensor& slices) const;
+  void scatter_sub(const Tensor& slices) const;
+  /// scatter_update of an indexed-slices value: its rows set to its values.
+  void scatter_update(const Tensor& slices) const;
 
   /// The full name, e.g. "net/l1/kernel". Stable unless the variable belongs to a
   /// kiln::Module that is registered under a new parent (its path changes, and so its name).

@@ -8,6 +8,7 @@
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "ops/dispatch.hpp"
+#include "ops/rows.hpp"
 
 namespace kiln::detail {
 
@@ -192,7 +193,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
       continue;
     }
     Tensor sum = grads[first];
-    for (std::size_t k = 1; k < count; ++k) sum = add(sum, grads[first + k]);
+    for (std::size_t k = 1; k < count; ++k) sum = detail::add_gradients(sum, grads[first + k]);
     result.push_back(sum);
   }
   return result;
@@ -269,7 +270,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         const Tensor& in = it->inputs[i];
         if (!input_grads[i].defined() || !detail::tracks(tape, in)) continue;
         auto [slot, inserted] = grads.try_emplace(in.impl().get(), input_grads[i]);
-        if (!inserted) slot->second = add(slot->second, input_grads[i]);
+        if (!inserted) slot->second = detail::add_gradients(slot->second, input_grads[i]);
       }
     }
   } catch (...) {

@@ -7,7 +7,9 @@
 #include "core/tensor_impl.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
+#include "ops/dispatch.hpp"
 #include "ops/recurrent.hpp"
+#include "ops/rows.hpp"
 
 namespace kiln::detail {
 
@@ -236,13 +238,52 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
         ranges.push_back(Slice{e.attrs.ints[2 * d], e.attrs.ints[2 * d] + s[d], 1});
       return {slice(g, ranges)};
     }
+    case Prim::unique_rows:
+      return {Tensor()};
+    case Prim::segment_rows: {  // each value row went to its id's row
+      const Tensor& ids = x(1);
+      Tensor table = g;  // [entries, row...]: one row per id
+      if (ids.ndim() != 1) {
+        require_static_shape(ids.shape(), "segment_rows", "the gradient's ids");
+        Shape rows{ids.size()};
+        for (std::size_t d = ids.shape().size(); d < g.shape().size(); ++d)
+          rows.push_back(g.shape()[d]);
+        table = reshape(g, rows);
+      }
+      const Tensor positions =
+          unique_rows(ids, e.attrs.axis, /*inverse*/ true, e.attrs.ints[0] != 0);
+      return {take_rows(table, positions, /*padded*/ true), Tensor()};
+    }
+    case Prim::take_rows:
+      return {make_slices(x(1), g, x(0).shape(), false, e.attrs.ints[0] != 0), Tensor()};
+    case Prim::dense_rows:
+      return {Tensor(), take_rows(g, x(0), e.attrs.ints[0] != 0)};
+    case Prim::scatter_rows: {
+      const auto mode = static_cast<RowUpdate>(e.attrs.ints[0]);
+      const bool padded = e.attrs.ints[1] != 0;
+      const Tensor taken = take_rows(g, x(1), padded);
+      switch (mode) {
+        case RowUpdate::add:
+          return {g, Tensor(), taken};
+        case RowUpdate::sub:
+          return {g, Tensor(), neg(taken)};
+        case RowUpdate::assign:  // the base's assigned rows did not reach the output
+          return {scatter_rows(g, x(1), zeros_like(taken), RowUpdate::assign, padded), Tensor(),
+                  taken};
+      }
+      return {};
+    }
     case Prim::gather: {
-      // grad_x[.., j, ..] = sum over index positions m with indices[m] == j of g[.., m, ..],
-      // computed as one_hot(indices)^T @ g.
       const Tensor& data = x(0);
       const Tensor& indices = x(1);
       const auto axis = static_cast<std::size_t>(e.attrs.axis);
       const std::int64_t dim = data.shape()[axis];
+      // Along axis 0 of a table with a known row count (an embedding): indexed slices, the
+      // touched rows once each with their gradient rows summed (kiln/sparse.hpp).
+      if (axis == 0 && !is_dynamic_dim(dim))
+        return {gather_gradient_slices(g, indices, data.shape()), Tensor()};
+      // Otherwise grad_x[.., j, ..] = sum over index positions m with indices[m] == j of
+      // g[.., m, ..], computed as one_hot(indices)^T @ g.
       std::int64_t pre = 1, post = 1;
       for (std::size_t i = 0; i < axis; ++i) pre *= data.shape()[i];
       for (std::size_t i = axis + 1; i < data.shape().size(); ++i) post *= data.shape()[i];

@@ -157,6 +157,11 @@ class TensorLayout {
 std::string to_string(const Tensor& t) {
   if (!t.defined()) return "tensor(undefined)";
   const detail::TensorImpl& impl = *t.impl();
+  if (impl.is_slices()) {
+    const detail::RowSlices& parts = *impl.slices;
+    return fmt::format("IndexedSlices(indices={}, values={}, dense_shape={})",
+                       to_string(parts.indices), to_string(parts.values), impl.shape.to_string());
+  }
   if (impl.is_symbolic())
     return fmt::format("tensor(symbolic, dtype={}, shape={})", dtype_name(impl.dtype),
                        impl.shape.to_string());

@@ -17,5 +17,6 @@ TraceHooks* set_active_trace(TraceHooks* trace) {
 __attribute__((tls_model("initial-exec"))) thread_local int recording_tapes = 0;
 
 TapeHooks tape_hooks;
+Tensor (*densify_slices)(const Tensor&) = nullptr;
 
 }  // namespace kiln::detail

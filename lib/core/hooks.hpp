@@ -37,6 +37,10 @@ class TraceHooks {
   virtual Tensor read_variable(const std::shared_ptr<VariableImpl>& v) = 0;
   /// Records an assignment of `value` to v.
   virtual void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) = 0;
+  /// Records an in-place update of rows of v (Variable::scatter_add and kin): `mode` is a
+  /// kernels RowUpdate, `padded` whether -1 rows are unused entries.
+  virtual void update_variable_rows(const std::shared_ptr<VariableImpl>& v, const Tensor& rows,
+                                    const Tensor& values, std::int64_t mode, bool padded) = 0;
   /// A variable this trace has just created (provisional until the trace ends).
   virtual void add_created_variable(const std::shared_ptr<VariableImpl>& v) = 0;
   /// Whether variables may be created while this trace runs (only in a first trace).
@@ -99,5 +103,9 @@ struct TapeHooks {
   void (*note_variable_read)(const Variable& v, const Tensor& value) = nullptr;
 };
 extern TapeHooks tape_hooks;
+
+/// The dense tensor of an indexed-slices value (installed by ops/, which computes it), for the
+/// layers below that read a tensor's elements: Tensor::contiguous, to_vector, printing.
+extern Tensor (*densify_slices)(const Tensor& slices);
 
 }  // namespace kiln::detail

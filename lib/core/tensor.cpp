@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 
 namespace kiln {
@@ -24,6 +25,11 @@ Shape contiguous_strides(const Shape& shape) {
 bool TensorImpl::is_contiguous() const { return is_contiguous_layout(shape, strides); }
 
 void check_concrete(const TensorImpl& t, const char* op) {
+  if (t.is_slices())
+    fail(op,
+         "this tensor is an indexed-slices value (a row-sparse gradient, {} {}): it has no dense "
+         "buffer; use kiln::to_dense(t) for one",
+         dtype_name(t.dtype), t.shape);
   if (t.is_symbolic())
     fail(op,
          "cannot read the value of a symbolic tensor ({} {}) while its function is being traced: "
@@ -100,6 +106,7 @@ std::int64_t Tensor::size() const { return checked(impl_, "size").shape.numel();
 std::int64_t Tensor::dim(std::int64_t i) const { return checked(impl_, "dim").shape.at(i); }
 const Shape& Tensor::strides() const { return checked(impl_, "strides").strides; }
 bool Tensor::is_contiguous() const { return checked(impl_, "is_contiguous").is_contiguous(); }
+bool Tensor::is_indexed_slices() const { return impl_ != nullptr && impl_->is_slices(); }
 const void* Tensor::data() const {
   const auto& impl = checked(impl_, "data");
   detail::check_concrete(impl, "data");
@@ -115,6 +122,7 @@ void Tensor::check_element_type(DType requested, const char* op) const {
 
 void Tensor::copy_element_to(const std::int64_t* index, std::size_t count, void* dst) const {
   const auto& impl = checked(impl_, "at");
+  if (impl.is_slices()) return detail::densify_slices(*this).copy_element_to(index, count, dst);
   detail::check_concrete(impl, "at");
   if (count != impl.shape.size())
     detail::fail("at", "tensor of shape {} needs {} indices, got {}", impl.shape, impl.shape.size(),
@@ -134,7 +142,7 @@ void Tensor::copy_element_to(const std::int64_t* index, std::size_t count, void*
 
 void Tensor::check_single_element() const {
   const auto& impl = checked(impl_, "item");
-  detail::check_concrete(impl, "item");
+  if (!impl.is_slices()) detail::check_concrete(impl, "item");
   if (impl.shape.numel() != 1)
     detail::fail("item", "tensor of shape {} has {} elements, item() needs exactly one", impl.shape,
                  impl.shape.numel());

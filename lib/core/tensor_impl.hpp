@@ -21,14 +21,25 @@ inline bool is_contiguous_layout(const Shape& shape, const Shape& strides) {
   return true;
 }
 
+/// The parts of an indexed-slices value: a row-sparse tensor of the TensorImpl's (dense) dtype
+/// and shape whose rows indices[i] hold values[i] (rows named twice add up) and whose other rows
+/// are zero. See kiln/sparse.hpp.
+struct RowSlices {
+  Tensor indices;       // i32 or i64 [m]
+  Tensor values;        // [m, dense dims after the first...]
+  bool unique = false;  // no row is named twice (padding aside)
+  bool padded = false;  // entries -1 are unused (their values are zero)
+};
+
 struct TensorImpl {
   DType dtype;
   Shape shape;
-  Shape strides;                     // in elements
-  std::int64_t offset = 0;           // in elements, from storage->data()
-  std::shared_ptr<Storage> storage;  // null for a symbolic tensor
-  std::uint64_t trace_id = 0;        // symbolic: the trace it belongs to (0: concrete)
-  std::int32_t node = -1;            // symbolic: its node in that trace's graph
+  Shape strides;                            // in elements
+  std::int64_t offset = 0;                  // in elements, from storage->data()
+  std::shared_ptr<Storage> storage;         // null for a symbolic tensor
+  std::uint64_t trace_id = 0;               // symbolic: the trace it belongs to (0: concrete)
+  std::int32_t node = -1;                   // symbolic: its node in that trace's graph
+  std::shared_ptr<const RowSlices> slices;  // set: an indexed-slices value (storage is null)
 
   TensorImpl(DType dt, const Shape& sh, const Shape& st, std::int64_t off,
              std::shared_ptr<Storage> s)
@@ -45,6 +56,7 @@ struct TensorImpl {
   }
   bool is_contiguous() const;
   bool is_symbolic() const { return trace_id != 0; }
+  bool is_slices() const { return slices != nullptr; }
 };
 
 /// Throws "[op] ... symbolic ..." when t is a symbolic tensor of a function being traced.

@@ -60,6 +60,7 @@ class RowAnalysis {
       case Node::Kind::variable:
         return false;
       case Node::Kind::assign:
+      case Node::Kind::assign_rows:
         return std::nullopt;
       case Node::Kind::scan:  // control flow runs whole (its regions are not split)
       case Node::Kind::while_loop:

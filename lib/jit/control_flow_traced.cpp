@@ -526,6 +526,7 @@ Tensors replay(const GraphData& g, const Tensors& args, const ReplayBindings* bi
         }
         [[fallthrough]];
       case Node::Kind::assign:
+      case Node::Kind::assign_rows:
       case Node::Kind::fused:
         fail("gradient", "internal: a region graph has a {} node",
              n.kind == Node::Kind::fused ? "fused" : "variable");

@@ -269,7 +269,8 @@ class GraphReader {
         bad(where + ".outputs", "names control-flow node {} (its results are read by output nodes)",
             id);
     for (std::int32_t id : g->side_effects)
-      if (g->nodes[static_cast<std::size_t>(id)].kind != Node::Kind::assign)
+      if (g->nodes[static_cast<std::size_t>(id)].kind != Node::Kind::assign &&
+          g->nodes[static_cast<std::size_t>(id)].kind != Node::Kind::assign_rows)
         bad(where + ".side_effects", "names node {}, which is not an assign", id);
     return g;
   }
@@ -326,6 +327,25 @@ class GraphReader {
         const Node& value = n.kind == Node::Kind::assign ? input(0) : n;
         if (value.dtype != v.dtype || value.shape != v.shape)
           bad(at, "is {} {}; the variable is {} {}", dtype_name(value.dtype), value.shape,
+              dtype_name(v.dtype), v.shape);
+        break;
+      }
+      case Node::Kind::assign_rows: {
+        if (depth > 0) bad(at, "is a {} node inside a region", kind_name(n.kind));
+        inputs_exactly(2);
+        if (n.index < 0 || static_cast<std::size_t>(n.index) >= num_variables_)
+          bad(at, "names variable {} of {}", n.index, num_variables_);
+        const TensorSpec& v = (*variable_specs_)[static_cast<std::size_t>(n.index)];
+        const Node& rows = input(0);
+        const Node& values = input(1);
+        Shape expected = rows.shape;
+        for (std::size_t d = 1; d < v.shape.size(); ++d) expected.push_back(v.shape[d]);
+        if ((rows.dtype != DType::i32 && rows.dtype != DType::i64) || values.dtype != v.dtype ||
+            values.shape != expected || v.shape.empty() || n.attrs.ints.size() != 2 ||
+            n.attrs.ints[0] < 0 || n.attrs.ints[0] > 2 || n.dtype != values.dtype ||
+            n.shape != values.shape)
+          bad(at, "does not fit rows {} {} and values {} {} into the variable {} {}",
+              dtype_name(rows.dtype), rows.shape, dtype_name(values.dtype), values.shape,
               dtype_name(v.dtype), v.shape);
         break;
       }

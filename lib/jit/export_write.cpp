@@ -20,9 +20,9 @@ namespace detail {
 namespace {
 
 constexpr Node::Kind all_kinds[] = {
-    Node::Kind::parameter, Node::Kind::constant, Node::Kind::variable, Node::Kind::primitive,
-    Node::Kind::assign,    Node::Kind::fused,    Node::Kind::scan,     Node::Kind::while_loop,
-    Node::Kind::cond,      Node::Kind::output};
+    Node::Kind::parameter, Node::Kind::constant, Node::Kind::variable,   Node::Kind::primitive,
+    Node::Kind::assign,    Node::Kind::fused,    Node::Kind::scan,       Node::Kind::while_loop,
+    Node::Kind::cond,      Node::Kind::output,   Node::Kind::assign_rows};
 
 using Json = nlohmann::ordered_json;
 
@@ -121,6 +121,8 @@ std::string_view kind_name(Node::Kind kind) {
       return "primitive";
     case Node::Kind::assign:
       return "assign";
+    case Node::Kind::assign_rows:
+      return "assign_rows";
     case Node::Kind::fused:
       return "fused";
     case Node::Kind::scan:

@@ -71,6 +71,12 @@ std::string node_text(const GraphData& g, std::int32_t id) {
     case Node::Kind::assign:
       return fmt::format("{}:{} = assign '{}' {}", value_name(id), type,
                          g.variable_names[static_cast<std::size_t>(n.index)], ins.front());
+    case Node::Kind::assign_rows:
+      return fmt::format("{}:{} = assign_rows[{}] '{}' {}", value_name(id), type,
+                         n.attrs.ints[0] == 0   ? "add"
+                         : n.attrs.ints[0] == 1 ? "update"
+                                                : "sub",
+                         g.variable_names[static_cast<std::size_t>(n.index)], fmt::join(ins, " "));
     case Node::Kind::fused:
       return fmt::format("{}:{} = fused[{}] {}", value_name(id), type, n.program->text,
                          fmt::join(ins, " "));
@@ -140,7 +146,9 @@ std::string GraphData::to_dot() const {
         style = ", shape=ellipse, style=filled, fillcolor=lightyellow";
         break;
       case Node::Kind::assign:
-        label = fmt::format("assign {}", variable_names[static_cast<std::size_t>(n.index)]);
+      case Node::Kind::assign_rows:
+        label = fmt::format("{} {}", n.kind == Node::Kind::assign ? "assign" : "assign_rows",
+                            variable_names[static_cast<std::size_t>(n.index)]);
         style = ", style=filled, fillcolor=mistyrose";
         break;
       case Node::Kind::primitive:
@@ -269,7 +277,7 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
     Node& n = g.nodes[i];
     for (auto& in : n.inputs) in = replacement[static_cast<std::size_t>(in)];
     if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::assign ||
-        n.kind == Node::Kind::fused || n.is_control_flow())
+        n.kind == Node::Kind::assign_rows || n.kind == Node::Kind::fused || n.is_control_flow())
       continue;
     const Attrs& a = n.attrs;
     Key key{static_cast<int>(n.kind),

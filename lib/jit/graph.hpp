@@ -17,12 +17,15 @@ struct VariableImpl;
 /// One value-producing step of a traced function.
 struct Node {
   enum class Kind : std::uint8_t {
-    parameter,  // a tensor argument of the function (index = flat argument position)
-    constant,   // an eager tensor captured by value while tracing
-    variable,   // a variable's value, read when the function is called (index = variable slot)
-    primitive,  // prim applied to inputs
-    assign,     // new value of variable slot `index` (inputs[0]); a side effect, kept in order
-    fused,      // a fused elementwise program over inputs (made by fuse_elementwise)
+    parameter,    // a tensor argument of the function (index = flat argument position)
+    constant,     // an eager tensor captured by value while tracing
+    variable,     // a variable's value, read when the function is called (index = variable slot)
+    primitive,    // prim applied to inputs
+    assign,       // new value of variable slot `index` (inputs[0]); a side effect, kept in order
+    assign_rows,  // rows inputs[0] of variable slot `index` updated in place from values
+                  // inputs[1] (attrs.ints: {RowUpdate mode, padded}); a side effect run when
+                  // the call ends; its dtype and shape are the values'
+    fused,        // a fused elementwise program over inputs (made by fuse_elementwise)
     // Control flow: nodes with subgraphs (`regions`) and several results, each read through an
     // `output` node. Their own dtype and shape mean nothing. Region parameters are numbered as
     // below; a region's captures are outer values its body used (inputs after the others).
@@ -58,7 +61,7 @@ struct Node {
 struct GraphData {
   std::vector<Node> nodes;
   std::vector<std::int32_t> outputs;
-  std::vector<std::int32_t> side_effects;              // assign nodes, in program order
+  std::vector<std::int32_t> side_effects;  // assign and assign_rows nodes, in program order
   std::vector<std::weak_ptr<VariableImpl>> variables;  // captured variables, by slot
   std::vector<std::string> variable_names;
   std::size_t num_parameters = 0;

@@ -654,6 +654,7 @@ class OnnxWriter {
         return v->name;
       }
       case Node::Kind::assign:
+      case Node::Kind::assign_rows:
         unsupported(
             "assigns the variable '{}'; an ONNX model has no variables (export an inference "
             "function: one that reads its variables and assigns none)",

@@ -9,6 +9,7 @@
 #include "core/tensor_impl.hpp"
 #include "jit/memory_plan.hpp"
 #include "kernels/lowering.hpp"
+#include "kernels/rows.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::detail {
@@ -91,6 +92,10 @@ class PlanBuilder {
         return;
       case Node::Kind::assign:
         value = plan_.values[static_cast<std::size_t>(node.inputs[0])];
+        return;
+      case Node::Kind::assign_rows:  // run when the call ends, from its values
+        value = plan_.values[static_cast<std::size_t>(node.inputs[1])];
+        plan_.updates_rows = true;
         return;
       case Node::Kind::fused:
         add_fused(id, node, shape);
@@ -224,7 +229,9 @@ class PlanBuilder {
       if (root.kind == Plan::Root::Kind::arena) root.kind = Plan::Root::Kind::escape;
     };
     for (auto o : g_.outputs) escape(o);
-    for (auto s : g_.side_effects) escape(s);
+    // (A row update's inputs stay in the arena: place_in_arena keeps them to the end.)
+    for (auto s : g_.side_effects)
+      if (g_.nodes[static_cast<std::size_t>(s)].kind != Node::Kind::assign_rows) escape(s);
   }
 
   void mark_escape_allocations() {
@@ -314,6 +321,14 @@ class PlanBuilder {
         buffer_step.reads.push_back(buffer_of[root_of(step.values[i])]);
       if (buffer_step.writes >= 0) buffer_step.donors = in_place_donors(step, buffer_of);
     }
+    // Row updates run when every step is done, reading their rows and values from the arena.
+    BufferStep side_effects;
+    for (auto s : g_.side_effects) {
+      const Node& n = g_.nodes[static_cast<std::size_t>(s)];
+      if (n.kind == Node::Kind::assign_rows)
+        for (auto in : n.inputs) side_effects.reads.push_back(buffer_of[root_of(in)]);
+    }
+    if (!side_effects.reads.empty()) steps.push_back(std::move(side_effects));
     const MemoryPlan memory = plan_memory(buffer_bytes, steps);
     for (std::size_t r = 0; r < num_roots; ++r)
       if (buffer_of[r] >= 0)
@@ -620,9 +635,35 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     }
   }
 
+  if (plan.updates_rows) {
+    // Rows are updated in place only where nothing else holds the variable's value: let go of
+    // the values read that neither an output nor a side effect's input is.
+    std::vector<bool> keep(plan.roots.size(), false);
+    for (auto o : g.outputs) keep[plan.root_of(o)] = true;
+    for (auto s : g.side_effects) {
+      keep[plan.root_of(s)] = true;
+      for (auto in : g.nodes[static_cast<std::size_t>(s)].inputs) keep[plan.root_of(in)] = true;
+    }
+    for (std::size_t r = 0; r < plan.roots.size(); ++r)
+      if (plan.roots[r].kind == Plan::Root::Kind::variable && !keep[r]) bound[r] = RootBinding{};
+    // Every row is checked before any side effect runs, so a bad one changes no variable.
+    for (auto s : g.side_effects) {
+      const Node& node = g.nodes[static_cast<std::size_t>(s)];
+      if (node.kind == Node::Kind::assign_rows)
+        check_rows(array_ref(tensor_of(node.inputs[0])),
+                   vars[static_cast<std::size_t>(node.index)]->shape[0], node.attrs.ints[1] != 0,
+                   function_name.c_str());
+    }
+  }
   for (auto s : g.side_effects) {
     const Node& node = g.nodes[static_cast<std::size_t>(s)];
-    vars[static_cast<std::size_t>(node.index)]->write(tensor_of(s).contiguous());
+    VariableImpl& variable = *vars[static_cast<std::size_t>(node.index)];
+    if (node.kind == Node::Kind::assign_rows) {
+      variable.update_rows(tensor_of(node.inputs[0]), tensor_of(node.inputs[1]), node.attrs.ints[0],
+                           node.attrs.ints[1] != 0, function_name.c_str());
+      continue;
+    }
+    variable.write(tensor_of(s).contiguous());
   }
   outputs.clear();
   for (std::size_t i = 0; i < g.outputs.size(); ++i) {

@@ -79,6 +79,9 @@ struct Plan {
   /// Per function output: 1 if it is a whole escape buffer that no later output reads, so the
   /// call hands over the buffer's tensor instead of sharing it.
   std::vector<std::uint8_t> moved_outputs;
+  /// Whether the graph updates rows of a variable in place (an assign_rows side effect): the
+  /// call then lets go of the variables' values it read before it runs the side effects.
+  bool updates_rows = false;
 
   std::int64_t bytes() const;
 

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <atomic>
 
+#include "autodiff/tape.hpp"
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
+#include "kiln/sparse.hpp"
 #include "kiln/variable.hpp"
+#include "ops/rows.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::detail {
@@ -127,6 +130,7 @@ std::vector<Tensor> TraceContext::add_control_flow(Node node, const std::vector<
 }
 
 std::int32_t TraceContext::node_of(const Tensor& t, const char* what) {
+  if (t.impl()->is_slices()) return node_of(to_dense(t), what);  // a graph value is dense
   const TensorImpl& impl = *t.impl();
   if (impl.is_symbolic()) {
     if (impl.trace_id != id_ && parent_ != nullptr) return capture(t, what);
@@ -195,6 +199,7 @@ std::int32_t TraceContext::variable_slot(const std::shared_ptr<VariableImpl>& v)
   graph_.variable_names.push_back(v->name);
   current_value_.push_back(-1);
   current_tensor_.emplace_back();
+  pending_rows_.emplace_back();
   slots_.emplace(v.get(), slot);
   return slot;
 }
@@ -246,7 +251,47 @@ Tensor TraceContext::read_variable(const std::shared_ptr<VariableImpl>& v) {
   }
   Tensor& tensor = current_tensor_[static_cast<std::size_t>(slot)];
   if (!tensor.defined()) tensor = symbolic(cur);
+  auto& pending = pending_rows_[static_cast<std::size_t>(slot)];
+  if (!pending.empty()) {
+    // The value after the row updates recorded since: a copy with those rows changed. Tapes
+    // see it as a fresh read of v (gradients do not flow back through the updates).
+    PauseAllTapes pause;
+    Tensor updated = tensor;
+    for (const RowUpdate& u : pending)
+      updated =
+          scatter_rows(updated, u.rows, u.values, static_cast<detail::RowUpdate>(u.mode), u.padded);
+    pending.clear();
+    tensor = updated;
+  }
   return tensor;
+}
+
+void TraceContext::update_variable_rows(const std::shared_ptr<VariableImpl>& v, const Tensor& rows,
+                                        const Tensor& values, std::int64_t mode, bool padded) {
+  const auto functional = [&] {
+    Tensor base;
+    {
+      PauseAllTapes pause;
+      base = read_variable(v);
+    }
+    assign_variable(v,
+                    scatter_rows(base, rows, values, static_cast<detail::RowUpdate>(mode), padded));
+  };
+  if (parent_) return functional();
+  const std::int32_t slot = variable_slot(v);
+  const std::int32_t cur = current_value_[static_cast<std::size_t>(slot)];
+  if (cur >= 0 && graph_.nodes[static_cast<std::size_t>(cur)].kind == Node::Kind::assign)
+    return functional();
+  Node n;
+  n.kind = Node::Kind::assign_rows;
+  n.dtype = values.dtype();
+  n.shape = values.shape();
+  n.index = slot;
+  n.attrs.ints = {mode, padded ? 1 : 0};
+  n.inputs.push_back(node_of(rows, "the rows updated"));
+  n.inputs.push_back(node_of(values, "the values of the rows updated"));
+  graph_.side_effects.push_back(add_node(std::move(n)));
+  pending_rows_[static_cast<std::size_t>(slot)].push_back(RowUpdate{rows, values, mode, padded});
 }
 
 void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) {
@@ -266,6 +311,7 @@ void TraceContext::assign_variable(const std::shared_ptr<VariableImpl>& v, const
   const std::int32_t id = add_node(std::move(n));
   graph_.side_effects.push_back(id);
   current_value_[static_cast<std::size_t>(slot)] = id;
+  pending_rows_[static_cast<std::size_t>(slot)].clear();
   // Reads from now on return the assigned tensor itself, as eagerly (where the variable then
   // holds that tensor): a gradient tape follows a read after an assignment back to the value.
   current_tensor_[static_cast<std::size_t>(slot)] = value;

@@ -50,6 +50,12 @@ class TraceContext final : public TraceHooks {
   /// from then on, and the control-flow op makes v's final value a result and assigns it in
   /// the enclosing trace (see RegionVariable).
   void assign_variable(const std::shared_ptr<VariableImpl>& v, const Tensor& value) override;
+  /// Records an in-place update of rows of v: an assign_rows side effect, run when the call
+  /// ends. Reads of v later in this trace see the updated value (computed as a copy). In a
+  /// region trace, or after an assignment of v in this trace, it is that assignment of the
+  /// updated value instead.
+  void update_variable_rows(const std::shared_ptr<VariableImpl>& v, const Tensor& rows,
+                            const Tensor& values, std::int64_t mode, bool padded) override;
 
   /// In a region trace: a variable its body read or assigned, in the order first touched.
   /// Reading gives the region a parameter for the variable's value on entry: a capture of its
@@ -126,6 +132,14 @@ class TraceContext final : public TraceHooks {
   // Per variable slot: the symbolic tensor reads return until the next assignment (one tensor,
   // so gradient tapes see every read of the same value as the same tensor).
   std::vector<Tensor> current_tensor_;
+  // Per variable slot: row updates recorded since reads last saw its value (read_variable
+  // applies them to a copy).
+  struct RowUpdate {
+    Tensor rows, values;
+    std::int64_t mode;
+    bool padded;
+  };
+  std::vector<std::vector<RowUpdate>> pending_rows_;
   std::vector<std::shared_ptr<VariableImpl>> owned_;
   std::vector<VariableImpl*> claimed_;  // provisional variables this trace holds a claim on
   std::vector<std::function<void()>> undo_;

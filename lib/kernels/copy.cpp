@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
@@ -85,6 +86,7 @@ namespace kiln {
 Tensor Tensor::contiguous() const {
   if (!impl_) detail::fail("tensor", "contiguous of an undefined tensor");
   const auto& impl = *impl_;
+  if (impl.is_slices()) return detail::densify_slices(*this);
   if (impl.is_contiguous() || impl.is_symbolic()) return *this;
   Tensor out = detail::empty(impl.shape, impl.dtype);
   detail::copy_strided(detail::array_ref(*this), detail::array_ref(out));
@@ -94,6 +96,7 @@ Tensor Tensor::contiguous() const {
 void Tensor::copy_to(void* dst) const {
   if (!impl_) detail::fail("tensor", "copy of an undefined tensor");
   const auto& impl = *impl_;
+  if (impl.is_slices()) return detail::densify_slices(*this).copy_to(dst);
   detail::check_concrete(impl, "to_vector");
   detail::ArrayRef out{dst, impl.dtype, impl.shape, detail::contiguous_strides(impl.shape)};
   detail::copy_strided(detail::array_ref(*this), out);

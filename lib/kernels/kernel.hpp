@@ -63,6 +63,7 @@ void run_movement(const KernelCall& call);
 void run_linalg(const KernelCall& call);
 void run_recurrent(const KernelCall& call);
 void run_random(const KernelCall& call);
+void run_rows(const KernelCall& call);
 
 /// Kernel of primitive p.
 KernelFn kernel_for(Prim p);

@@ -20,6 +20,8 @@ KernelFn kernel_for(Prim p) {
       return &run_recurrent;
     case Family::random:
       return &run_random;
+    case Family::rows:
+      return &run_rows;
   }
   return nullptr;
 }

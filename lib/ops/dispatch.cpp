@@ -86,8 +86,25 @@ Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs&
   return lower(p, attrs, out_dtype, out_shape, target);
 }
 
+namespace {
+/// apply() with every indexed-slices input made dense first (ops read dense tensors only).
+[[gnu::noinline]] Tensor apply_densified(Prim p, std::span<const Tensor* const> inputs,
+                                         const Attrs& attrs, DType out_dtype,
+                                         const Shape& out_shape) {
+  std::vector<Tensor> dense;
+  std::vector<const Tensor*> ptrs;
+  dense.reserve(inputs.size());
+  for (const Tensor* t : inputs) dense.push_back(t->impl()->is_slices() ? densify_slices(*t) : *t);
+  for (const Tensor& t : dense) ptrs.push_back(&t);
+  return apply(p, std::span<const Tensor* const>(ptrs), attrs, out_dtype, out_shape);
+}
+}  // namespace
+
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape) {
+  for (const Tensor* t : inputs)
+    if (t->impl()->is_slices()) [[unlikely]]
+      return apply_densified(p, inputs, attrs, out_dtype, out_shape);
   Tensor out;
   if (TraceHooks* trace = active_trace()) {
     out = trace->record_op(p, inputs, attrs, out_dtype, out_shape);

@@ -8,6 +8,8 @@
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/optim.hpp"
+#include "kiln/sparse.hpp"
+#include "ops/rows.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::optim {
@@ -92,6 +94,7 @@ struct Optimizer::State {
     std::string base;
   };
   std::map<std::uint64_t, Owner> owners;
+  double slot_initial = 0.0;
 
   State(std::string k, LearningRate lr) : kind(std::move(k)), learning_rate(std::move(lr)) {}
 };
@@ -137,6 +140,14 @@ Tensor Optimizer::learning_rate() const {
   const State& s = checked(state_);
   if (s.learning_rate.is_schedule()) return s.learning_rate.schedule()(s.iterations.value());
   return s.rate.value();
+}
+
+void Optimizer::set_slot_initial_value(double value) { checked(state_).slot_initial = value; }
+
+void Optimizer::update_sparse(const Variable& var, const Tensor& grad,
+                              std::span<const Variable> slots, const Tensor& learning_rate,
+                              const Tensor& step) {
+  update(var, to_dense(grad), slots, learning_rate, step);
 }
 
 void Optimizer::set_learning_rate(double rate) {
@@ -201,22 +212,35 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
                    path(), v.name());
   }
 
+  // Indexed slices: each row once (so their values' norm is the dense gradient's); clipping
+  // scales only their values.
   std::vector<Tensor> g(grads);
+  for (Tensor& t : g)
+    if (t.defined() && t.is_indexed_slices()) t = deduplicate(t);
+  const auto values = [](const Tensor& t) {
+    return t.is_indexed_slices() ? slices_of(t).values : t;
+  };
+  const auto scaled = [](const Tensor& t, const Tensor& scale) {
+    if (!t.is_indexed_slices()) return t * scale;
+    const detail::RowSlices& p = detail::slices_parts(t);
+    return detail::make_slices(p.indices, p.values * scale, t.shape(), p.unique, p.padded);
+  };
   if (s.clipnorm) {
     for (Tensor& t : g)
-      if (t.defined()) t = t * (*s.clipnorm / maximum(sqrt(sum(square(t))), *s.clipnorm));
+      if (t.defined())
+        t = scaled(t, *s.clipnorm / maximum(sqrt(sum(square(values(t)))), *s.clipnorm));
   }
   if (s.global_clipnorm) {
     Tensor total;
     for (const Tensor& t : g) {
       if (!t.defined()) continue;
-      Tensor part = sum(square(cast(t, f64)));
+      Tensor part = sum(square(cast(values(t), f64)));
       total = total.defined() ? total + part : part;
     }
     if (total.defined()) {
       const Tensor scale = *s.global_clipnorm / maximum(sqrt(total), *s.global_clipnorm);
       for (Tensor& t : g)
-        if (t.defined()) t = t * (t.dtype() == f64 ? scale : cast(scale, t.dtype()));
+        if (t.defined()) t = scaled(t, t.dtype() == f64 ? scale : cast(scale, t.dtype()));
     }
   }
 
@@ -235,9 +259,14 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     const std::string& base = s.owners.at(v.id()).base;
     slots.clear();
     for (const auto& slot_name : s.slot_names)
-      slots.push_back(add_variable(fmt::format("{}/{}", base, slot_name), v.shape(), init::zeros(),
-                                   /*trainable*/ false, v.dtype()));
-    update(v, g[i], slots, as(rate, v.dtype()), as(next_step, v.dtype()));
+      slots.push_back(
+          add_variable(fmt::format("{}/{}", base, slot_name), v.shape(),
+                       s.slot_initial == 0.0 ? init::zeros() : init::constant(s.slot_initial),
+                       /*trainable*/ false, v.dtype()));
+    if (g[i].is_indexed_slices())
+      update_sparse(v, g[i], slots, as(rate, v.dtype()), as(next_step, v.dtype()));
+    else
+      update(v, g[i], slots, as(rate, v.dtype()), as(next_step, v.dtype()));
   }
   s.iterations.assign(next_step);
 }

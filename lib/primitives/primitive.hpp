@@ -18,7 +18,8 @@ enum class Family : std::uint8_t {
   movement,
   linalg,
   recurrent,
-  random
+  random,
+  rows
 };
 
 /// Which input dtypes an elementwise primitive accepts (`custom`: its front end decides).

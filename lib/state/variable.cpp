@@ -7,8 +7,11 @@
 #include "core/fail.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
+#include "kernels/rows.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/sparse.hpp"
+#include "ops/dispatch.hpp"
 #include "state/deferred_restore.hpp"
 #include "state/names.hpp"
 #include "state/variable_impl.hpp"
@@ -155,6 +158,74 @@ void Variable::assign_add(const Tensor& delta) const {
 void Variable::assign_sub(const Tensor& delta) const {
   checked(impl_, "Variable.assign_sub");
   assign(sub(value(), delta));
+}
+
+namespace {
+
+/// The row update behind scatter_add / scatter_sub / scatter_update.
+void update_rows(const std::shared_ptr<detail::VariableImpl>& impl, const Tensor& rows,
+                 const Tensor& values, detail::RowUpdate mode, bool padded, const char* op) {
+  auto& v = const_cast<detail::VariableImpl&>(checked(impl, op));
+  detail::check_defined(rows, op, 0);
+  detail::check_defined(values, op, 1);
+  if (v.shape.empty()) detail::fail(op, "variable '{}' is a scalar; it has no rows", v.name);
+  if (v.dtype == DType::boolean)
+    detail::fail(op, "variable '{}' is bool; row updates need a numeric variable", v.name);
+  if (rows.dtype() != DType::i32 && rows.dtype() != DType::i64)
+    detail::fail(op, "indices must be i32 or i64, got {}", dtype_name(rows.dtype()));
+  if (values.dtype() != v.dtype)
+    detail::fail(op, "variable '{}' is {}; the values are {} (use kiln::cast)", v.name,
+                 dtype_name(v.dtype), dtype_name(values.dtype()));
+  Shape expected = rows.shape();
+  for (std::size_t d = 1; d < v.shape.size(); ++d) expected.push_back(v.shape[d]);
+  if (values.shape() != expected)
+    detail::fail(op,
+                 "variable '{}' is {}; values for indices of shape {} must have shape {}, got {}",
+                 v.name, v.shape, rows.shape(), expected, values.shape());
+  const Tensor r = to_dense(rows);
+  const Tensor x = to_dense(values);
+  if (detail::TraceHooks* trace = detail::active_trace()) {
+    trace->update_variable_rows(impl, r, x, static_cast<std::int64_t>(mode), padded);
+    return;
+  }
+  detail::check_concrete(*r.impl(), op);
+  detail::check_concrete(*x.impl(), op);
+  detail::note_eager_use(v);
+  v.update_rows(r, x, static_cast<std::int64_t>(mode), padded, op);
+}
+
+void update_rows(const std::shared_ptr<detail::VariableImpl>& impl, const Tensor& slices,
+                 detail::RowUpdate mode, const char* op) {
+  checked(impl, op);
+  detail::check_defined(slices, op, 0);
+  if (!slices.is_indexed_slices())
+    detail::fail(op, "expects an indexed-slices value (or indices and values), got a dense tensor");
+  if (slices.shape() != impl->shape || slices.dtype() != impl->dtype)
+    detail::fail(op, "variable '{}' is {} {}; the indexed slices are {} {}", impl->name,
+                 dtype_name(impl->dtype), impl->shape, dtype_name(slices.dtype()), slices.shape());
+  const detail::RowSlices& parts = *slices.impl()->slices;
+  update_rows(impl, parts.indices, parts.values, mode, parts.padded, op);
+}
+
+}  // namespace
+
+void Variable::scatter_add(const Tensor& indices, const Tensor& values) const {
+  update_rows(impl_, indices, values, detail::RowUpdate::add, false, "Variable.scatter_add");
+}
+void Variable::scatter_sub(const Tensor& indices, const Tensor& values) const {
+  update_rows(impl_, indices, values, detail::RowUpdate::sub, false, "Variable.scatter_sub");
+}
+void Variable::scatter_update(const Tensor& indices, const Tensor& values) const {
+  update_rows(impl_, indices, values, detail::RowUpdate::assign, false, "Variable.scatter_update");
+}
+void Variable::scatter_add(const Tensor& slices) const {
+  update_rows(impl_, slices, detail::RowUpdate::add, "Variable.scatter_add");
+}
+void Variable::scatter_sub(const Tensor& slices) const {
+  update_rows(impl_, slices, detail::RowUpdate::sub, "Variable.scatter_sub");
+}
+void Variable::scatter_update(const Tensor& slices) const {
+  update_rows(impl_, slices, detail::RowUpdate::assign, "Variable.scatter_update");
 }
 
 const std::string& Variable::name() const { return checked(impl_, "Variable.name").name; }

@@ -37,6 +37,12 @@ struct VariableImpl {
   /// first read or last wrote while the snapshot lives.
   Tensor read() const;
   void write(Tensor t);
+  /// Updates rows of the value (kernels' update_rows_in_place: `mode` a RowUpdate, rows and
+  /// values checked by the caller's front end): in place when nothing else shares the value's
+  /// buffer and no snapshot is active, else on a fresh copy that is then written. `op` names
+  /// the op in errors.
+  void update_rows(const Tensor& rows, const Tensor& values, std::int64_t mode, bool padded,
+                   const char* op);
 };
 
 /// Creates a variable named exactly `name` (no name scope applied), registered in the

@@ -4,6 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor_impl.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/rows.hpp"
 #include "state/variable_impl.hpp"
 
 namespace kiln::detail {
@@ -45,6 +48,29 @@ void VariableImpl::write(Tensor t) {
   if (SnapshotValues* snapshot = active_snapshot) (*snapshot)[id] = t;
   std::lock_guard lock(mutex);
   value = std::move(t);
+}
+
+void VariableImpl::update_rows(const Tensor& rows, const Tensor& values, std::int64_t mode,
+                               bool padded, const char* op) {
+  const Tensor r = rows.contiguous();
+  const Tensor v = values.contiguous();
+  const auto run = [&](const Tensor& table) {
+    update_rows_in_place(array_ref(table), array_ref(r), array_ref(v), static_cast<RowUpdate>(mode),
+                         padded, op);
+  };
+  if (active_snapshot == nullptr) {
+    std::lock_guard lock(mutex);
+    const auto& impl = value.impl();
+    // Only this variable holds the buffer: nobody can see it change.
+    if (impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->is_contiguous()) {
+      run(value);
+      return;
+    }
+  }
+  Tensor copy = empty(shape, dtype, op);
+  copy_strided(array_ref(read()), array_ref(copy));
+  run(copy);
+  write(std::move(copy));
 }
 
 VariableSnapshot::VariableSnapshot() : outermost_(active_snapshot == nullptr) {

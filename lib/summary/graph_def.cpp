@@ -138,7 +138,8 @@ class GraphDefWriter {
       return slash == std::string::npos ? std::string() : path.substr(0, slash);
     }
     if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::constant ||
-        n.kind == Node::Kind::assign || n.kind == Node::Kind::output)
+        n.kind == Node::Kind::assign || n.kind == Node::Kind::assign_rows ||
+        n.kind == Node::Kind::output)
       return {};
     for (const std::int32_t in : n.inputs)
       if (g.nodes[static_cast<std::size_t>(in)].kind == Node::Kind::variable)
@@ -170,6 +171,8 @@ class GraphDefWriter {
         return variable_name(g, n.index);
       case Node::Kind::assign:
         return variable_name(g, n.index) + "/assign";
+      case Node::Kind::assign_rows:
+        return variable_name(g, n.index) + "/assign_rows";
       case Node::Kind::primitive:
         return fmt::format("{}_{}", name(n.prim), i);
       case Node::Kind::fused:
@@ -189,6 +192,8 @@ class GraphDefWriter {
         return "ReadVariable";
       case Node::Kind::assign:
         return "Assign";
+      case Node::Kind::assign_rows:
+        return "ResourceScatterUpdate";
       case Node::Kind::primitive:
         return std::string(name(n.prim));
       case Node::Kind::fused:
