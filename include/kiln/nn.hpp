@@ -6,6 +6,7 @@
 #include "kiln/nn/bidirectional.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"
+#include "kiln/nn/fake_quant.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/losses.hpp"
 #include "kiln/nn/masking.hpp"

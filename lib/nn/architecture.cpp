@@ -14,6 +14,7 @@
 #include "kiln/nn/bidirectional.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"
+#include "kiln/nn/fake_quant.hpp"
 #include "kiln/nn/masking.hpp"
 #include "kiln/nn/recurrent.hpp"
 #include "kiln/nn/sequential.hpp"
@@ -75,6 +76,7 @@ ModuleRegistry& registry() {
     add_builtin<Bidirectional>(*r, "Bidirectional");
     add_builtin<Dropout>(*r, "Dropout");
     add_builtin<Masking>(*r, "Masking");
+    add_builtin<FakeQuant>(*r, "FakeQuant");
     add_builtin<Sequential>(*r, "Sequential");
     return r;
   }();

@@ -5,6 +5,7 @@
 #include "kiln/nn/bidirectional.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"
+#include "kiln/nn/fake_quant.hpp"
 #include "kiln/nn/masking.hpp"
 #include "kiln/nn/recurrent.hpp"
 #include "kiln/nn/sequential.hpp"
@@ -194,6 +195,31 @@ Dropout Dropout::from_config(const Config& config) {
   config.check_keys({"name", "rate", "seed"});
   return Dropout(config.get_double("rate"), config.get_optional_uint("seed"),
                  config.get_string("name", ""));
+}
+
+Config FakeQuant::config() const {
+  const FakeQuantLayerOptions& o = options_;
+  return base_config()
+      .set("num_bits", static_cast<std::int64_t>(o.num_bits))
+      .set("narrow_range", o.narrow_range)
+      .set("per_channel", o.per_channel)
+      .set("ema_decay", o.ema_decay)
+      .set("init_min", o.init_min)
+      .set("init_max", o.init_max);
+}
+
+FakeQuant FakeQuant::from_config(const Config& config) {
+  config.check_keys(
+      {"name", "num_bits", "narrow_range", "per_channel", "ema_decay", "init_min", "init_max"});
+  FakeQuantLayerOptions o;
+  o.num_bits = static_cast<int>(config.get_int("num_bits", o.num_bits));
+  o.narrow_range = config.get_bool("narrow_range", o.narrow_range);
+  o.per_channel = config.get_bool("per_channel", o.per_channel);
+  o.ema_decay = config.get_double("ema_decay", o.ema_decay);
+  o.init_min = config.get_double("init_min", o.init_min);
+  o.init_max = config.get_double("init_max", o.init_max);
+  o.name = config.get_string("name", "");
+  return FakeQuant(o);
 }
 
 Config Masking::config() const { return base_config().set("mask_value", mask_value_); }
