@@ -22,6 +22,7 @@
 #include "kiln/nn.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/optim.hpp"
+#include "kiln/partitioned.hpp"
 #include "kiln/quantization.hpp"
 #include "kiln/random.hpp"
 #include "kiln/session.hpp"

@@ -213,6 +213,21 @@ void run_rows(const KernelCall& call) {
       update_rows_in_place(call.out, call.inputs[0], call.inputs[1], RowUpdate::add,
                            padded_rows(call.attrs, 0), op);
       return;
+    case Prim::check_ids: {
+      const ArrayRef& ids = call.inputs[0];
+      const auto n = static_cast<std::size_t>(ids.numel());
+      const auto check = [&](std::int64_t id) {
+        if (id < 0 || id >= call.attrs.axis)
+          fail("embedding_lookup", "id {} is out of range for a table of {} rows", id,
+               call.attrs.axis);
+      };
+      if (ids.dtype == DType::i32)
+        for (std::size_t i = 0; i < n; ++i) check(ids.ptr<const std::int32_t>()[i]);
+      else
+        for (std::size_t i = 0; i < n; ++i) check(ids.ptr<const std::int64_t>()[i]);
+      std::memcpy(call.out.data, ids.data, n * dtype_size(ids.dtype));
+      return;
+    }
     default:
       fail(op, "is not a rows primitive");
   }

@@ -6,6 +6,7 @@
 //   take_rows    : inputs {table, rows}; ints = {padded}.
 //   scatter_rows : inputs {base, rows, values}; ints = {RowUpdate mode, padded}.
 //   dense_rows   : inputs {rows, values}; ints = {padded}; the output shape is the dense one.
+//   check_ids    : inputs {ids}; axis = the table's row count; the output is ids.
 // A row list may have any shape; its values are [the list's shape..., the table's row dims...].
 
 #include "ops/rows.hpp"
@@ -97,6 +98,11 @@ Tensor scatter_rows(const Tensor& base, const Tensor& rows, const Tensor& values
 Tensor dense_rows(const Tensor& rows, const Tensor& values, const Shape& dense_shape, bool padded) {
   return apply(Prim::dense_rows, {rows, values}, row_attrs(dense_shape[0], {padded ? 1 : 0}),
                values.dtype(), dense_shape);
+}
+
+Tensor check_ids(const Tensor& ids, std::int64_t rows) {
+  check_row_list(ids, "embedding_lookup");
+  return apply(Prim::check_ids, {ids}, row_attrs(rows, {}), ids.dtype(), ids.shape());
 }
 
 Tensor make_slices(const Tensor& indices, const Tensor& values, const Shape& dense_shape,

@@ -26,6 +26,10 @@ Tensor scatter_rows(const Tensor& base, const Tensor& rows, const Tensor& values
 /// Zeros of dense_shape with each value row added to its row.
 Tensor dense_rows(const Tensor& rows, const Tensor& values, const Shape& dense_shape, bool padded);
 
+/// ids (i32 or i64) unchanged, each checked to lie in [0, rows) when the op runs (a kiln::Error
+/// naming embedding_lookup and the id).
+Tensor check_ids(const Tensor& ids, std::int64_t rows);
+
 /// An indexed-slices value (unchecked parts; see RowSlices for the flags).
 Tensor make_slices(const Tensor& indices, const Tensor& values, const Shape& dense_shape,
                    bool unique, bool padded);

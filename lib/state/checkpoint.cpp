@@ -15,6 +15,7 @@
 #include "io/weights_file.hpp"
 #include "kiln/checkpoint.hpp"
 #include "state/deferred_restore.hpp"
+#include "state/partitioned.hpp"
 #include "state/weights.hpp"
 
 namespace kiln {
@@ -223,6 +224,9 @@ RestoreResult Checkpoint::restore(const std::filesystem::path& prefix,
   } else {
     values = stored;
   }
+  // Partitioned variables of the store take files written with another shard count.
+  if (state_->store != nullptr)
+    detail::reshard_partitioned(*state_->store, values, op, file.string());
   std::set<std::uint64_t> selected;  // var_list's ids
   for (const Variable& v : options.var_list) {
     if (!v.defined()) detail::fail(op, "var_list holds an empty Variable handle");
