@@ -122,6 +122,7 @@ for variant in release asan; do
   check "$variant-bench-mlp-smoke" "$dir/bench/kiln_bench_mlp" --quick
   check "$variant-bench-bandwidth-smoke" "$dir/bench/kiln_bench_bandwidth" --quick
   check "$variant-bench-callbacks-smoke" "$dir/bench/kiln_bench_callbacks" --quick
+  check "$variant-bench-embedding-smoke" "$dir/bench/kiln_bench_embedding" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
@@ -133,7 +134,8 @@ for variant in release asan; do
     "$PWD/$dir/examples"
   # T = 40, checkpoint_every 8, one repeat, 16 units, batch 4, 8 features: a smoke run.
   check "$variant-remat-memory-example" "$dir/examples/remat_memory" 40 8 1 16 4 8
-  for example in tensors tracing variables nothing_grows tensorboard_training; do
+  for example in tensors tracing variables nothing_grows tensorboard_training \
+    quantization_aware_training; do
     check "$variant-$example-example" bash -c 'cd "$(mktemp -d)" && "$0" && rm -rf "$PWD"' \
       "$PWD/$dir/examples/$example"
   done
