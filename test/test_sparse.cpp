@@ -4,8 +4,10 @@
 // that scales with the rows touched; errors that change nothing.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include <kiln/kiln.hpp>
 
@@ -422,4 +424,36 @@ TEST_CASE("an exported sparse train step updates rows as the original does", "[s
   }
   CHECK(doubles(loaded.variable("emb").value()) == doubles(table.value()));
   CHECK(loaded.graph().to_string().find("assign_rows[sub] 'emb'") != std::string::npos);
+}
+
+TEST_CASE("row updates in place never change a tensor another thread holds", "[sparse][threads]") {
+  kiln::clear_session();
+  Variable v(kiln::zeros({64, 8}), "v");
+  const Tensor ids = kiln::tensor(std::vector<std::int64_t>{3, 17, 40, 63});
+  auto step = kiln::function([&](const Tensor& rows) { v.scatter_add(rows, kiln::ones({4, 8})); });
+  std::atomic<bool> done{false};
+  std::atomic<int> changed{0}, reads{0};
+  std::thread reader([&] {
+    while (!done.load()) {
+      const Tensor held = v.value();
+      const auto first = held.to_vector<float>();
+      const auto again = held.to_vector<float>();
+      if (first != again) ++changed;
+      ++reads;
+    }
+  });
+  while (reads.load() == 0) std::this_thread::yield();  // the reader runs from here on
+  constexpr int calls = 200;
+  for (int i = 0; i < calls; ++i) {
+    if (i % 2 == 0)
+      step(ids);
+    else
+      v.scatter_add(ids, kiln::ones({4, 8}));
+  }
+  done = true;
+  reader.join();
+  CHECK(changed.load() == 0);
+  const auto final = doubles(v.value());
+  for (std::int64_t r : {3, 17, 40, 63}) CHECK(final[static_cast<std::size_t>(r * 8)] == calls);
+  CHECK(final[0] == 0.0);
 }

@@ -63,6 +63,13 @@ void VariableImpl::update_rows(const Tensor& rows, const Tensor& values, std::in
     const auto& impl = value.impl();
     // Only this variable holds the buffer: nobody can see it change.
     if (impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->is_contiguous()) {
+      // use_count() is a relaxed read. Taking and dropping one more reference of each is an
+      // acquiring read-modify-write of the counts, so whatever an owner that let go did with
+      // the buffer (its last reads) happens before the writes below.
+      {
+        const auto own = impl;
+        const auto buffer = impl->storage;
+      }
       run(value);
       return;
     }
