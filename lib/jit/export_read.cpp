@@ -15,6 +15,7 @@
 #include "jit/export_format.hpp"
 #include "kiln/export.hpp"
 #include "kiln/io.hpp"
+#include "ops/rows.hpp"
 #include "primitives/primitive.hpp"
 #include "state/variable_impl.hpp"
 
@@ -338,8 +339,7 @@ class GraphReader {
         const TensorSpec& v = (*variable_specs_)[static_cast<std::size_t>(n.index)];
         const Node& rows = input(0);
         const Node& values = input(1);
-        Shape expected = rows.shape;
-        for (std::size_t d = 1; d < v.shape.size(); ++d) expected.push_back(v.shape[d]);
+        const Shape expected = row_values_shape(rows.shape, v.shape);
         if ((rows.dtype != DType::i32 && rows.dtype != DType::i64) || values.dtype != v.dtype ||
             values.shape != expected || v.shape.empty() || n.attrs.ints.size() != 2 ||
             n.attrs.ints[0] < 0 || n.attrs.ints[0] > 2 || n.dtype != values.dtype ||

@@ -32,6 +32,7 @@ class PlanBuilder {
     mark_escape_allocations();
     place_in_arena();
     mark_moved_outputs();
+    mark_released_variables();
     return std::move(plan_);
   }
 
@@ -336,6 +337,20 @@ class PlanBuilder {
     plan_.arena_bytes = memory.arena_bytes;
   }
 
+  /// The variable roots a call with row updates lets go of before its side effects run.
+  void mark_released_variables() {
+    if (!plan_.updates_rows) return;
+    std::vector<bool> keep(plan_.roots.size(), false);
+    for (auto o : g_.outputs) keep[plan_.root_of(o)] = true;
+    for (auto s : g_.side_effects) {
+      keep[plan_.root_of(s)] = true;
+      for (auto in : g_.nodes[static_cast<std::size_t>(s)].inputs) keep[plan_.root_of(in)] = true;
+    }
+    for (std::size_t r = 0; r < plan_.roots.size(); ++r)
+      if (plan_.roots[r].kind == Plan::Root::Kind::variable && !keep[r])
+        plan_.released_variable_roots.push_back(static_cast<std::int32_t>(r));
+  }
+
   /// Each fused step's walk over its (now final) layouts, so a call passes only addresses.
   void lay_out_fused_steps() {
     for (Plan::Step& step : plan_.steps) {
@@ -638,14 +653,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   if (plan.updates_rows) {
     // Rows are updated in place only where nothing else holds the variable's value: let go of
     // the values read that neither an output nor a side effect's input is.
-    std::vector<bool> keep(plan.roots.size(), false);
-    for (auto o : g.outputs) keep[plan.root_of(o)] = true;
-    for (auto s : g.side_effects) {
-      keep[plan.root_of(s)] = true;
-      for (auto in : g.nodes[static_cast<std::size_t>(s)].inputs) keep[plan.root_of(in)] = true;
-    }
-    for (std::size_t r = 0; r < plan.roots.size(); ++r)
-      if (plan.roots[r].kind == Plan::Root::Kind::variable && !keep[r]) bound[r] = RootBinding{};
+    for (auto r : plan.released_variable_roots) bound[static_cast<std::size_t>(r)] = RootBinding{};
     // Every row is checked before any side effect runs, so a bad one changes no variable.
     for (auto s : g.side_effects) {
       const Node& node = g.nodes[static_cast<std::size_t>(s)];

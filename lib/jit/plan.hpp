@@ -82,6 +82,9 @@ struct Plan {
   /// Whether the graph updates rows of a variable in place (an assign_rows side effect): the
   /// call then lets go of the variables' values it read before it runs the side effects.
   bool updates_rows = false;
+  /// With updates_rows: the variable roots the call lets go of then (read by no output and no
+  /// side effect's input), so only the variable still holds its value.
+  std::vector<std::int32_t> released_variable_roots;
 
   std::int64_t bytes() const;
 

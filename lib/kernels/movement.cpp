@@ -16,6 +16,7 @@
 #include "core/fail.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/kernel.hpp"
+#include "kernels/streaming.hpp"
 #include "kernels/strided_loop.hpp"
 
 namespace kiln::detail {
@@ -153,15 +154,12 @@ void gather_rows(const ArrayRef& x, const std::vector<std::int64_t>& indices, st
       for (std::int64_t j = 0; j < count; ++j)
         dst_block[j] = src_block[indices[static_cast<std::size_t>(j)]];
     } else {
-      // Rows of a large table are random memory accesses: ask for those a few rows ahead.
-      constexpr std::int64_t ahead = 8;
       const auto row_bytes = static_cast<std::int64_t>(inner * sizeof(T));
       for (std::int64_t j = 0; j < count; ++j) {
-        if (j + ahead < count) {
-          const char* next = reinterpret_cast<const char*>(
-              src_block + indices[static_cast<std::size_t>(j + ahead)] * inner);
-          for (std::int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(next + b, 0, 1);
-        }
+        if (j + prefetch_rows_ahead < count)
+          prefetch_row(
+              src_block + indices[static_cast<std::size_t>(j + prefetch_rows_ahead)] * inner,
+              row_bytes, false);
         std::memcpy(dst_block + j * inner, src_block + indices[static_cast<std::size_t>(j)] * inner,
                     static_cast<std::size_t>(inner) * sizeof(T));
       }

@@ -11,6 +11,7 @@
 
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
+#include "kernels/streaming.hpp"
 
 namespace kiln::detail {
 
@@ -60,18 +61,6 @@ std::vector<std::int64_t> distinct(std::vector<std::int64_t> ids) {
 /// Position of id in the sorted list `unique` (which holds it).
 std::int64_t position(const std::vector<std::int64_t>& unique, std::int64_t id) {
   return std::lower_bound(unique.begin(), unique.end(), id) - unique.begin();
-}
-
-/// Rows ahead whose lines are requested while the current one is copied: a row of a large
-/// table is a random memory access, which the hardware prefetchers do not foresee.
-constexpr std::size_t prefetch_rows_ahead = 8;
-
-/// Asks for the cache lines of row `row` (of `bytes` bytes at `base`), for reading or writing.
-template <int Write>
-inline void prefetch_row(const void* base, std::int64_t row, std::int64_t bytes) {
-  if (row < 0) return;
-  const char* p = static_cast<const char*>(base) + row * bytes;
-  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, Write, 1);
 }
 
 bool padded_rows(const Attrs& attrs, std::size_t at) {
@@ -126,9 +115,10 @@ void take_rows(const KernelCall& call) {
   const T* src = table.ptr<const T>();
   T* dst = call.out.ptr<T>();
   const auto row_bytes = static_cast<std::int64_t>(width * sizeof(T));
+  constexpr auto ahead = static_cast<std::size_t>(prefetch_rows_ahead);
   for (std::size_t j = 0; j < rows.size(); ++j) {
-    if (j + prefetch_rows_ahead < rows.size())
-      prefetch_row<0>(src, rows[j + prefetch_rows_ahead], row_bytes);
+    if (j + ahead < rows.size() && rows[j + ahead] >= 0)
+      prefetch_row(src + rows[j + ahead] * width, row_bytes, false);
     T* to = dst + static_cast<std::int64_t>(j) * width;
     if (rows[j] < 0)
       std::fill(to, to + width, T{});
@@ -141,9 +131,10 @@ template <class T>
 void update_rows(T* table, std::int64_t width, const std::vector<std::int64_t>& rows,
                  const T* values, RowUpdate mode) {
   const auto row_bytes = static_cast<std::int64_t>(width * sizeof(T));
+  constexpr auto ahead = static_cast<std::size_t>(prefetch_rows_ahead);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (i + prefetch_rows_ahead < rows.size())
-      prefetch_row<1>(table, rows[i + prefetch_rows_ahead], row_bytes);
+    if (i + ahead < rows.size() && rows[i + ahead] >= 0)
+      prefetch_row(table + rows[i + ahead] * width, row_bytes, true);
     if (rows[i] < 0) continue;
     T* row = table + rows[i] * width;
     const T* v = values + static_cast<std::int64_t>(i) * width;

@@ -33,16 +33,9 @@ void check_row_list(const Tensor& rows, const char* op) {
     fail(op, "row numbers must be i32 or i64, got {}", dtype_name(rows.dtype()));
 }
 
-/// rows' shape followed by the row dims of a table of `table_shape`.
-Shape value_shape(const Shape& rows, const Shape& table_shape) {
-  Shape s = rows;
-  for (std::size_t d = 1; d < table_shape.size(); ++d) s.push_back(table_shape[d]);
-  return s;
-}
-
 void check_values(const Tensor& values, const Tensor& rows, const Shape& table_shape,
                   const char* op) {
-  const Shape expected = value_shape(rows.shape(), table_shape);
+  const Shape expected = row_values_shape(rows.shape(), table_shape);
   if (values.shape() != expected)
     fail(op,
          "values of shape {} do not fit {} row numbers of shape {} into a table of shape {} "
@@ -58,6 +51,12 @@ Attrs row_attrs(std::int64_t axis, std::vector<std::int64_t> ints) {
 }
 
 }  // namespace
+
+Shape row_values_shape(const Shape& rows, const Shape& table) {
+  Shape s = rows;
+  for (std::size_t d = 1; d < table.size(); ++d) s.push_back(table[d]);
+  return s;
+}
 
 Tensor unique_rows(const Tensor& ids, std::int64_t rows, bool inverse, bool padded) {
   check_row_list(ids, "unique_rows");
@@ -80,7 +79,7 @@ Tensor take_rows(const Tensor& table, const Tensor& rows, bool padded) {
   check_row_list(rows, "take_rows");
   if (table.ndim() < 1) fail("take_rows", "the table must have at least one dim");
   return apply(Prim::take_rows, {table, rows}, row_attrs(0, {padded ? 1 : 0}), table.dtype(),
-               value_shape(rows.shape(), table.shape()));
+               row_values_shape(rows.shape(), table.shape()));
 }
 
 Tensor scatter_rows(const Tensor& base, const Tensor& rows, const Tensor& values, RowUpdate mode,
@@ -130,7 +129,7 @@ bool flat_parts(const Tensor& s, Tensor& indices, Tensor& values) {
     return true;
   }
   if (p.indices.shape().has_dynamic_dims()) return false;
-  Shape flat_values = value_shape(Shape{p.indices.size()}, s.shape());
+  Shape flat_values = row_values_shape(Shape{p.indices.size()}, s.shape());
   indices = reshape(p.indices, {p.indices.size()});
   values = reshape(p.values, flat_values);
   return true;

@@ -10,6 +10,10 @@
 
 namespace kiln::detail {
 
+/// The shape of the values going with row numbers of shape `rows` into a table of shape
+/// `table`: rows' dims followed by the table's dims after the first.
+Shape row_values_shape(const Shape& rows, const Shape& table);
+
 /// The distinct ids of `ids` (any shape; row numbers of a table of `rows` rows, negative ones
 /// counted from the end) in increasing order, then -1 entries up to ids' shape; with `inverse`,
 /// each id's position in that list instead. i64. `padded`: -1 entries of ids are unused.

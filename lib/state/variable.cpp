@@ -7,11 +7,11 @@
 #include "core/fail.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
-#include "kernels/rows.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/sparse.hpp"
 #include "ops/dispatch.hpp"
+#include "ops/rows.hpp"
 #include "state/deferred_restore.hpp"
 #include "state/names.hpp"
 #include "state/variable_impl.hpp"
@@ -176,8 +176,7 @@ void update_rows(const std::shared_ptr<detail::VariableImpl>& impl, const Tensor
   if (values.dtype() != v.dtype)
     detail::fail(op, "variable '{}' is {}; the values are {} (use kiln::cast)", v.name,
                  dtype_name(v.dtype), dtype_name(values.dtype()));
-  Shape expected = rows.shape();
-  for (std::size_t d = 1; d < v.shape.size(); ++d) expected.push_back(v.shape[d]);
+  const Shape expected = detail::row_values_shape(rows.shape(), v.shape);
   if (values.shape() != expected)
     detail::fail(op,
                  "variable '{}' is {}; values for indices of shape {} must have shape {}, got {}",
