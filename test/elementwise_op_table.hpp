@@ -31,6 +31,7 @@ namespace kiln::test {
 enum class Accepts { floating, numeric, any };
 
 inline bool accepts(Accepts a, DType d) {
+  if (is_storage_only(d)) return false;  // i8 and u8 are only cast, moved and selected
   return a == Accepts::any || (a == Accepts::numeric && d != DType::boolean) ||
          (a == Accepts::floating && is_floating(d));
 }
@@ -116,10 +117,16 @@ struct ElementwiseOp {
   Reference reference;           // on values as stored in the dtype; NaN and infinities included
   Reference int_reference = {};  // for i32, i64 and bool, when it differs (floor division...)
   Accepts accepts;
-  bool bool_out = false;       // the result is bool, whatever the inputs' dtype
-  bool differentiable = true;  // kiln records a gradient (false: the gradient is zero)
+  bool bool_out = false;        // the result is bool, whatever the inputs' dtype
+  bool storage_dtypes = false;  // also takes i8 and u8 (it only selects elements)
+  bool differentiable = true;   // kiln records a gradient (false: the gradient is zero)
   Domain domain = Domain::real;
 };
+
+/// Whether `op` takes inputs of dtype d.
+inline bool accepts(const ElementwiseOp& op, DType d) {
+  return accepts(op.accepts, d) || (op.storage_dtypes && is_storage_only(d));
+}
 
 namespace table_refs {
 constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
@@ -361,7 +368,8 @@ inline const std::vector<ElementwiseOp>& elementwise_ops() {
       {.name = "where",
        .op = kiln::where,
        .reference = [](double c, double a, double b) { return c != 0 ? a : b; },
-       .accepts = A::any},
+       .accepts = A::any,
+       .storage_dtypes = true},
   };
   return ops;
 }
@@ -372,7 +380,7 @@ constexpr double table_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr double table_inf = std::numeric_limits<double>::infinity();
 
 inline const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> dtypes = {f32, f64, i32, i64, boolean};
+  static const std::vector<DType> dtypes = {f32, f64, i32, i64, boolean, i8, u8};
   return dtypes;
 }
 
@@ -435,6 +443,10 @@ inline Tensor make(const std::vector<double>& values, DType dtype, Shape shape =
       return convert(std::int64_t{});
     case DType::boolean:
       return convert(bool{});
+    case DType::i8:
+      return convert(std::int8_t{});
+    case DType::u8:
+      return convert(std::uint8_t{});
   }
   return {};
 }
@@ -462,6 +474,12 @@ inline std::vector<double> values_of(const Tensor& t) {
     case DType::boolean:
       append(bool{});
       break;
+    case DType::i8:
+      append(std::int8_t{});
+      break;
+    case DType::u8:
+      append(std::uint8_t{});
+      break;
   }
   return out;
 }
@@ -473,6 +491,10 @@ inline double as_dtype(double reference, DType dtype) {
       return static_cast<double>(static_cast<float>(reference));
     case DType::boolean:
       return reference != 0 ? 1.0 : 0.0;
+    case DType::i8:  // integer values, kept to their low 8 bits as make() stores them
+      return static_cast<std::int8_t>(static_cast<std::int64_t>(reference));
+    case DType::u8:
+      return static_cast<std::uint8_t>(static_cast<std::int64_t>(reference));
     default:
       return reference;
   }

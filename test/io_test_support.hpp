@@ -139,6 +139,16 @@ inline kiln::Tensor sample(kiln::DType dtype, const kiln::Shape& shape) {
       for (std::size_t i = 0; i < n; ++i) v[i] = i % 3 == 0;
       return kiln::tensor(v, shape);
     }
+    case kiln::DType::i8: {
+      std::vector<std::int8_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int8_t>(37 * i - 128);
+      return kiln::tensor(v, shape);
+    }
+    case kiln::DType::u8: {
+      std::vector<std::uint8_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(251 - 13 * i);
+      return kiln::tensor(v, shape);
+    }
   }
   return {};
 }
@@ -155,7 +165,8 @@ inline bool same(const kiln::Tensor& a, const kiln::Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && bytes_of(a) == bytes_of(b);
 }
 
-inline const kiln::DType all_dtypes[] = {kiln::f32, kiln::f64, kiln::i32, kiln::i64, kiln::boolean};
+inline const kiln::DType all_dtypes[] = {kiln::f32,     kiln::f64, kiln::i32, kiln::i64,
+                                         kiln::boolean, kiln::i8,  kiln::u8};
 
 inline const kiln::Shape round_trip_shapes[] = {
     kiln::Shape{},        kiln::Shape{0},

@@ -67,6 +67,10 @@ inline std::vector<double> values(const Tensor& t) {
       return widen(t.to_vector<std::int64_t>());
     case kiln::DType::boolean:
       return widen(t.to_vector<bool>());
+    case kiln::DType::i8:
+      return widen(t.to_vector<std::int8_t>());
+    case kiln::DType::u8:
+      return widen(t.to_vector<std::uint8_t>());
   }
   return {};
 }

@@ -80,7 +80,7 @@ void check_table_values(int arity) {
     ++rows;
     for (DType dtype : all_dtypes) {
       const std::string what = fmt::format("{} {}", op.name, kiln::dtype_name(dtype));
-      if (!accepts(op.accepts, dtype)) {
+      if (!accepts(op, dtype)) {
         INFO(what);
         std::vector<Tensor> ones;
         for (int k = 0; k < arity; ++k)

@@ -159,11 +159,11 @@ TEST_CASE("safetensors: valid oddities load", "[io]") {
   // element type kiln cannot load (listed by inspect, loadable around).
   const std::string header =
       R"({"z":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
-      R"("__metadata__":null,"u":{"dtype":"U8","shape":[2],"data_offsets":[4,6]},)"
+      R"("__metadata__":null,"u":{"dtype":"U16","shape":[2],"data_offsets":[4,8]},)"
       R"("e":{"dtype":"I64","shape":[0],"data_offsets":[4,4]},)"
       R"("a":{"shape":[],"data_offsets":[0,4],"dtype":"I32","extra":"ignored"}})"
       "        ";
-  Bytes data{7, 0, 0, 0, 1, 2};
+  Bytes data{7, 0, 0, 0, 1, 2, 3, 4};
   io_test::write_bytes(dir / "odd.safetensors", st(header, data));
   const auto path = dir / "odd.safetensors";
   const auto infos = io::inspect(path);
@@ -171,12 +171,12 @@ TEST_CASE("safetensors: valid oddities load", "[io]") {
   CHECK(infos[0].name == "a");
   CHECK(infos[3].name == "u");
   CHECK_FALSE(infos[3].dtype.has_value());
-  CHECK(infos[3].stored_dtype == "U8");
+  CHECK(infos[3].stored_dtype == "U16");
   const auto some = io::load_safetensors(path, {"a", "z", "e"});
   CHECK(some.at("a").item<std::int32_t>() == 7);
   CHECK(some.at("z").shape() == kiln::Shape{0, 5});
   CHECK_THROWS_WITH(io::load_safetensors(path),
-                    Catch::Contains("tensor 'u' has dtype U8, which kiln cannot load"));
+                    Catch::Contains("tensor 'u' has dtype U16, which kiln cannot load"));
   CHECK(io::load_safetensors_metadata(path).empty());
   // BOOL bytes other than 0 and 1 load as true.
   io_test::write_bytes(
@@ -223,8 +223,10 @@ TEST_CASE("npy: header dicts are validated strictly", "[io]") {
                "unexpected key 'x'");
   expect_error(npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", four),
                Loader::npy, "the key 'descr' appears twice");
-  expect_error(npy(dict("<u2", "(2,)"), four), Loader::npy,
-               ".npy dtype '<u2' is not supported (kiln reads f4, f8, i4, i8, b1, and f2 as f32)");
+  expect_error(
+      npy(dict("<u2", "(2,)"), four), Loader::npy,
+      ".npy dtype '<u2' is not supported (kiln reads f4, f8, i4, i8, i1, u1, b1, and f2 as "
+      "f32)");
   expect_error(npy(dict("|f4", "(1,)"), four), Loader::npy,
                "uses '|' (no byte order) for a multi-byte type");
   expect_error(npy(dict("f4", "(1,)"), four), Loader::npy, "is not a NumPy type string");

@@ -153,7 +153,7 @@ TEST_CASE("NumPy and the reference safetensors package read kiln's files", "[io]
   TempDir dir;
   std::map<std::string, Tensor> tensors;
   int dtype_index = 0;
-  const char* names[] = {"f32", "f64", "i32", "i64", "bool"};
+  const char* names[] = {"f32", "f64", "i32", "i64", "bool", "i8", "u8"};
   for (auto dtype : io_test::all_dtypes) {
     int k = 0;
     for (const auto& shape : io_test::round_trip_shapes) {

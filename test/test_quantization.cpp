@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <kiln/kiln.hpp>
@@ -59,7 +60,9 @@ float reference(float x, float min, float max, int num_bits, bool narrow) {
                                             : std::round(zero_from_min);
   const float nmin = (qmin - zero) * scale, nmax = (qmax - zero) * scale;
   const float clamped = std::max(std::min(x, nmax), nmin);
-  return std::floor((clamped - nmin) * (1.0f / scale) + 0.5f) * scale + nmin;
+  // A whole number of steps times scale (TensorFlow's level * scale + nmin can differ in the
+  // last bits; check_fake_quant.py compares with a tolerance).
+  return (std::floor((clamped - nmin) * (1.0f / scale) + 0.5f) + qmin - zero) * scale;
 }
 
 /// x [7, 5]: normal samples spread over the ranges, and values on and beyond their edges.
@@ -253,4 +256,124 @@ TEST_CASE("nn::FakeQuant keeps moving-average ranges, in a cached train step too
   CHECK_THROWS_WITH(kiln::nn::FakeQuant({.ema_decay = 1.0}), Catch::Contains("ema_decay"));
   CHECK_THROWS_WITH(kiln::nn::FakeQuant({.init_min = 1, .init_max = 0}),
                     Catch::Contains("init_min"));
+}
+
+namespace {
+
+/// Bitwise equality of two float tensors' values (NaN equal to NaN).
+bool bitwise_same(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_vector<float>(), y = b.to_vector<float>();
+  if (x.size() != y.size()) return false;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (std::memcmp(&x[i], &y[i], sizeof(float)) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("quantize stores fake quantization's grid in i8 and u8: dequantize gives it back",
+          "[quantization]") {
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    if (c.num_bits > 8 || c.min == c.max) continue;  // 8-bit storage; an empty range is NaN
+    for (kiln::DType dtype : {kiln::u8, kiln::i8}) {
+      INFO("case " << i << " " << kiln::dtype_name(dtype));
+      const Shape range = c.kind == "per_channel" ? Shape{5} : Shape{};
+      const Tensor lo = kiln::tensor(c.min, range), hi = kiln::tensor(c.max, range);
+      const Tensor x = inputs(c);
+      const kiln::QuantizeOptions o{dtype, c.num_bits, c.narrow_range};
+      const kiln::QuantizationParams p = kiln::quantization_params(lo, hi, o);
+      CHECK(p.dtype() == dtype);
+      const double qmin = c.narrow_range ? 1 : 0, qmax = (1 << c.num_bits) - 1;
+      const double offset = dtype == kiln::i8 ? -(1 << (c.num_bits - 1)) : 0;
+      CHECK(p.quant_min == qmin + offset);
+      CHECK(p.quant_max == qmax + offset);
+      const Tensor q = kiln::quantize(x, p);
+      REQUIRE(q.dtype() == dtype);
+      const Tensor fake = c.kind == "per_channel" ? kiln::fake_quant_with_min_max_vars_per_channel(
+                                                        x, lo, hi, {c.num_bits, c.narrow_range})
+                                                  : kiln::fake_quant_with_min_max_vars(
+                                                        x, lo, hi, {c.num_bits, c.narrow_range});
+      CHECK(bitwise_same(kiln::dequantize(q, p), fake));
+      // Every level lies in [quant_min, quant_max]; the extremes reach both ends.
+      const Tensor levels = kiln::cast(q, kiln::i32);
+      CHECK(kiln::min(levels).item<std::int32_t>() == p.quant_min);
+      CHECK(kiln::max(levels).item<std::int32_t>() == p.quant_max);
+      // i8 and u8 hold the same values, their levels 2^(num_bits-1) apart.
+      if (dtype == kiln::i8) {
+        const kiln::QuantizationParams pu =
+            kiln::quantization_params(lo, hi, {kiln::u8, c.num_bits, c.narrow_range});
+        const Tensor qu = kiln::cast(kiln::quantize(x, pu), kiln::i32);
+        CHECK(kiln::all(qu + static_cast<std::int32_t>(offset) == levels).item<bool>());
+      }
+      // Traced: the same integers and values.
+      auto round_trip = kiln::function([&](const Tensor& in, const Tensor& a, const Tensor& b) {
+        const kiln::QuantizationParams traced = kiln::quantization_params(a, b, o);
+        const Tensor stored = kiln::quantize(in, traced);
+        return std::vector<Tensor>{stored, kiln::dequantize(stored, traced)};
+      });
+      const std::vector<Tensor> out = round_trip(x, lo, hi);
+      REQUIRE(out[0].dtype() == dtype);
+      CHECK(kiln::cast(out[0], kiln::i32).to_vector<std::int32_t>() ==
+            levels.to_vector<std::int32_t>());
+      CHECK(bitwise_same(out[1], fake));
+    }
+  }
+}
+
+TEST_CASE("quantize: known levels, gradients and errors", "[quantization]") {
+  // [-1, 1] on u8: scale 2/255, zero point 1 / scale = 127.49999 in f32, rounded to 127 (the
+  // levels below come from a NumPy float32 evaluation of the same rules).
+  const kiln::QuantizationParams u = kiln::quantization_params(-1.0, 1.0);
+  CHECK(u.scale.item<float>() == 2.0f / 255.0f);
+  CHECK(u.zero_point.item<std::uint8_t>() == 127);
+  const Tensor x = kiln::tensor(std::vector<float>{-2.0f, -1.0f, 0.0f, 0.004f, 1.0f, 5.0f}, {6});
+  CHECK(kiln::quantize(x, u).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{0, 0, 127, 128, 255, 255});
+  // On i8 the same grid is 128 levels lower; narrow range leaves out -128 (and its zero point,
+  // 128.0 exactly, is 0).
+  const kiln::QuantizationParams s = kiln::quantization_params(-1.0, 1.0, {.dtype = kiln::i8});
+  CHECK(s.zero_point.item<std::int8_t>() == -1);
+  CHECK(kiln::quantize(x, s).to_vector<std::int8_t>() ==
+        std::vector<std::int8_t>{-128, -128, -1, 0, 127, 127});
+  const kiln::QuantizationParams n =
+      kiln::quantization_params(-1.0, 1.0, {.dtype = kiln::i8, .narrow_range = true});
+  CHECK(n.quant_min == -127);
+  CHECK(n.zero_point.item<std::int8_t>() == 0);
+  CHECK(n.scale.item<float>() == 2.0f / 254.0f);
+  CHECK(kiln::quantize(x, n).to_vector<std::int8_t>() ==
+        std::vector<std::int8_t>{-127, -127, 0, 1, 127, 127});
+  CHECK(kiln::dequantize(kiln::tensor<std::int8_t>({-127, 0, 127}, {3}), n).to_vector<float>() ==
+        std::vector<float>{-127 * (2.0f / 254.0f), 0.0f, 127 * (2.0f / 254.0f)});
+
+  // dequantize is differentiable in the scale (a learned step), not in the integers.
+  const Tensor q = kiln::tensor<std::uint8_t>({0, 128, 255}, {3});
+  kiln::QuantizationParams p = u;
+  p.scale = kiln::scalar(0.5f);
+  kiln::GradientTape tape;
+  tape.watch(p.scale);
+  const Tensor y = kiln::sum(kiln::dequantize(q, p));
+  CHECK(tape.gradient(y, p.scale).item<float>() == (0.0f - 127) + (128 - 127) + (255 - 127));
+
+  const Tensor f64 = kiln::cast(x, kiln::f64);
+  CHECK_THROWS_WITH(kiln::quantization_params(-1.0, 1.0, {.dtype = kiln::i32}),
+                    Catch::Contains("[quantization_params] dtype must be i8 or u8, got i32"));
+  CHECK_THROWS_WITH(kiln::quantization_params(-1.0, 1.0, {.num_bits = 9}),
+                    Catch::Contains("num_bits must be in [2, 8]"));
+  CHECK_THROWS_WITH(kiln::quantization_params(1.0, -1.0),
+                    Catch::Contains("min must be smaller than max"));
+  CHECK_THROWS_WITH(
+      kiln::quantization_params(kiln::tensor<float>({0, 2}, {2}), kiln::tensor<float>({1, 1}, {2})),
+      Catch::Contains("min must not exceed max"));
+  CHECK_THROWS_WITH(kiln::quantize(f64, u),
+                    Catch::Contains("[quantize] x must have the scale's dtype f32, got f64"));
+  CHECK_THROWS_WITH(kiln::dequantize(kiln::cast(q, kiln::i8), u),
+                    Catch::Contains("[dequantize] q must have the zero point's dtype u8, got i8"));
+  const kiln::QuantizationParams per = kiln::quantization_params(kiln::tensor<float>({-1, -2}, {2}),
+                                                                 kiln::tensor<float>({1, 2}, {2}));
+  CHECK_THROWS_WITH(kiln::quantize(x, per),
+                    Catch::Contains("must be a scalar or one per channel of the last dim of [6]"));
+  kiln::QuantizationParams wide = u;
+  wide.quant_max = 256;
+  CHECK_THROWS_WITH(kiln::quantize(x, wide), Catch::Contains("do not fit u8"));
 }

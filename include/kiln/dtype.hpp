@@ -10,13 +10,21 @@
 namespace kiln {
 
 /// Element type of a tensor. Booleans are stored as one byte holding 0 or 1.
-enum class DType : std::uint8_t { f32, f64, i32, i64, boolean };
+///
+/// i8 and u8 are storage dtypes: they hold quantized values (kiln::quantize) and byte data, and
+/// they load from and save to files, cast to and from every dtype, and go through the ops that
+/// only move or select elements (reshape, transpose, slice, concat, pad, gather, broadcast_to,
+/// where). Ops that compute refuse them with an error that says to cast first (see
+/// is_storage_only).
+enum class DType : std::uint8_t { f32, f64, i32, i64, boolean, i8, u8 };
 
 inline constexpr DType f32 = DType::f32;
 inline constexpr DType f64 = DType::f64;
 inline constexpr DType i32 = DType::i32;
 inline constexpr DType i64 = DType::i64;
 inline constexpr DType boolean = DType::boolean;
+inline constexpr DType i8 = DType::i8;
+inline constexpr DType u8 = DType::u8;
 
 /// Bytes per element.
 constexpr std::size_t dtype_size(DType t) {
@@ -30,12 +38,14 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::i64:
       return 8;
     case DType::boolean:
+    case DType::i8:
+    case DType::u8:
       return 1;
   }
   return 0;
 }
 
-/// Short name as printed in messages: "f32", "f64", "i32", "i64", "bool".
+/// Short name as printed in messages: "f32", "f64", "i32", "i64", "bool", "i8", "u8".
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::f32:
@@ -48,14 +58,23 @@ constexpr std::string_view dtype_name(DType t) {
       return "i64";
     case DType::boolean:
       return "bool";
+    case DType::i8:
+      return "i8";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
 
 constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::f64; }
-constexpr bool is_integer(DType t) { return t == DType::i32 || t == DType::i64; }
+constexpr bool is_integer(DType t) {
+  return t == DType::i32 || t == DType::i64 || t == DType::i8 || t == DType::u8;
+}
+/// The dtypes that hold data but are not computed with (i8, u8): ops other than cast and the
+/// element-moving ones refuse them ("cast first").
+constexpr bool is_storage_only(DType t) { return t == DType::i8 || t == DType::u8; }
 
-/// The DType that stores C++ type T (float, double, int32_t, int64_t, bool).
+/// The DType that stores C++ type T (float, double, int32_t, int64_t, bool, int8_t, uint8_t).
 template <class T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>)
@@ -68,6 +87,10 @@ constexpr DType dtype_of() {
     return DType::i32;
   else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, long long>)
     return DType::i64;
+  else if constexpr (std::is_same_v<T, std::int8_t>)
+    return DType::i8;
+  else if constexpr (std::is_same_v<T, std::uint8_t>)
+    return DType::u8;
   else
     static_assert(sizeof(T) == 0, "kiln: unsupported element type");
 }
@@ -77,6 +100,7 @@ template <class T>
 inline constexpr bool is_element_type_v =
     std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bool> ||
     std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
-    std::is_same_v<T, long long>;
+    std::is_same_v<T, long long> || std::is_same_v<T, std::int8_t> ||
+    std::is_same_v<T, std::uint8_t>;
 
 }  // namespace kiln

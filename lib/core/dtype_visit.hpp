@@ -8,7 +8,8 @@
 
 namespace kiln::detail {
 
-/// Calls fn(T{}) where T is dtype's C++ type (float, double, int32_t, int64_t, bool).
+/// Calls fn(T{}) where T is dtype's C++ type (float, double, int32_t, int64_t, bool, int8_t,
+/// uint8_t).
 template <class Fn>
 void visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -26,6 +27,12 @@ void visit_dtype(DType dtype, Fn&& fn) {
       break;
     case DType::boolean:
       fn(bool{});
+      break;
+    case DType::i8:
+      fn(std::int8_t{});
+      break;
+    case DType::u8:
+      fn(std::uint8_t{});
       break;
   }
 }

@@ -45,6 +45,10 @@ std::string element_text(const char* element, DType dtype) {
       return fmt::format("{}", *reinterpret_cast<const std::int64_t*>(element));
     case DType::boolean:
       return *reinterpret_cast<const std::uint8_t*>(element) != 0 ? "true" : "false";
+    case DType::i8:
+      return fmt::format("{}", static_cast<int>(*reinterpret_cast<const std::int8_t*>(element)));
+    case DType::u8:
+      return fmt::format("{}", static_cast<int>(*reinterpret_cast<const std::uint8_t*>(element)));
   }
   return "?";
 }

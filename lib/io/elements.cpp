@@ -16,6 +16,8 @@ static_assert(std::endian::native == std::endian::little,
 std::size_t stored_size(StoredKind kind) {
   switch (kind) {
     case StoredKind::boolean:
+    case StoredKind::i8:
+    case StoredKind::u8:
       return 1;
     case StoredKind::f16:
     case StoredKind::bf16:
@@ -44,6 +46,10 @@ DType loaded_dtype(StoredKind kind) {
       return DType::i32;
     case StoredKind::i64:
       return DType::i64;
+    case StoredKind::i8:
+      return DType::i8;
+    case StoredKind::u8:
+      return DType::u8;
   }
   return DType::f32;
 }
@@ -60,6 +66,10 @@ StoredKind stored_kind_of(DType dtype) {
       return StoredKind::i64;
     case DType::boolean:
       return StoredKind::boolean;
+    case DType::i8:
+      return StoredKind::i8;
+    case DType::u8:
+      return StoredKind::u8;
   }
   return StoredKind::f32;
 }
@@ -116,6 +126,10 @@ void decode_elements(StoredType type, const std::byte* src, std::size_t count, v
     case StoredKind::boolean:
       for (std::size_t i = 0; i < count; ++i)
         out[i] = src[i] != std::byte{0} ? std::byte{1} : std::byte{0};
+      return;
+    case StoredKind::i8:
+    case StoredKind::u8:
+      if (out != src) std::memcpy(out, src, count);
       return;
     case StoredKind::f16:
     case StoredKind::bf16: {

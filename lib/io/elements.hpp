@@ -17,7 +17,7 @@
 namespace kiln::io::detail {
 
 /// The element types kiln can read (f16 and bf16 load as f32).
-enum class StoredKind : std::uint8_t { boolean, f16, bf16, f32, f64, i32, i64 };
+enum class StoredKind : std::uint8_t { boolean, f16, bf16, f32, f64, i32, i64, i8, u8 };
 
 /// One element type as a file stores it.
 struct StoredType {

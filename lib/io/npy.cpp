@@ -189,8 +189,12 @@ std::optional<StoredType> parse_descr(std::string_view descr, std::string& probl
     kind = StoredKind::i64;
   } else if (code == "b1") {
     kind = StoredKind::boolean;
+  } else if (code == "i1") {
+    kind = StoredKind::i8;
+  } else if (code == "u1") {
+    kind = StoredKind::u8;
   } else {
-    problem = "is not supported (kiln reads f4, f8, i4, i8, b1, and f2 as f32)";
+    problem = "is not supported (kiln reads f4, f8, i4, i8, i1, u1, b1, and f2 as f32)";
     return std::nullopt;
   }
   if (order == '|' && stored_size(kind) != 1) {
@@ -223,6 +227,10 @@ const char* descr_of(DType dtype) {
       return "<i8";
     case DType::boolean:
       return "|b1";
+    case DType::i8:
+      return "|i1";
+    case DType::u8:
+      return "|u1";
   }
   return "<f4";
 }

@@ -29,7 +29,7 @@ struct SafetensorsDType {
 constexpr SafetensorsDType safetensors_dtypes[] = {
     {"BOOL", 8, 0, StoredKind::boolean}, {"F4", 4, 1, std::nullopt},
     {"F6_E2M3", 6, 2, std::nullopt},     {"F6_E3M2", 6, 3, std::nullopt},
-    {"U8", 8, 4, std::nullopt},          {"I8", 8, 5, std::nullopt},
+    {"U8", 8, 4, StoredKind::u8},        {"I8", 8, 5, StoredKind::i8},
     {"F8_E5M2", 8, 6, std::nullopt},     {"F8_E4M3", 8, 7, std::nullopt},
     {"F8_E8M0", 8, 8, std::nullopt},     {"I16", 16, 9, std::nullopt},
     {"U16", 16, 10, std::nullopt},       {"F16", 16, 11, StoredKind::f16},
@@ -62,6 +62,12 @@ const SafetensorsDType& dtype_entry(DType dtype) {
       break;
     case DType::boolean:
       name = "BOOL";
+      break;
+    case DType::i8:
+      name = "I8";
+      break;
+    case DType::u8:
+      name = "U8";
       break;
   }
   return *find_dtype(name);

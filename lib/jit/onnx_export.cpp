@@ -46,6 +46,10 @@ int onnx_type(DType dtype) {
       return onnx::TensorProto::INT64;
     case DType::boolean:
       return onnx::TensorProto::BOOL;
+    case DType::i8:
+      return onnx::TensorProto::INT8;
+    case DType::u8:
+      return onnx::TensorProto::UINT8;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -226,6 +230,12 @@ class OnnxWriter {
         for (bool b : values) bytes.push_back(b ? 1 : 0);
         break;
       }
+      case DType::i8:
+        append(t.to_vector<std::int8_t>());
+        break;
+      case DType::u8:
+        append(t.to_vector<std::uint8_t>());
+        break;
     }
     p.set_raw_data(bytes);
   }

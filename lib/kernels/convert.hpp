@@ -3,8 +3,12 @@
 // row kernels of each instruction set, pad's fill value, and the creation ops' values.
 //
 // float -> integer truncates toward zero, NaN gives 0, and values beyond the integer's range
-// saturate to its lowest or highest value; any -> bool is x != 0 (NaN gives true); integer
-// narrowing wraps; everything else is static_cast. bool elements are std::uint8_t (0 or 1).
+// saturate to its lowest or highest value (also for the 8-bit i8 and u8); any -> bool is x != 0
+// (NaN gives true); integer narrowing wraps; everything else is static_cast.
+//
+// The To of convert_element is the dtype's C++ type: `bool` converts as x != 0 and returns its
+// storage, a std::uint8_t holding 0 or 1; `std::uint8_t` is the u8 dtype, an integer. A From of
+// std::uint8_t may be either (a stored bool is 0 or 1, which converts the same as an integer).
 //
 // Internal linkage and nothing but compile-time std templates: the per-instruction-set units
 // include this too (see kernels/elementwise_arch.hpp on the one-definition rule).
@@ -17,9 +21,13 @@ namespace kiln::detail {
 
 namespace {
 
+/// The element type that stores dtype type T: bool is one byte.
+template <class T>
+using storage_t = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
+
 template <class To, class From>
-To convert_element(From x) {
-  if constexpr (std::is_same_v<To, std::uint8_t> || std::is_same_v<To, bool>) {
+storage_t<To> convert_element(From x) {
+  if constexpr (std::is_same_v<To, bool>) {
     return x != 0 ? 1 : 0;
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
     constexpr To lowest = std::numeric_limits<To>::min();

@@ -14,7 +14,8 @@
 //   table is a constexpr variable), and nothing calls std algorithms or <cmath> inline
 //   functions; scalar math goes through __builtin_* (inlined or a libm call).
 //
-// Element types: f32 float, f64 double, i32 int32_t, i64 int64_t, bool uint8_t (0 or 1).
+// Element types: f32 float, f64 double, i32 int32_t, i64 int64_t, bool uint8_t (0 or 1);
+// the storage-only i8 (int8_t) and u8 (uint8_t) have cast and where rows and nothing else.
 // Floating-point rows use xsimd batches (tails go through a zero-padded batch, so every
 // element gets the same code). Integer and boolean rows are plain loops the compiler
 // vectorizes for the TU's instruction set; integer arithmetic wraps through unsigned
@@ -142,11 +143,11 @@ void binary_row(const void* in_a, std::int64_t a_stride, const void* in_b, std::
 template <class Arch, class From, class To>
 void cast_row(const void* in, std::int64_t in_stride, void* out, std::int64_t n) {
   const From* x = static_cast<const From*>(in);
-  To* y = static_cast<To*>(out);
+  storage_t<To>* y = static_cast<storage_t<To>*>(out);
   if (in_stride == 1) {
     for (std::int64_t i = 0; i < n; ++i) y[i] = convert_element<To>(x[i]);
   } else {
-    const To v = convert_element<To>(x[0]);
+    const storage_t<To> v = convert_element<To>(x[0]);
     for (std::int64_t i = 0; i < n; ++i) y[i] = v;
   }
 }
@@ -177,6 +178,19 @@ constexpr void fill_by_dtype(auto* row) {
   row[dtype_index(DType::i32)] = Entry<std::int32_t>::value;
   row[dtype_index(DType::i64)] = Entry<std::int64_t>::value;
   row[dtype_index(DType::boolean)] = Entry<std::uint8_t>::value;
+}
+
+/// Fills row[dtype] with Entry<T>::value for every dtype, storage-only ones included, where T
+/// is the dtype's C++ type (bool for booleans, std::uint8_t for u8): the cast table's columns.
+template <template <class> class Entry>
+constexpr void fill_by_cast_target(auto* row) {
+  row[dtype_index(DType::f32)] = Entry<float>::value;
+  row[dtype_index(DType::f64)] = Entry<double>::value;
+  row[dtype_index(DType::i32)] = Entry<std::int32_t>::value;
+  row[dtype_index(DType::i64)] = Entry<std::int64_t>::value;
+  row[dtype_index(DType::boolean)] = Entry<bool>::value;
+  row[dtype_index(DType::i8)] = Entry<std::int8_t>::value;
+  row[dtype_index(DType::u8)] = Entry<std::uint8_t>::value;
 }
 
 /// The dtype of element type T.
@@ -266,14 +280,23 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   set_binary<Arch, Prim::name, kernel>(t);
 #include "primitives/primitives.def"
 
-  fill_by_dtype<CastEntries<Arch, float>::template Entry>(t.cast[dtype_index(DType::f32)]);
-  fill_by_dtype<CastEntries<Arch, double>::template Entry>(t.cast[dtype_index(DType::f64)]);
-  fill_by_dtype<CastEntries<Arch, std::int32_t>::template Entry>(t.cast[dtype_index(DType::i32)]);
-  fill_by_dtype<CastEntries<Arch, std::int64_t>::template Entry>(t.cast[dtype_index(DType::i64)]);
-  fill_by_dtype<CastEntries<Arch, std::uint8_t>::template Entry>(
+  // Rows by stored element (a bool's 0 or 1 converts as the integer would), columns by dtype.
+  fill_by_cast_target<CastEntries<Arch, float>::template Entry>(t.cast[dtype_index(DType::f32)]);
+  fill_by_cast_target<CastEntries<Arch, double>::template Entry>(t.cast[dtype_index(DType::f64)]);
+  fill_by_cast_target<CastEntries<Arch, std::int32_t>::template Entry>(
+      t.cast[dtype_index(DType::i32)]);
+  fill_by_cast_target<CastEntries<Arch, std::int64_t>::template Entry>(
+      t.cast[dtype_index(DType::i64)]);
+  fill_by_cast_target<CastEntries<Arch, std::uint8_t>::template Entry>(
       t.cast[dtype_index(DType::boolean)]);
+  fill_by_cast_target<CastEntries<Arch, std::int8_t>::template Entry>(
+      t.cast[dtype_index(DType::i8)]);
+  fill_by_cast_target<CastEntries<Arch, std::uint8_t>::template Entry>(
+      t.cast[dtype_index(DType::u8)]);
 
   fill_by_dtype<WhereEntries<Arch>::template Entry>(t.where);
+  t.where[dtype_index(DType::i8)] = &where_row<Arch, std::int8_t>;
+  t.where[dtype_index(DType::u8)] = &where_row<Arch, std::uint8_t>;
   t.copy_rows = &copy_rows<Arch>;
   t.stream_copy = &stream_copy<Arch>;
   t.max_row[dtype_index(DType::f32)] = &max_row<Arch, float>;

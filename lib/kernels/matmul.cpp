@@ -236,7 +236,9 @@ void run_linalg(const KernelCall& call) {
       matmul_integer<std::int64_t>(a, b, out, BatchWalk(a, b, out), m, n, k);
       break;
     case DType::boolean:
-      fail("matmul", "bool operands are not supported");
+    case DType::i8:
+    case DType::u8:
+      fail("matmul", "{} operands are not supported", dtype_name(out.dtype));
       break;
   }
 }

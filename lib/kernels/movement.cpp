@@ -101,6 +101,12 @@ void fill(const ArrayRef& out, double value) {
       fill_as(out, convert_element<std::int64_t>(value));
       break;
     case DType::boolean:
+      fill_as(out, convert_element<bool>(value));
+      break;
+    case DType::i8:
+      fill_as(out, convert_element<std::int8_t>(value));
+      break;
+    case DType::u8:
       fill_as(out, convert_element<std::uint8_t>(value));
       break;
   }

@@ -12,6 +12,7 @@
 #include "kiln/creation.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/quantization.hpp"
+#include "nn/quantization_grid.hpp"
 #include "ops/dispatch.hpp"
 
 namespace kiln {
@@ -29,32 +30,18 @@ void check_input(const Tensor& x, std::string_view op) {
     detail::fail(op, "needs f32 or f64 inputs, got {} {}", dtype_name(x.dtype()), x.shape());
 }
 
-/// qmin - v, i.e. the grid's lowest level minus v, in v's dtype.
-Tensor levels_minus(double level, const Tensor& v) { return scalar(level, v.dtype()) - v; }
-
 /// Fake quantization of x on the range [min, max] (tensors of x's dtype that broadcast against
 /// it: scalars or one per channel of the last dim), by the rules in quantization.hpp.
 Tensor fake_quant(const Tensor& x, const Tensor& min, const Tensor& max,
                   const FakeQuantOptions& o) {
-  const double qmin = o.narrow_range ? 1.0 : 0.0;
-  const double qmax = std::ldexp(1.0, o.num_bits) - 1.0;
-  // The nudged range, from values the gradient does not see through.
-  const Tensor lo = stop_gradient(min), hi = stop_gradient(max);
-  const Tensor scale = (hi - lo) / (qmax - qmin);
-  const Tensor zero_point_from_min = levels_minus(qmin, lo / scale);
-  // std::round of a value >= 0 (the only ones rounded): half away from zero.
-  const Tensor whole = floor(zero_point_from_min);
-  const Tensor rounded = where(zero_point_from_min - whole >= 0.5, whole + 1.0, whole);
-  const Tensor zero_point =
-      where(zero_point_from_min < qmin, scalar(qmin, lo.dtype()),
-            where(zero_point_from_min > qmax, scalar(qmax, lo.dtype()), rounded));
-  const Tensor nudged_min = levels_minus(qmin, zero_point) * scale;
-  const Tensor nudged_max = levels_minus(qmax, zero_point) * scale;
-  const Tensor inverse_scale = 1.0 / scale;
-  const Tensor clamped = maximum(minimum(x, nudged_max), nudged_min);
-  const Tensor quantized = floor((clamped - nudged_min) * inverse_scale + 0.5) * scale + nudged_min;
+  const detail::QuantizationGrid grid =
+      detail::nudged_grid(min, max, o.narrow_range ? 1.0 : 0.0, std::ldexp(1.0, o.num_bits) - 1.0);
+  const Tensor quantized = detail::grid_values(detail::grid_levels(x, grid), grid);
   // Exact zeros whose gradients are TensorFlow's: x's where it is inside the nudged range,
   // min's below it, max's above it.
+  const Tensor nudged_min = detail::grid_value_of(grid.qmin, grid);
+  const Tensor nudged_max = detail::grid_value_of(grid.qmax, grid);
+  const Tensor lo = stop_gradient(min), hi = stop_gradient(max);
   const Tensor zero = zeros({}, x.dtype());
   const Tensor inside = logical_and(x >= nudged_min, x <= nudged_max);
   Tensor y = stop_gradient(quantized) + where(inside, x - stop_gradient(x), zero) +

@@ -20,13 +20,8 @@ Tensor generate(const char* op, const Shape& shape, DType dtype, F&& f) {
   const std::int64_t n = shape.numel();
   detail::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      auto* p = detail::data_ptr<std::uint8_t>(t);
-      for (std::int64_t i = 0; i < n; ++i) p[i] = detail::convert_element<std::uint8_t>(f(i));
-    } else {
-      auto* p = detail::data_ptr<T>(t);
-      for (std::int64_t i = 0; i < n; ++i) p[i] = detail::convert_element<T>(f(i));
-    }
+    auto* p = detail::data_ptr<detail::storage_t<T>>(t);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = detail::convert_element<T>(f(i));
   });
   return t;
 }
@@ -57,13 +52,8 @@ Tensor fill(const char* op, const Shape& shape, double value, DType dtype) {
   const std::int64_t n = shape.numel();
   detail::visit_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      auto* p = detail::data_ptr<std::uint8_t>(t);
-      std::fill(p, p + n, detail::convert_element<std::uint8_t>(value));
-    } else {
-      auto* p = detail::data_ptr<T>(t);
-      std::fill(p, p + n, detail::convert_element<T>(value));
-    }
+    auto* p = detail::data_ptr<detail::storage_t<T>>(t);
+    std::fill(p, p + n, detail::convert_element<T>(value));
   });
   return t;
 }

@@ -87,24 +87,10 @@ Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs&
 }
 
 namespace {
-/// apply() with every indexed-slices input made dense first (ops read dense tensors only).
-[[gnu::noinline]] Tensor apply_densified(Prim p, std::span<const Tensor* const> inputs,
-                                         const Attrs& attrs, DType out_dtype,
-                                         const Shape& out_shape) {
-  std::vector<Tensor> dense;
-  std::vector<const Tensor*> ptrs;
-  dense.reserve(inputs.size());
-  for (const Tensor* t : inputs) dense.push_back(t->impl()->is_slices() ? densify_slices(*t) : *t);
-  for (const Tensor& t : dense) ptrs.push_back(&t);
-  return apply(p, std::span<const Tensor* const>(ptrs), attrs, out_dtype, out_shape);
-}
-}  // namespace
 
-Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
-             const Shape& out_shape) {
-  for (const Tensor* t : inputs)
-    if (t->impl()->is_slices()) [[unlikely]]
-      return apply_densified(p, inputs, attrs, out_dtype, out_shape);
+/// apply() once its inputs are dense tensors of dtypes the primitive takes.
+Tensor apply_ready(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
+                   DType out_dtype, const Shape& out_shape) {
   Tensor out;
   if (TraceHooks* trace = active_trace()) {
     out = trace->record_op(p, inputs, attrs, out_dtype, out_shape);
@@ -119,6 +105,43 @@ Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, 
     tape_hooks.record_op(p, held, attrs, out);
   }
   return out;
+}
+
+/// Whether p takes storage-only inputs (i8, u8): cast, where, and the ops that only move
+/// elements.
+bool takes_storage_dtypes(Prim p) {
+  return p == Prim::cast || p == Prim::where || info(p).family == Family::movement;
+}
+
+/// apply() for the rare inputs: storage-only dtypes (refused unless p only moves or casts them)
+/// and indexed-slices values (made dense first: ops read dense tensors only).
+[[gnu::noinline]] Tensor apply_unusual(Prim p, std::span<const Tensor* const> inputs,
+                                       const Attrs& attrs, DType out_dtype,
+                                       const Shape& out_shape) {
+  bool slices = false;
+  for (const Tensor* t : inputs) {
+    slices = slices || t->impl()->is_slices();
+    if (is_storage_only(t->dtype()) && !takes_storage_dtypes(p))
+      fail(name(p), "does not compute on {} (a storage dtype): kiln::cast it first",
+           dtype_name(t->dtype()));
+  }
+  if (!slices) return apply_ready(p, inputs, attrs, out_dtype, out_shape);
+  std::vector<Tensor> dense;
+  std::vector<const Tensor*> ptrs;
+  dense.reserve(inputs.size());
+  for (const Tensor* t : inputs) dense.push_back(t->impl()->is_slices() ? densify_slices(*t) : *t);
+  for (const Tensor& t : dense) ptrs.push_back(&t);
+  return apply_ready(p, std::span<const Tensor* const>(ptrs), attrs, out_dtype, out_shape);
+}
+
+}  // namespace
+
+Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
+             const Shape& out_shape) {
+  for (const Tensor* t : inputs)
+    if (t->impl()->is_slices() || is_storage_only(t->impl()->dtype)) [[unlikely]]
+      return apply_unusual(p, inputs, attrs, out_dtype, out_shape);
+  return apply_ready(p, inputs, attrs, out_dtype, out_shape);
 }
 
 Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,

@@ -20,6 +20,9 @@ const detail::Attrs& no_attrs() {
 }
 
 [[noreturn]] void reject_dtype(DType dtype, Accepts accepts, std::string_view op) {
+  if (is_storage_only(dtype))
+    detail::fail(op, "does not compute on {} (a storage dtype): kiln::cast it first",
+                 dtype_name(dtype));
   if (accepts == Accepts::floating)
     detail::fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
                  dtype_name(dtype));
@@ -73,6 +76,8 @@ Tensor cast(const Tensor& x, DType dtype) {
     case DType::i32:
     case DType::i64:
     case DType::boolean:
+    case DType::i8:
+    case DType::u8:
       break;
     default:
       detail::fail("cast", "unknown dtype {}", static_cast<int>(dtype));

@@ -465,7 +465,7 @@ Tensor slice(const Tensor& x, std::int64_t axis, std::int64_t start, std::int64_
 Tensor gather(const Tensor& x, const Tensor& indices, std::int64_t axis) {
   check_defined(x, "gather", 0);
   check_defined(indices, "gather", 1);
-  if (!is_integer(indices.dtype()))
+  if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
     fail("gather", "indices must be i32 or i64, got {}", indices.dtype());
   const auto a = static_cast<std::size_t>(normalize_axis(axis, x.ndim(), "gather"));
   check_result_rank(x.shape().size() - 1 + indices.shape().size(), "gather");
@@ -481,7 +481,7 @@ Tensor gather(const Tensor& x, const Tensor& indices, std::int64_t axis) {
 
 Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype) {
   check_defined(indices, "one_hot");
-  if (!is_integer(indices.dtype()))
+  if (indices.dtype() != DType::i32 && indices.dtype() != DType::i64)
     fail("one_hot", "indices must be i32 or i64, got {}", indices.dtype());
   if (depth < 0) fail("one_hot", "depth {} is negative", depth);
   check_result_rank(indices.shape().size() + 1, "one_hot");

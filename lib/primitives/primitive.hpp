@@ -110,14 +110,15 @@ constexpr bool is_elementwise(Prim p) {
   return f == Family::unary || f == Family::binary || f == Family::ternary;
 }
 
-/// Whether `accepts` admits dtype.
+/// Whether `accepts` admits dtype. No elementwise row admits the storage-only dtypes (i8, u8).
 constexpr bool accepts_dtype(Accepts accepts, DType dtype) {
   switch (accepts) {
     case Accepts::floating:
       return dtype == DType::f32 || dtype == DType::f64;
     case Accepts::numeric:
-      return dtype != DType::boolean;
+      return dtype != DType::boolean && !is_storage_only(dtype);
     case Accepts::any:
+      return !is_storage_only(dtype);
     case Accepts::custom:
       return true;
   }

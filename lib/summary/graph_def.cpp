@@ -35,6 +35,10 @@ int tf_dtype(DType t) {
       return 9;  // DT_INT64
     case DType::boolean:
       return 10;  // DT_BOOL
+    case DType::i8:
+      return 6;  // DT_INT8
+    case DType::u8:
+      return 4;  // DT_UINT8
   }
   return 0;
 }

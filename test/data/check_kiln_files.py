@@ -13,7 +13,7 @@ import safetensors
 import safetensors.numpy
 
 SHAPES = [(), (0,), (5,), (2, 3), (0, 4), (2, 0, 3), (2, 3, 4), (1, 2, 1, 2, 1, 2, 1, 2)]
-DTYPES = ["f32", "f64", "i32", "i64", "bool"]
+DTYPES = ["f32", "f64", "i32", "i64", "bool", "i8", "u8"]
 
 
 def sample(dtype, shape):
@@ -27,6 +27,10 @@ def sample(dtype, shape):
         v = (i - 7).astype("<i4")
     elif dtype == "i64":
         v = ((i - 2) * 100000000000).astype("<i8")
+    elif dtype == "i8":
+        v = ((37 * i - 128) % 256).astype(np.uint8).view(np.int8)
+    elif dtype == "u8":
+        v = ((251 - 13 * i) % 256).astype(np.uint8)
     else:
         v = i % 3 == 0
     return v.reshape(shape)
