@@ -89,6 +89,21 @@ std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
   return {r, kiln::argmax(g, 1), i, kiln::cast(kiln::all(x > -10.f, {1}), kiln::f32)};
 }
 
+/// A dense layer exported with int8 weights: the kernel's i8 levels in a variable (an INT8
+/// initializer of the ONNX model; a constant would be folded to floats) dequantized in the
+/// graph, and the input rounded to a u8 grid first. Made eagerly, before its function is traced.
+struct Int8Dense {
+  Tensor kernel = kiln::random::normal({3, 6}, 0.0, 0.5, 21);
+  kiln::QuantizationParams kernel_grid = kiln::quantization_params(
+      kiln::min(kernel, {0}), kiln::max(kernel, {0}), {.dtype = kiln::i8});
+  kiln::Variable stored{kiln::quantize(kernel, kernel_grid), "int8_kernel", false};
+  kiln::QuantizationParams input_grid = kiln::quantization_params(-2.0, 2.0);
+  Tensor operator()(const Tensor& x) const {
+    const Tensor input = kiln::dequantize(kiln::quantize(x, input_grid), input_grid);
+    return kiln::matmul(input, kiln::dequantize(stored.value(), kernel_grid));
+  }
+};
+
 }  // namespace
 
 #if KILN_HAVE_ONNX
@@ -205,6 +220,18 @@ TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
   for (const Tensor& out : ops(x, ids)) outputs.push_back(save(out));
   manifest.push_back({{"model", "many_ops.onnx"},
                       {"runs", {{{"inputs", {save(x), save(ids)}}, {"outputs", outputs}}}}});
+  const Int8Dense int8_dense;
+  auto int8 =
+      kiln::function([&](const Tensor& in) { return int8_dense(in); }, {.name = "int8_dense"});
+  const Tensor x8 = normal({5, 3}, 8) * 1.5f;
+  kiln::export_onnx(int8.get_concrete_function(x8), dir / "int8_dense.onnx");
+  const onnx::ModelProto int8_model = read_model(dir / "int8_dense.onnx");
+  bool int8_initializer = false;
+  for (const auto& init : int8_model.graph().initializer())
+    int8_initializer = int8_initializer || init.data_type() == onnx::TensorProto::INT8;
+  CHECK(int8_initializer);
+  manifest.push_back({{"model", "int8_dense.onnx"},
+                      {"runs", {{{"inputs", {save(x8)}}, {"outputs", {save(int8(x8))}}}}}});
   std::ofstream(dir / "manifest.json") << manifest.dump(1);
 
   const std::string command =

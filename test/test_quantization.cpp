@@ -215,6 +215,22 @@ TEST_CASE("fake quantization refuses bad settings and ranges", "[quantization]")
   });
   CHECK(std::isnan(f(x, lo, hi).to_vector<float>()[0]));
   CHECK(f(x, hi, lo).to_vector<float>()[0] == Approx(1.0).margin(0.01));
+  // Ranges known while tracing (made inside the function) are checked then.
+  auto fixed = kiln::function([](const Tensor& in) {
+    return kiln::fake_quant_with_min_max_vars(in, kiln::scalar(-1.0f), kiln::scalar(2.0f));
+  });
+  CHECK(fixed(x).to_vector<float>() ==
+        kiln::fake_quant_with_min_max_vars(x, kiln::scalar(-1.0f), kiln::scalar(2.0f))
+            .to_vector<float>());
+  auto inverted = kiln::function([](const Tensor& in) {
+    return kiln::fake_quant_with_min_max_vars(in, kiln::scalar(2.0f), kiln::scalar(1.0f));
+  });
+  CHECK_THROWS_WITH(inverted(x), Catch::Contains("min must not exceed max"));
+  auto inverted_params = kiln::function([](const Tensor& in) {
+    return kiln::quantize(in, kiln::quantization_params(kiln::scalar(2.0f), kiln::scalar(1.0f)));
+  });
+  CHECK_THROWS_WITH(inverted_params(x),
+                    Catch::Contains("[quantization_params] min must not exceed max"));
 }
 
 TEST_CASE("nn::FakeQuant keeps moving-average ranges, in a cached train step too",

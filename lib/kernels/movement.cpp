@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/kernel.hpp"
@@ -81,35 +82,12 @@ void copy_concat(std::span<const ArrayRef> parts, const ArrayRef& out, const Att
   }
 }
 
-template <class T>
-void fill_as(const ArrayRef& out, T value) {
-  std::fill_n(out.ptr<T>(), out.numel(), value);
-}
-
+/// Every element of out set to `value`, converted by the cast rules.
 void fill(const ArrayRef& out, double value) {
-  switch (out.dtype) {
-    case DType::f32:
-      fill_as(out, convert_element<float>(value));
-      break;
-    case DType::f64:
-      fill_as(out, convert_element<double>(value));
-      break;
-    case DType::i32:
-      fill_as(out, convert_element<std::int32_t>(value));
-      break;
-    case DType::i64:
-      fill_as(out, convert_element<std::int64_t>(value));
-      break;
-    case DType::boolean:
-      fill_as(out, convert_element<bool>(value));
-      break;
-    case DType::i8:
-      fill_as(out, convert_element<std::int8_t>(value));
-      break;
-    case DType::u8:
-      fill_as(out, convert_element<std::uint8_t>(value));
-      break;
-  }
+  visit_dtype(out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::fill_n(out.ptr<storage_t<T>>(), out.numel(), convert_element<T>(value));
+  });
 }
 
 void copy_pad(const ArrayRef& in, const ArrayRef& out, const Attrs& attrs) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "kiln/autodiff.hpp"
 #include "kiln/creation.hpp"
@@ -106,9 +107,12 @@ QuantizationParams quantization_params(const Tensor& min, const Tensor& max,
   if (min.shape() != max.shape() || min.ndim() > 1)
     detail::fail(op, "min and max must be scalars or one per channel ([d]), got {} and {}",
                  min.shape(), max.shape());
-  if (!min.impl()->is_symbolic() && !max.impl()->is_symbolic() && any(min > max).item<bool>())
-    detail::fail(op, "min must not exceed max (min {}, max {})", fmt::format("{}", min),
-                 fmt::format("{}", max));
+  if (!min.impl()->is_symbolic() && !max.impl()->is_symbolic()) {
+    const detail::TraceSuspension eager;  // known values: compared now, also inside a trace
+    if (any(min > max).item<bool>())
+      detail::fail(op, "min must not exceed max (min {}, max {})", fmt::format("{}", min),
+                   fmt::format("{}", max));
+  }
   const detail::QuantizationGrid grid =
       detail::shifted(detail::nudged_grid(min, max, options.narrow_range ? 1.0 : 0.0,
                                           std::ldexp(1.0, options.num_bits) - 1.0),
