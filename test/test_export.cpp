@@ -125,6 +125,26 @@ TEST_CASE("a loaded function's variables stay variables", "[export]") {
       Catch::Contains("no variable 'dense/kernal'") && Catch::Contains("dense/kernel"));
 }
 
+TEST_CASE("an int8 model exports with its i8 variables and u8 constants", "[export]") {
+  kiln::clear_session();
+  io_test::TempDir dir;
+  const Tensor kernel = kiln::random::normal({4, 3}, 0.0, 0.5, 17);
+  const kiln::QuantizationParams grid = kiln::quantization_params(
+      kiln::min(kernel, {0}), kiln::max(kernel, {0}), {.dtype = kiln::i8});
+  const kiln::Variable stored(kiln::quantize(kernel, grid), "int8/kernel", false);
+  const kiln::QuantizationParams input_grid = kiln::quantization_params(-1.0, 1.0);
+  auto forward = kiln::function([&](const Tensor& x) {
+    const Tensor levels = kiln::quantize(x, input_grid);  // a u8 value inside the graph
+    return kiln::matmul(kiln::dequantize(levels, input_grid),
+                        kiln::dequantize(stored.value(), grid));
+  });
+  const Tensor x = input({3, 4});
+  kiln::export_function(forward.get_concrete_function(x), dir / "int8.kiln");
+  const kiln::LoadedFunction loaded = kiln::load_function(dir / "int8.kiln");
+  CHECK(loaded.variable("int8/kernel").value().dtype() == kiln::i8);
+  CHECK(kiln::test::max_diff(loaded(x)[0], forward(x)) == 0.0);
+}
+
 TEST_CASE("an exported train step trains its own variables as the original does", "[export]") {
   kiln::clear_session();
   io_test::TempDir dir;

@@ -213,4 +213,16 @@ TEST_CASE("i8 variables hold quantized weights through a checkpoint", "[storage_
   kiln::Checkpoint(restored).restore((dir / "ckpt").string());
   CHECK(w.value().dtype() == kiln::i8);
   CHECK(w.value().to_vector<std::int8_t>() == stored);
+  // Rows are stored as they are, eagerly and traced; adding rows computes, so it is refused.
+  const Tensor row = kiln::tensor<std::int8_t>({5, 6, 7}, {1, 3});
+  const Tensor at = kiln::tensor<std::int32_t>({1}, {1});
+  w.scatter_update(at, row);
+  CHECK(w.value().to_vector<std::int8_t>() == std::vector<std::int8_t>{-128, -7, 0, 5, 6, 7});
+  auto store_first = kiln::function([&](const Tensor& r) {
+    w.scatter_update(kiln::tensor<std::int32_t>({0}, {1}), r);
+    return w.value();
+  });
+  CHECK(store_first(row).to_vector<std::int8_t>() == std::vector<std::int8_t>{5, 6, 7, 5, 6, 7});
+  CHECK_KILN_ERROR(w.scatter_add(at, row),
+                   "[Variable.scatter_add] variable 'm/w_q' is i8, a storage dtype");
 }

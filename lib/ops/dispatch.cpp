@@ -2,6 +2,7 @@
 
 #include "core/hooks.hpp"
 #include "kernels/lowering.hpp"
+#include "kernels/rows.hpp"
 
 #include <array>
 #include <new>
@@ -107,10 +108,14 @@ Tensor apply_ready(Prim p, std::span<const Tensor* const> inputs, const Attrs& a
   return out;
 }
 
-/// Whether p takes storage-only inputs (i8, u8): cast, where, and the ops that only move
-/// elements.
-bool takes_storage_dtypes(Prim p) {
-  return p == Prim::cast || p == Prim::where || info(p).family == Family::movement;
+/// Whether p takes storage-only inputs (i8, u8): cast, where, the ops that only move elements,
+/// and the row ops that read or store rows as they are (a variable's scatter_update, read back
+/// in a trace).
+bool takes_storage_dtypes(Prim p, const Attrs& attrs) {
+  if (p == Prim::cast || p == Prim::where || p == Prim::take_rows) return true;
+  if (p == Prim::scatter_rows)
+    return !attrs.ints.empty() && attrs.ints[0] == static_cast<std::int64_t>(RowUpdate::assign);
+  return info(p).family == Family::movement;
 }
 
 /// apply() for the rare inputs: storage-only dtypes (refused unless p only moves or casts them)
@@ -121,7 +126,7 @@ bool takes_storage_dtypes(Prim p) {
   bool slices = false;
   for (const Tensor* t : inputs) {
     slices = slices || t->impl()->is_slices();
-    if (is_storage_only(t->dtype()) && !takes_storage_dtypes(p))
+    if (is_storage_only(t->dtype()) && !takes_storage_dtypes(p, attrs))
       fail(name(p), "does not compute on {} (a storage dtype): kiln::cast it first",
            dtype_name(t->dtype()));
   }

@@ -171,6 +171,11 @@ void update_rows(const std::shared_ptr<detail::VariableImpl>& impl, const Tensor
   if (v.shape.empty()) detail::fail(op, "variable '{}' is a scalar; it has no rows", v.name);
   if (v.dtype == DType::boolean)
     detail::fail(op, "variable '{}' is bool; row updates need a numeric variable", v.name);
+  if (is_storage_only(v.dtype) && mode != detail::RowUpdate::assign)
+    detail::fail(op,
+                 "variable '{}' is {}, a storage dtype: adding rows computes on it (cast first; "
+                 "scatter_update stores rows as they are)",
+                 v.name, dtype_name(v.dtype));
   if (rows.dtype() != DType::i32 && rows.dtype() != DType::i64)
     detail::fail(op, "indices must be i32 or i64, got {}", dtype_name(rows.dtype()));
   if (values.dtype() != v.dtype)
