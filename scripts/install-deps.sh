@@ -7,6 +7,7 @@ packages=(g++ meson ninja-build pkg-config cmake
           libonnx-dev libprotobuf-dev  # ONNX export (kiln::export_onnx) and its checker
           libisal-dev libpng-dev  # TensorBoard event files: CRC-32C of records, PNG images
           doxygen graphviz  # the API reference (scripts/api-docs.sh) and graph rendering
+          libopenmpi-dev openmpi-bin  # kiln::distributed (issue 22) and mpirun for its tests
           clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtime: scripts/fuzz.sh
 missing=()
 for p in "${packages[@]}"; do

@@ -139,6 +139,15 @@ for variant in release asan; do
     check "$variant-$example-example" bash -c 'cd "$(mktemp -d)" && "$0" && rm -rf "$PWD"' \
       "$PWD/$dir/examples/$example"
   done
+  # kiln::distributed across processes (issue 22), in the release build when kiln has MPI: 2
+  # ranks, and 4 on these 2 cores (--oversubscribe). CI runs as root, which mpirun refuses
+  # unless told (--allow-run-as-root); the processes talk over loopback and shared memory.
+  if [ "$variant" = release ] && [ -x "$dir/test/distributed_test" ]; then
+    for ranks in 2 4; do
+      check "$variant-distributed-$ranks-ranks" timeout 300 mpirun --allow-run-as-root \
+        --oversubscribe --mca btl self,vader -np "$ranks" "$dir/test/distributed_test"
+    done
+  fi
   # Every ```cpp block of docs/ compiled against this build and run (docs/dev/docs-code-blocks.md).
   [ "$variant" = release ] && check "$variant-docs-code" bash scripts/check-docs.sh "$dir"
 done

@@ -9,6 +9,7 @@
 #include "kiln/config.hpp"
 #include "kiln/control_flow.hpp"
 #include "kiln/creation.hpp"
+#include "kiln/distributed.hpp"
 #include "kiln/dtype.hpp"
 #include "kiln/error.hpp"
 #include "kiln/export.hpp"
