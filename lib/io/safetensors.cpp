@@ -46,31 +46,10 @@ const SafetensorsDType* find_dtype(std::string_view name) {
 }
 
 const SafetensorsDType& dtype_entry(DType dtype) {
-  const char* name = "F32";
-  switch (dtype) {
-    case DType::f32:
-      name = "F32";
-      break;
-    case DType::f64:
-      name = "F64";
-      break;
-    case DType::i32:
-      name = "I32";
-      break;
-    case DType::i64:
-      name = "I64";
-      break;
-    case DType::boolean:
-      name = "BOOL";
-      break;
-    case DType::i8:
-      name = "I8";
-      break;
-    case DType::u8:
-      name = "U8";
-      break;
-  }
-  return *find_dtype(name);
+  const StoredKind kind = stored_kind_of(dtype);
+  for (const auto& d : safetensors_dtypes)
+    if (d.kind == kind) return d;
+  return *find_dtype("F32");  // unreachable: every dtype has a stored kind listed above
 }
 
 std::string describe_dims(const nlohmann::json& shape) {

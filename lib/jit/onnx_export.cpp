@@ -208,35 +208,11 @@ class OnnxWriter {
     p.set_name(name);
     p.set_data_type(onnx_type(t.dtype()));
     for (std::int64_t d : t.shape()) p.add_dims(d);
-    std::string bytes;
-    const auto append = [&](const auto& values) {
-      bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(values[0]));
-    };
-    switch (t.dtype()) {
-      case DType::f32:
-        append(t.to_vector<float>());
-        break;
-      case DType::f64:
-        append(t.to_vector<double>());
-        break;
-      case DType::i32:
-        append(t.to_vector<std::int32_t>());
-        break;
-      case DType::i64:
-        append(t.to_vector<std::int64_t>());
-        break;
-      case DType::boolean: {
-        const std::vector<bool> values = t.to_vector<bool>();
-        for (bool b : values) bytes.push_back(b ? 1 : 0);
-        break;
-      }
-      case DType::i8:
-        append(t.to_vector<std::int8_t>());
-        break;
-      case DType::u8:
-        append(t.to_vector<std::uint8_t>());
-        break;
-    }
+    // ONNX's raw_data is the elements in row-major order, little-endian, a bool as one byte
+    // holding 0 or 1: kiln's own layout of a contiguous tensor.
+    const Tensor c = t.contiguous();
+    const std::string bytes(static_cast<const char*>(c.data()),
+                            static_cast<std::size_t>(c.size()) * dtype_size(c.dtype()));
     p.set_raw_data(bytes);
   }
   std::string ints(const std::vector<std::int64_t>& values) {

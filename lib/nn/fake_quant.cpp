@@ -7,7 +7,6 @@
 #include <limits>
 
 #include "core/fail.hpp"
-#include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
 #include "kiln/autodiff.hpp"
 #include "kiln/creation.hpp"
@@ -62,11 +61,7 @@ void check_range(const Tensor& x, const Tensor& min, const Tensor& max, const Sh
     if (t->shape() != shape)
       detail::fail(op, "min and max must have shape {}, got {}", shape, t->shape());
   }
-  if (min.impl()->is_symbolic() || max.impl()->is_symbolic()) return;
-  const detail::TraceSuspension eager;  // known values: compared now, also inside a trace
-  if (any(min > max).item<bool>())
-    detail::fail(op, "min must not exceed max (min {}, max {})", fmt::format("{}", min),
-                 fmt::format("{}", max));
+  detail::check_range_order(min, max, op);
 }
 
 /// NaN where min > max (only reachable inside a trace, where the check above cannot run).

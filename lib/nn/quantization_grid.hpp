@@ -2,6 +2,8 @@
 // The integer grid that fake quantization rounds to and quantize stores, shared so that
 // dequantize(quantize(x)) equals fake_quant(x) bit for bit (kiln/quantization.hpp).
 
+#include <string_view>
+
 #include "kiln/tensor.hpp"
 
 namespace kiln::detail {
@@ -33,5 +35,9 @@ Tensor grid_values(const Tensor& levels, const QuantizationGrid& grid);
 
 /// The real value of level `level` (qmin or qmax) on the grid.
 Tensor grid_value_of(double level, const QuantizationGrid& grid);
+
+/// "[op] min must not exceed max" when min > max somewhere and both are known now (also inside a
+/// trace, for values made there); symbolic ranges are not checked.
+void check_range_order(const Tensor& min, const Tensor& max, std::string_view op);
 
 }  // namespace kiln::detail

@@ -49,6 +49,14 @@ Tensor grid_values(const Tensor& levels, const QuantizationGrid& grid) {
   return (levels - grid.zero_point) * grid.scale;
 }
 
+void check_range_order(const Tensor& min, const Tensor& max, std::string_view op) {
+  if (min.impl()->is_symbolic() || max.impl()->is_symbolic()) return;
+  const TraceSuspension eager;  // known values: compared now, also inside a trace
+  if (any(min > max).item<bool>())
+    fail(op, "min must not exceed max (min {}, max {})", fmt::format("{}", min),
+         fmt::format("{}", max));
+}
+
 }  // namespace detail
 
 namespace {
@@ -107,12 +115,7 @@ QuantizationParams quantization_params(const Tensor& min, const Tensor& max,
   if (min.shape() != max.shape() || min.ndim() > 1)
     detail::fail(op, "min and max must be scalars or one per channel ([d]), got {} and {}",
                  min.shape(), max.shape());
-  if (!min.impl()->is_symbolic() && !max.impl()->is_symbolic()) {
-    const detail::TraceSuspension eager;  // known values: compared now, also inside a trace
-    if (any(min > max).item<bool>())
-      detail::fail(op, "min must not exceed max (min {}, max {})", fmt::format("{}", min),
-                   fmt::format("{}", max));
-  }
+  detail::check_range_order(min, max, op);
   const detail::QuantizationGrid grid =
       detail::shifted(detail::nudged_grid(min, max, options.narrow_range ? 1.0 : 0.0,
                                           std::ldexp(1.0, options.num_bits) - 1.0),
