@@ -144,8 +144,10 @@ for variant in release asan; do
   # unless told (--allow-run-as-root); the processes talk over loopback and shared memory.
   if [ "$variant" = release ] && [ -x "$dir/test/distributed_test" ]; then
     for ranks in 2 4; do
-      check "$variant-distributed-$ranks-ranks" timeout 300 mpirun --allow-run-as-root \
-        --oversubscribe --mca btl self,vader -np "$ranks" "$dir/test/distributed_test"
+      for program in distributed_test distributed_training_test; do
+        check "$variant-$program-$ranks-ranks" timeout 300 mpirun --allow-run-as-root \
+          --oversubscribe --mca btl self,vader -np "$ranks" "$dir/test/$program"
+      done
     done
   fi
   # Every ```cpp block of docs/ compiled against this build and run (docs/dev/docs-code-blocks.md).

@@ -12,18 +12,31 @@
 /// A kiln built without MPI has these functions too; each throws a kiln::Error saying so.
 
 #include <cstdint>
+#include <vector>
 
+#include "kiln/optim.hpp"
 #include "kiln/tensor.hpp"
+#include "kiln/variable.hpp"
 
 namespace kiln::distributed {
 
 /// True when this kiln was built with MPI (kiln::distributed works).
 bool available();
 
-/// Starts MPI in this process (MPI_Init_thread, asking for MPI_THREAD_FUNNELED) and reads rank,
-/// size and local rank from it. An error when MPI is missing, when this process already called
-/// init(), or when something else initialised MPI first (kiln then does not own its lifetime).
-void init();
+struct InitOptions {
+  /// How long a collective may wait for the other processes before it fails with a
+  /// kiln::Error (a process died, or stopped calling collectives): from then on every call of
+  /// kiln::distributed fails alike, instead of the job hanging.
+  double timeout_seconds = 300.0;
+};
+
+/// Starts MPI in this process and reads rank, size and local rank from it. kiln talks to MPI
+/// from one thread of its own (MPI_THREAD_FUNNELED), which runs the collectives in the order
+/// they are called: the eager ones here and the gradient buckets a compiled train step queues
+/// while its backward pass runs. An error when MPI is missing, when this process already
+/// called init(), or when something else initialised MPI first (kiln then does not own its
+/// lifetime).
+void init(const InitOptions& options = {});
 
 /// Whether init() ran and finalize() did not.
 bool initialized();
@@ -58,6 +71,66 @@ Tensor allgather(const Tensor& x);
 
 /// Waits until every process has called barrier().
 void barrier();
+
+/// Assigns root's value of each variable to it on every process (every process passes the
+/// same variables, in the same order): the same starting point for data-parallel training.
+/// Call it once the variables exist (after a model's first call or build()), before training.
+void broadcast_variables(const std::vector<Variable>& vars, int root = 0);
+
+struct DistributedOptimizerOptions {
+  /// Dense gradients travel in buckets of up to this many bytes (one collective each; a larger
+  /// gradient gets a bucket of its own). Bigger buckets pay the per-message cost fewer times;
+  /// smaller ones start sending sooner while the backward pass runs. The default is measured in
+  /// docs/performance.md.
+  std::int64_t fusion_bytes = std::int64_t{4} << 20;
+  /// mean: each gradient averaged over the processes (each process's loss is a mean over its
+  /// own batch, so this is the gradient of the mean over all of them); sum: added.
+  ReduceOp op = ReduceOp::mean;
+};
+
+/// Data-parallel training (Horovod's DistributedOptimizer, PyTorch's DDP): wraps a kiln
+/// optimizer so that every apply() first combines each gradient over the processes, then
+/// updates with the result, identically on every process.
+///
+/// Dense gradients are joined into buckets (DistributedOptimizerOptions::fusion_bytes) in the
+/// order the backward pass computes them, and each bucket is one allreduce. Inside a
+/// kiln::function the buckets are ops of the compiled step: each is queued as soon as its last
+/// gradient is computed and waited for only where the update reads it, so the communication
+/// runs while the rest of the backward pass does; the bucket layout is part of the cached
+/// graph. Indexed-slices gradients (an embedding's) are gathered, rows and values, never made
+/// dense. On the first step of each layout the processes check with one small allreduce that
+/// they all send the same buckets, so a mismatch is an error, not a hang.
+///
+/// The wrapped optimizer keeps its state (iterations, slots: checkpoint it as usual); while
+/// wrapped, its own apply() synchronises too. Pass the DistributedOptimizer wherever an
+/// optimizer goes (train::fit takes it as the optimizer it wraps). With one process it applies
+/// the gradients as they are.
+class DistributedOptimizer final : public optim::GradientAggregator {
+ public:
+  explicit DistributedOptimizer(optim::Optimizer& optimizer,
+                                DistributedOptimizerOptions options = {});
+  /// Removes the synchronisation from the wrapped optimizer.
+  ~DistributedOptimizer() override;
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  /// The wrapped optimizer's apply(), gradients combined first.
+  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+    optimizer_->apply(grads, vars);
+  }
+  optim::Optimizer& optimizer() const { return *optimizer_; }
+  operator optim::Optimizer&() const { return *optimizer_; }  // NOLINT(google-explicit-constructor)
+  const DistributedOptimizerOptions& options() const { return options_; }
+
+  /// The gradients combined over the processes (called by the optimizer's apply()).
+  std::vector<Tensor> aggregate(const std::vector<Tensor>& grads,
+                                const std::vector<Variable>& vars) override;
+
+ private:
+  optim::Optimizer* optimizer_;
+  DistributedOptimizerOptions options_;
+  std::vector<std::uint64_t> checked_layouts_;  // fingerprints all processes agreed on
+};
 
 /// Ends MPI (MPI_Finalize). Call once, after the last collective. Not calling it before the
 /// process exits makes mpirun report an error.

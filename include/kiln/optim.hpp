@@ -81,6 +81,18 @@ class LearningRate {
   std::shared_ptr<const Schedule> schedule_;
 };
 
+/// Combines the gradients an optimizer is given before it applies them, eagerly or while a
+/// train step is traced (kiln::distributed::DistributedOptimizer averages them over the
+/// processes of a job). Optimizer::set_gradient_aggregator installs one.
+class GradientAggregator {
+ public:
+  virtual ~GradientAggregator() = default;
+  /// The gradients to apply in place of `grads` (one per variable of `vars`; undefined where
+  /// grads[i] is undefined).
+  virtual std::vector<Tensor> aggregate(const std::vector<Tensor>& grads,
+                                        const std::vector<Variable>& vars) = 0;
+};
+
 /// The common part of kiln's optimizers: validation, clipping, the learning rate, the
 /// iteration counter and slot bookkeeping. Subclasses implement update(). An optimizer may be
 /// moved (not copied); apply() is not synchronized, so one thread applies at a time.
@@ -90,8 +102,15 @@ class Optimizer : public Module {
   Optimizer(Optimizer&&) noexcept;
 
   /// Applies one update: grads[i] to vars[i]. Gradients must match their variable's dtype and
-  /// shape; an undefined gradient skips its variable. Increments iterations() once.
+  /// shape; an undefined gradient skips its variable. Increments iterations() once. With a
+  /// gradient aggregator, the gradients it returns are applied (after they are checked here).
   void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+
+  /// Makes apply() pass its gradients through `aggregator` first (not owned; it must outlive
+  /// its installation). Null removes it. One at a time: installing a second one is an error.
+  void set_gradient_aggregator(GradientAggregator* aggregator);
+  /// The aggregator installed, or null.
+  GradientAggregator* gradient_aggregator() const;
 
   /// Updates applied so far (the i64 scalar variable "iterations").
   Variable iterations() const;

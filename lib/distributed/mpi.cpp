@@ -3,15 +3,28 @@
 // every function throws a kiln::Error that says so.
 #include "kiln/distributed.hpp"
 
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "core/fail.hpp"
 #include "core/hooks.hpp"
 #include "core/tensor_impl.hpp"
+#include "kernels/collective.hpp"
 #include "kiln/ops.hpp"
 
 #if KILN_HAVE_MPI
@@ -31,6 +44,9 @@ struct State {
   bool started = false;  // init() ran (and finalize() may have run since)
   bool live = false;     // init() ran and finalize() did not
   int rank = 0, size = 1, local_rank = 0;
+#if KILN_HAVE_MPI
+  std::shared_ptr<class Engine> engine;  // while live
+#endif
 };
 
 State& state() {
@@ -118,6 +134,216 @@ int byte_count(const Tensor& t, const char* op) {
 
 #endif
 
+#if KILN_HAVE_MPI
+
+/// The thread that talks to MPI, and the collectives queued for it. Every MPI call of the
+/// process runs on this one thread (MPI_THREAD_FUNNELED, with it as MPI's main thread), in the
+/// order the calls were queued: eager collectives from the caller's thread, and gradient
+/// buckets from a compiled train step (the collective primitives' kernels), which queue one and
+/// carry on with the backward pass while this thread sends it. Since every process queues the
+/// same collectives in the same order, they meet in MPI in that order.
+///
+/// A caller waits for its collective with a timeout. A collective that does not finish in time
+/// (a process died, or stopped calling collectives) breaks the engine: the caller gets a
+/// kiln::Error, and so does every later call, instead of waiting forever.
+class Engine final : public detail::CollectiveEngine {
+ public:
+  explicit Engine(std::chrono::milliseconds timeout) : timeout_(timeout) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Engine() {
+    // A thread stuck in MPI (a broken engine) cannot be joined; the process is ending anyway.
+    if (thread_.joinable()) thread_.detach();
+  }
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Runs `task` on the MPI thread and waits for it (its exception is rethrown here).
+  void run(const char* op, std::function<void()> task) {
+    auto job = std::make_shared<Job>();
+    job->task = std::move(task);
+    {
+      std::unique_lock lock(mutex_);
+      fail_if_broken(op);
+      queue_.push_back(job);
+    }
+    work_.notify_one();
+    std::unique_lock lock(mutex_);
+    if (!done_.wait_for(lock, timeout_, [&] { return job->done; })) break_engine(op);
+    if (job->error) std::rethrow_exception(job->error);
+  }
+
+  /// Stops the thread after the queued work (finalize()). Returns false when it is stuck.
+  bool stop() {
+    {
+      std::lock_guard lock(mutex_);
+      if (!broken_.empty()) return false;
+      stopping_ = true;
+    }
+    work_.notify_one();
+    thread_.join();
+    return true;
+  }
+
+  void set_size(int size) { size_ = size; }
+  int size() const override { return size_; }
+
+  std::int64_t start(detail::CollectiveKind kind, DType dtype,
+                     std::span<const detail::ArrayRef> inputs, const char* op) override {
+    std::int64_t bytes = 0;
+    for (const detail::ArrayRef& a : inputs)
+      bytes += a.numel() * static_cast<std::int64_t>(dtype_size(a.dtype));
+    const std::int64_t elements = bytes / static_cast<std::int64_t>(dtype_size(dtype));
+    if (elements > INT_MAX || (kind == detail::CollectiveKind::gather && bytes * size_ > INT_MAX))
+      fail(op, "a bucket of {} bytes is larger than one MPI message", bytes);
+    auto job = std::make_shared<Job>();
+    job->data = take_buffer(bytes);
+    std::byte* at = job->data.data();
+    for (const detail::ArrayRef& a : inputs) {
+      const auto n = static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype);
+      if (n > 0) std::memcpy(at, a.data, n);
+      at += n;
+    }
+    if (kind == detail::CollectiveKind::gather) job->result = take_buffer(bytes * size_);
+    Job& j = *job;
+    job->task = [&j, kind, dtype, elements, bytes, op] {
+      if (kind == detail::CollectiveKind::sum)
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, j.data.data(), static_cast<int>(elements),
+                                reduce_type(dtype, op), MPI_SUM, MPI_COMM_WORLD),
+                  op, "MPI_Allreduce");
+      else
+        check_mpi(MPI_Allgather(j.data.data(), static_cast<int>(bytes), MPI_BYTE, j.result.data(),
+                                static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+                  op, "MPI_Allgather");
+    };
+    std::int64_t ticket = 0;
+    {
+      std::lock_guard lock(mutex_);
+      fail_if_broken(op);
+      ticket = next_ticket_++;
+      tickets_.emplace(ticket, job);
+      queue_.push_back(std::move(job));
+    }
+    work_.notify_one();
+    return ticket;
+  }
+
+  void wait(std::int64_t ticket, const detail::ArrayRef& out, double scale,
+            const char* op) override {
+    std::shared_ptr<Job> job;
+    {
+      std::unique_lock lock(mutex_);
+      const auto it = tickets_.find(ticket);
+      if (it == tickets_.end()) fail(op, "no collective has ticket {}", ticket);
+      job = it->second;
+      tickets_.erase(it);
+      if (!done_.wait_for(lock, timeout_, [&] { return job->done; })) break_engine(op);
+    }
+    if (job->error) std::rethrow_exception(job->error);
+    const std::vector<std::byte>& result = job->result.empty() ? job->data : job->result;
+    const auto n = static_cast<std::size_t>(out.numel());
+    if (n * dtype_size(out.dtype) != result.size())
+      fail(op, "the result has {} bytes, its output {}", result.size(), n * dtype_size(out.dtype));
+    if (scale != 1.0 && out.dtype == DType::f32) {
+      const auto* in = reinterpret_cast<const float*>(result.data());
+      const auto factor = static_cast<float>(scale);
+      for (std::size_t i = 0; i < n; ++i) out.ptr<float>()[i] = in[i] * factor;
+    } else if (scale != 1.0 && out.dtype == DType::f64) {
+      const auto* in = reinterpret_cast<const double*>(result.data());
+      for (std::size_t i = 0; i < n; ++i) out.ptr<double>()[i] = in[i] * scale;
+    } else if (!result.empty()) {
+      std::memcpy(out.data, result.data(), result.size());
+    }
+    std::lock_guard lock(mutex_);
+    give_back(std::move(job->data));
+    give_back(std::move(job->result));
+  }
+
+ private:
+  struct Job {
+    std::function<void()> task;
+    std::vector<std::byte> data, result;  // buckets: the data sent, a gather's result
+    bool done = false;                    // guarded by the engine's mutex
+    std::exception_ptr error;
+  };
+
+  void loop() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock lock(mutex_);
+        work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and nothing is left
+        job = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        job->task();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex_);
+        job->error = error;
+        job->done = true;
+      }
+      done_.notify_all();
+    }
+  }
+
+  /// Called with the mutex held.
+  void fail_if_broken(const char* op) const {
+    if (!broken_.empty()) fail(op, "{}", broken_);
+  }
+
+  /// Called with the mutex held, after a wait ran out of time.
+  [[noreturn]] void break_engine(const char* op) {
+    if (broken_.empty())
+      broken_ = fmt::format(
+          "no answer from the other processes within {} s: a process may have died or stopped "
+          "calling the same collectives in the same order (kiln::distributed cannot go on; "
+          "InitOptions::timeout sets the limit)",
+          std::chrono::duration<double>(timeout_).count());
+    fail(op, "{}", broken_);
+  }
+
+  /// A buffer of `bytes` bytes, reusing one given back when one is large enough.
+  std::vector<std::byte> take_buffer(std::int64_t bytes) {
+    std::vector<std::byte> buffer;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = spare_.begin(); it != spare_.end(); ++it)
+        if (it->capacity() >= static_cast<std::size_t>(bytes)) {
+          buffer = std::move(*it);
+          spare_.erase(it);
+          break;
+        }
+    }
+    buffer.resize(static_cast<std::size_t>(bytes));
+    return buffer;
+  }
+  /// Keeps a few buffers for the next buckets (called with the mutex held).
+  void give_back(std::vector<std::byte>&& buffer) {
+    if (buffer.capacity() == 0) return;
+    if (spare_.size() < 16) spare_.push_back(std::move(buffer));
+  }
+
+  std::chrono::milliseconds timeout_;
+  int size_ = 1;
+  std::mutex mutex_;
+  std::condition_variable work_, done_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::map<std::int64_t, std::shared_ptr<Job>> tickets_;
+  std::int64_t next_ticket_ = 1;
+  std::vector<std::vector<std::byte>> spare_;
+  std::string broken_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+#endif
+
 }  // namespace
 
 bool available() { return KILN_HAVE_MPI != 0; }
@@ -134,53 +360,74 @@ int local_rank() { return live_state("distributed.local_rank").local_rank; }
 
 #if KILN_HAVE_MPI
 
-void init() {
+Engine& live_engine(const char* op) {
+  live_state(op);
+  return *state().engine;
+}
+
+void init(const InitOptions& options) {
   constexpr const char* op = "distributed.init";
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (s.started)
     fail(op, "{}",
          s.live ? "already called in this process" : "MPI was finalized; it cannot restart");
-  int already = 0;
-  check_mpi(MPI_Initialized(&already), op, "MPI_Initialized");
-  if (already)
-    fail(op,
-         "MPI was initialised by someone else in this process; kiln::distributed::init must "
-         "start it (and finalize end it)");
-  int provided = 0;
-  check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), op,
-            "MPI_Init_thread");
-  // Errors come back as codes (kiln::Error), not as an abort of the whole job.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &s.size);
-  MPI_Comm local;
-  check_mpi(
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &local), op,
-      "MPI_Comm_split_type");
-  MPI_Comm_rank(local, &s.local_rank);
-  MPI_Comm_free(&local);
+  if (!(options.timeout_seconds > 0) || !std::isfinite(options.timeout_seconds))
+    fail(op, "timeout_seconds must be finite and > 0, got {}", options.timeout_seconds);
+  auto engine = std::make_shared<Engine>(std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::ceil(options.timeout_seconds * 1000.0))));
+  int rank = 0, size = 1, local_rank = 0;
+  engine->run(op, [&] {
+    int already = 0;
+    check_mpi(MPI_Initialized(&already), op, "MPI_Initialized");
+    if (already)
+      fail(op,
+           "MPI was initialised by someone else in this process; kiln::distributed::init must "
+           "start it (and finalize end it)");
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), op,
+              "MPI_Init_thread");
+    // Errors come back as codes (kiln::Error), not as an abort of the whole job.
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm local;
+    check_mpi(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local), op,
+        "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank);
+    MPI_Comm_free(&local);
+  });
+  engine->set_size(size);
+  s.rank = rank;
+  s.size = size;
+  s.local_rank = local_rank;
+  s.engine = std::move(engine);
+  detail::set_collective_engine(s.engine.get());
   s.started = s.live = true;
 }
 
 Tensor allreduce(const Tensor& x, ReduceOp reduce) {
   constexpr const char* op = "distributed.allreduce";
-  const State& s = live_state(op);
+  Engine& engine = live_engine(op);
   const Tensor in = concrete(x, op);
   const MPI_Datatype type = reduce_type(in.dtype(), op);
   if (reduce == ReduceOp::mean && !is_floating(in.dtype()))
     fail(op, "mean needs a floating dtype, got {}", dtype_name(in.dtype()));
   if (in.size() > INT_MAX)
     fail(op, "a tensor of {} elements is larger than one MPI message", in.size());
-  check_same_layout(in, 0, op);
   Tensor out = detail::empty(in.shape(), in.dtype(), op);
   const MPI_Op mpi_op = reduce == ReduceOp::max   ? MPI_MAX
                         : reduce == ReduceOp::min ? MPI_MIN
                                                   : MPI_SUM;
-  check_mpi(MPI_Allreduce(in.impl()->data(), out.impl()->data(), static_cast<int>(in.size()), type,
-                          mpi_op, MPI_COMM_WORLD),
-            op, "MPI_Allreduce");
-  if (reduce == ReduceOp::mean) out = out / scalar(static_cast<double>(s.size), out.dtype());
+  // The task holds its tensors: should the wait run out of time, the thread may still write.
+  engine.run(op, [in, out, type, mpi_op] {
+    check_same_layout(in, 0, op);
+    check_mpi(MPI_Allreduce(in.impl()->data(), out.impl()->data(), static_cast<int>(in.size()),
+                            type, mpi_op, MPI_COMM_WORLD),
+              op, "MPI_Allreduce");
+  });
+  if (reduce == ReduceOp::mean) out = out / scalar(static_cast<double>(engine.size()), out.dtype());
   return out;
 }
 
@@ -189,52 +436,60 @@ Tensor broadcast(const Tensor& x, int root) {
   const State& s = live_state(op);
   if (root < 0 || root >= s.size) fail(op, "root {} is not a rank of [0, {})", root, s.size);
   const Tensor in = concrete(x, op);
-  check_same_layout(in, 0, op);
   Tensor out = detail::empty(in.shape(), in.dtype(), op);
   const int bytes = byte_count(in, op);
   if (s.rank == root && bytes > 0)
     std::memcpy(out.impl()->data(), in.impl()->data(), static_cast<std::size_t>(bytes));
-  check_mpi(MPI_Bcast(out.impl()->data(), bytes, MPI_BYTE, root, MPI_COMM_WORLD), op, "MPI_Bcast");
+  s.engine->run(op, [in, out, bytes, root] {
+    check_same_layout(in, 0, op);
+    check_mpi(MPI_Bcast(out.impl()->data(), bytes, MPI_BYTE, root, MPI_COMM_WORLD), op,
+              "MPI_Bcast");
+  });
   return out;
 }
 
 Tensor allgather(const Tensor& x) {
   constexpr const char* op = "distributed.allgather";
-  const State& s = live_state(op);
+  Engine& engine = live_engine(op);
   const Tensor in = concrete(x, op);
   if (in.ndim() == 0)
     fail(op, "needs a tensor with a first dim to concatenate along, got a scalar");
-  check_same_layout(in, 1, op);
-  std::vector<std::int64_t> rows(static_cast<std::size_t>(s.size));
-  const std::int64_t mine = in.shape()[0];
-  check_mpi(MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), op,
-            "MPI_Allgather");
-  const std::int64_t row_bytes =
-      (in.shape()[0] == 0 ? 0 : static_cast<std::int64_t>(in.size()) / in.shape()[0]) *
-      static_cast<std::int64_t>(dtype_size(in.dtype()));
-  Shape shape = in.shape();
-  std::int64_t total_rows = 0;
-  std::vector<int> counts(rows.size()), offsets(rows.size());
-  for (std::size_t r = 0; r < rows.size(); ++r) {
-    const std::int64_t bytes = rows[r] * row_bytes, offset = total_rows * row_bytes;
-    if (bytes > INT_MAX || offset > INT_MAX)
-      fail(op, "the gathered tensor is larger than one MPI message");
-    counts[r] = static_cast<int>(bytes);
-    offsets[r] = static_cast<int>(offset);
-    total_rows += rows[r];
-  }
-  shape[0] = total_rows;
-  Tensor out = detail::empty(shape, in.dtype(), op);
-  check_mpi(MPI_Allgatherv(in.impl()->data(), byte_count(in, op), MPI_BYTE, out.impl()->data(),
-                           counts.data(), offsets.data(), MPI_BYTE, MPI_COMM_WORLD),
-            op, "MPI_Allgatherv");
-  return out;
+  auto out = std::make_shared<Tensor>();
+  const int bytes = byte_count(in, op);
+  engine.run(op, [in, out, bytes] {
+    check_same_layout(in, 1, op);
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    std::vector<std::int64_t> rows(static_cast<std::size_t>(size));
+    const std::int64_t mine = in.shape()[0];
+    check_mpi(MPI_Allgather(&mine, 1, MPI_INT64_T, rows.data(), 1, MPI_INT64_T, MPI_COMM_WORLD), op,
+              "MPI_Allgather");
+    const std::int64_t row_bytes =
+        (in.shape()[0] == 0 ? 0 : static_cast<std::int64_t>(in.size()) / in.shape()[0]) *
+        static_cast<std::int64_t>(dtype_size(in.dtype()));
+    Shape shape = in.shape();
+    std::int64_t total_rows = 0;
+    std::vector<int> counts(rows.size()), offsets(rows.size());
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      const std::int64_t row_count = rows[r] * row_bytes, offset = total_rows * row_bytes;
+      if (row_count > INT_MAX || offset > INT_MAX)
+        fail(op, "the gathered tensor is larger than one MPI message");
+      counts[r] = static_cast<int>(row_count);
+      offsets[r] = static_cast<int>(offset);
+      total_rows += rows[r];
+    }
+    shape[0] = total_rows;
+    *out = detail::empty(shape, in.dtype(), op);
+    check_mpi(MPI_Allgatherv(in.impl()->data(), bytes, MPI_BYTE, out->impl()->data(), counts.data(),
+                             offsets.data(), MPI_BYTE, MPI_COMM_WORLD),
+              op, "MPI_Allgatherv");
+  });
+  return *out;
 }
 
 void barrier() {
   constexpr const char* op = "distributed.barrier";
-  live_state(op);
-  check_mpi(MPI_Barrier(MPI_COMM_WORLD), op, "MPI_Barrier");
+  live_engine(op).run(op, [] { check_mpi(MPI_Barrier(MPI_COMM_WORLD), op, "MPI_Barrier"); });
 }
 
 void finalize() {
@@ -243,7 +498,11 @@ void finalize() {
   std::lock_guard lock(s.mutex);
   if (!s.live) fail(op, "{}", s.started ? "already called" : "MPI is not started (no init())");
   s.live = false;
-  check_mpi(MPI_Finalize(), op, "MPI_Finalize");
+  detail::set_collective_engine(nullptr);
+  std::shared_ptr<Engine> engine = std::move(s.engine);
+  // Finalizing needs the other processes; a broken engine's thread is stuck in MPI.
+  engine->run(op, [] { check_mpi(MPI_Finalize(), op, "MPI_Finalize"); });
+  engine->stop();
 }
 
 #else  // without MPI
@@ -254,7 +513,7 @@ namespace {
 }
 }  // namespace
 
-void init() { missing("distributed.init"); }
+void init(const InitOptions&) { missing("distributed.init"); }
 Tensor allreduce(const Tensor&, ReduceOp) { missing("distributed.allreduce"); }
 Tensor broadcast(const Tensor&, int) { missing("distributed.broadcast"); }
 Tensor allgather(const Tensor&) { missing("distributed.allgather"); }

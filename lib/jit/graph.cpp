@@ -277,7 +277,8 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
     Node& n = g.nodes[i];
     for (auto& in : n.inputs) in = replacement[static_cast<std::size_t>(in)];
     if (n.kind == Node::Kind::parameter || n.kind == Node::Kind::assign ||
-        n.kind == Node::Kind::assign_rows || n.kind == Node::Kind::fused || n.is_control_flow())
+        n.kind == Node::Kind::assign_rows || n.kind == Node::Kind::fused || n.is_control_flow() ||
+        (n.kind == Node::Kind::primitive && is_collective(n.prim)))
       continue;
     const Attrs& a = n.attrs;
     Key key{static_cast<int>(n.kind),

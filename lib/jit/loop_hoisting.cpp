@@ -43,7 +43,7 @@ namespace {
 enum class Dependence : std::uint8_t { invariant, per_step, varying };
 
 bool is_compute(const Node& n) {
-  return n.kind == Node::Kind::primitive || n.kind == Node::Kind::fused;
+  return (n.kind == Node::Kind::primitive && !is_collective(n.prim)) || n.kind == Node::Kind::fused;
 }
 
 bool is_view(const Node& n) {

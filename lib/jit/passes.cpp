@@ -4,6 +4,8 @@
 #include <memory>
 
 #include <array>
+#include <functional>
+#include <vector>
 
 namespace kiln::detail {
 
@@ -76,10 +78,69 @@ void fuse_regions(GraphData& graph) {
     }
 }
 
+/// The optimizing passes of run_graph_passes (defined below).
+void optimize_graph(GraphData& graph, const FunctionOptions& options);
+
 }  // namespace
 
 void run_graph_passes(GraphData& graph, const FunctionOptions& options) {
-  if (!options.optimize) return;
+  if (options.optimize) optimize_graph(graph, options);
+  schedule_collectives(graph);
+}
+
+std::size_t schedule_collectives(GraphData& graph) {
+  std::vector<Node>& nodes = graph.nodes;
+  const std::size_t n = nodes.size();
+  const auto is = [&](std::size_t i, Prim p) {
+    return nodes[i].kind == Node::Kind::primitive && nodes[i].prim == p;
+  };
+  std::vector<std::vector<std::int32_t>> starts_reading(n);  // node -> collective_starts of it
+  std::vector<std::size_t> missing(n, 0);                    // start -> inputs not yet placed
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!is(i, Prim::collective_start)) continue;
+    any = true;
+    for (auto in : nodes[i].inputs) {
+      starts_reading[static_cast<std::size_t>(in)].push_back(static_cast<std::int32_t>(i));
+      ++missing[i];
+    }
+  }
+  if (!any) return 0;
+  std::vector<std::int32_t> order;
+  std::vector<bool> placed(n, false);
+  // Places node i after its inputs (a wait held back is placed now, since i reads it), then
+  // every start whose last input that was.
+  std::function<void(std::size_t)> place = [&](std::size_t i) {
+    if (placed[i]) return;
+    for (auto in : nodes[i].inputs) place(static_cast<std::size_t>(in));
+    placed[i] = true;
+    order.push_back(static_cast<std::int32_t>(i));
+    for (auto s : starts_reading[i])
+      if (--missing[static_cast<std::size_t>(s)] == 0) place(static_cast<std::size_t>(s));
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    if (!is(i, Prim::collective_wait)) place(i);  // waits wait for their first reader
+  for (std::size_t i = 0; i < n; ++i) place(i);   // waits only outputs read
+  std::size_t moved = 0;
+  std::vector<std::int32_t> new_id(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    new_id[static_cast<std::size_t>(order[k])] = static_cast<std::int32_t>(k);
+    moved += static_cast<std::size_t>(order[k]) != k ? 1 : 0;
+  }
+  std::vector<Node> reordered;
+  reordered.reserve(n);
+  for (auto i : order) reordered.push_back(std::move(nodes[static_cast<std::size_t>(i)]));
+  for (Node& node : reordered)
+    for (auto& in : node.inputs) in = new_id[static_cast<std::size_t>(in)];
+  for (auto& o : graph.outputs) o = new_id[static_cast<std::size_t>(o)];
+  for (auto& s : graph.side_effects) s = new_id[static_cast<std::size_t>(s)];
+  nodes = std::move(reordered);
+  return moved;
+}
+
+namespace {
+
+void optimize_graph(GraphData& graph, const FunctionOptions& options) {
   prune_unused_scan_results(graph);
   // Control-flow regions first, each as a graph of its own (their parameters stay as they are).
   // They are fused last, from the outermost call: loop hoisting first takes out what it moves,
@@ -101,5 +162,7 @@ void run_graph_passes(GraphData& graph, const FunctionOptions& options) {
   }
   if (options.fuse_elementwise) fuse_regions(graph);
 }
+
+}  // namespace
 
 }  // namespace kiln::detail

@@ -38,7 +38,15 @@ std::size_t hoist_accumulators(GraphData& graph);
 /// The pipeline, in order.
 std::span<const GraphPass> graph_passes();
 
-/// Runs every pass that `options` enables on `graph`, in pipeline order.
+/// Orders the collective steps of a graph for overlap (lib/kernels/collective.hpp): each
+/// collective_start right after the last of its inputs is computed, each collective_wait just
+/// before its first reader. The plan runs nodes in graph order, so a gradient bucket is sent
+/// while the rest of the backward pass runs. Deterministic, so every process orders the same
+/// graph alike. Returns how many nodes moved.
+std::size_t schedule_collectives(GraphData& graph);
+
+/// Runs every pass that `options` enables on `graph`, in pipeline order, then
+/// schedule_collectives (always: it is what makes overlap happen, not an optimization).
 void run_graph_passes(GraphData& graph, const FunctionOptions& options);
 
 }  // namespace kiln::detail

@@ -112,7 +112,9 @@ std::size_t fold_constants(GraphData& g) {
   std::size_t folded = 0;
   std::vector<const Tensor*> inputs;
   for (Node& n : g.nodes) {
-    if (n.kind != Node::Kind::primitive || n.inputs.empty() || !is_static(n)) continue;
+    if (n.kind != Node::Kind::primitive || n.inputs.empty() || !is_static(n) ||
+        is_collective(n.prim))
+      continue;
     bool all_constant = true;
     for (auto in : n.inputs)
       all_constant =

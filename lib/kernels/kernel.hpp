@@ -64,6 +64,7 @@ void run_linalg(const KernelCall& call);
 void run_recurrent(const KernelCall& call);
 void run_random(const KernelCall& call);
 void run_rows(const KernelCall& call);
+void run_collective(const KernelCall& call);
 
 /// Kernel of primitive p.
 KernelFn kernel_for(Prim p);

@@ -22,6 +22,8 @@ KernelFn kernel_for(Prim p) {
       return &run_random;
     case Family::rows:
       return &run_rows;
+    case Family::collective:
+      return &run_collective;
   }
   return nullptr;
 }

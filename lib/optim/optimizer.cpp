@@ -95,6 +95,7 @@ struct Optimizer::State {
   };
   std::map<std::uint64_t, Owner> owners;
   double slot_initial = 0.0;
+  GradientAggregator* aggregator = nullptr;
 
   State(std::string k, LearningRate lr) : kind(std::move(k)), learning_rate(std::move(lr)) {}
 };
@@ -141,6 +142,18 @@ Tensor Optimizer::learning_rate() const {
   if (s.learning_rate.is_schedule()) return s.learning_rate.schedule()(s.iterations.value());
   return s.rate.value();
 }
+
+void Optimizer::set_gradient_aggregator(GradientAggregator* aggregator) {
+  State& s = checked(state_);
+  if (aggregator != nullptr && s.aggregator != nullptr && s.aggregator != aggregator)
+    detail::fail(s.kind,
+                 "{} already has a gradient aggregator (one DistributedOptimizer per "
+                 "optimizer)",
+                 path());
+  s.aggregator = aggregator;
+}
+
+GradientAggregator* Optimizer::gradient_aggregator() const { return checked(state_).aggregator; }
 
 void Optimizer::set_slot_initial_value(double value) { checked(state_).slot_initial = value; }
 
@@ -214,7 +227,10 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
 
   // Indexed slices: each row once (so their values' norm is the dense gradient's); clipping
   // scales only their values.
-  std::vector<Tensor> g(grads);
+  std::vector<Tensor> g = s.aggregator ? s.aggregator->aggregate(grads, vars) : grads;
+  if (g.size() != grads.size())
+    detail::fail(op, "the gradient aggregator returned {} gradients for {}", g.size(),
+                 grads.size());
   for (Tensor& t : g)
     if (t.defined() && t.is_indexed_slices()) t = deduplicate(t);
   const auto values = [](const Tensor& t) {

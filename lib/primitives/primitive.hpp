@@ -19,7 +19,8 @@ enum class Family : std::uint8_t {
   linalg,
   recurrent,
   random,
-  rows
+  rows,
+  collective
 };
 
 /// Which input dtypes an elementwise primitive accepts (`custom`: its front end decides).
@@ -109,6 +110,11 @@ constexpr bool is_elementwise(Prim p) {
   Family f = info(p).family;
   return f == Family::unary || f == Family::binary || f == Family::ternary;
 }
+
+/// Whether p talks to other processes (collective_start, collective_wait): such a node is never
+/// folded, merged with another, moved out of a loop or split, since every process must run the
+/// same collectives in the same order, once per time the program reaches them.
+constexpr bool is_collective(Prim p) { return info(p).family == Family::collective; }
 
 /// Whether `accepts` admits dtype. No elementwise row admits the storage-only dtypes (i8, u8).
 constexpr bool accepts_dtype(Accepts accepts, DType dtype) {
