@@ -148,6 +148,12 @@ for variant in release asan; do
         check "$variant-$program-$ranks-ranks" timeout 300 mpirun --allow-run-as-root \
           --oversubscribe --mca btl self,vader -np "$ranks" "$dir/test/$program"
       done
+      # A rank killed, and a rank that stops calling collectives: the job fails with a clear
+      # message on every other rank, never a hang.
+      for mode in kill stall; do
+        check "$variant-distributed-$mode-$ranks-ranks" \
+          bash scripts/check-distributed-failure.sh "$dir" "$mode" "$ranks"
+      done
     done
   fi
   # Every ```cpp block of docs/ compiled against this build and run (docs/dev/docs-code-blocks.md).

@@ -3,10 +3,12 @@
 // every function throws a kiln::Error that says so.
 #include "kiln/distributed.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "core/fail.hpp"
 #include "core/hooks.hpp"
@@ -303,7 +307,7 @@ class Engine final : public detail::CollectiveEngine {
       broken_ = fmt::format(
           "no answer from the other processes within {} s: a process may have died or stopped "
           "calling the same collectives in the same order (kiln::distributed cannot go on; "
-          "InitOptions::timeout sets the limit)",
+          "InitOptions::timeout_seconds sets the limit)",
           std::chrono::duration<double>(timeout_).count());
     fail(op, "{}", broken_);
   }
@@ -360,6 +364,31 @@ int local_rank() { return live_state("distributed.local_rank").local_rank; }
 
 #if KILN_HAVE_MPI
 
+/// The line a process prints when the launcher stops it (SIGTERM): mpirun does that to every
+/// process when one of them died or failed, and without a word the survivors' end looks like a
+/// crash of their own. Written at init() (a signal handler may only write).
+char stop_message[256];
+std::size_t stop_message_length = 0;
+
+extern "C" void on_launcher_stop(int signal_number) {
+  [[maybe_unused]] const auto written = ::write(2, stop_message, stop_message_length);
+  std::signal(signal_number, SIG_DFL);
+  std::raise(signal_number);
+}
+
+/// Installs on_launcher_stop for SIGTERM unless the program handles SIGTERM itself.
+void explain_launcher_stops(int rank, int size) {
+  struct sigaction current {};
+  if (sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  const auto text = fmt::format(
+      "kiln::distributed: process {} of {} was stopped by the launcher: another process of the "
+      "job died or failed (see mpirun's report)\n",
+      rank, size);
+  stop_message_length = std::min(text.size(), sizeof stop_message);
+  std::memcpy(stop_message, text.data(), stop_message_length);
+  std::signal(SIGTERM, &on_launcher_stop);
+}
+
 Engine& live_engine(const char* op) {
   live_state(op);
   return *state().engine;
@@ -399,6 +428,7 @@ void init(const InitOptions& options) {
     MPI_Comm_free(&local);
   });
   engine->set_size(size);
+  explain_launcher_stops(rank, size);
   s.rank = rank;
   s.size = size;
   s.local_rank = local_rank;
