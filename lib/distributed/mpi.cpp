@@ -140,6 +140,12 @@ int byte_count(const Tensor& t, const char* op) {
 
 #if KILN_HAVE_MPI
 
+/// out[i] = in[i] * factor (separate buffers, so the compiler vectorizes it).
+template <class T>
+void scaled_copy(const T* __restrict in, T* __restrict out, std::size_t n, T factor) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = in[i] * factor;
+}
+
 /// The thread that talks to MPI, and the collectives queued for it. Every MPI call of the
 /// process runs on this one thread (MPI_THREAD_FUNNELED, with it as MPI's main thread), in the
 /// order the calls were queued: eager collectives from the caller's thread, and gradient
@@ -201,22 +207,26 @@ class Engine final : public detail::CollectiveEngine {
     if (elements > INT_MAX || (kind == detail::CollectiveKind::gather && bytes * size_ > INT_MAX))
       fail(op, "a bucket of {} bytes is larger than one MPI message", bytes);
     auto job = std::make_shared<Job>();
-    job->data = take_buffer(bytes);
-    std::byte* at = job->data.data();
+    // kiln tensors as buffers: aligned, and recycled by kiln's storage cache. The result has a
+    // buffer of its own (an in-place allreduce copies inside MPI).
+    job->data = buffer(bytes, op);
+    job->result = buffer(kind == detail::CollectiveKind::gather ? bytes * size_ : bytes, op);
+    char* at = job->data.impl()->data();
     for (const detail::ArrayRef& a : inputs) {
       const auto n = static_cast<std::size_t>(a.numel()) * dtype_size(a.dtype);
       if (n > 0) std::memcpy(at, a.data, n);
       at += n;
     }
-    if (kind == detail::CollectiveKind::gather) job->result = take_buffer(bytes * size_);
     Job& j = *job;
     job->task = [&j, kind, dtype, elements, bytes, op] {
       if (kind == detail::CollectiveKind::sum)
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, j.data.data(), static_cast<int>(elements),
+        check_mpi(MPI_Allreduce(j.data.impl()->data(), j.result.impl()->data(),
+                                static_cast<int>(elements),
                                 reduce_type(dtype, op), MPI_SUM, MPI_COMM_WORLD),
                   op, "MPI_Allreduce");
       else
-        check_mpi(MPI_Allgather(j.data.data(), static_cast<int>(bytes), MPI_BYTE, j.result.data(),
+        check_mpi(MPI_Allgather(j.data.impl()->data(), static_cast<int>(bytes), MPI_BYTE,
+                                j.result.impl()->data(),
                                 static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
                   op, "MPI_Allgather");
     };
@@ -244,29 +254,24 @@ class Engine final : public detail::CollectiveEngine {
       if (!done_.wait_for(lock, timeout_, [&] { return job->done; })) break_engine(op);
     }
     if (job->error) std::rethrow_exception(job->error);
-    const std::vector<std::byte>& result = job->result.empty() ? job->data : job->result;
+    const void* result = job->result.impl()->data();
+    const auto result_bytes = static_cast<std::size_t>(job->result.size());
     const auto n = static_cast<std::size_t>(out.numel());
-    if (n * dtype_size(out.dtype) != result.size())
-      fail(op, "the result has {} bytes, its output {}", result.size(), n * dtype_size(out.dtype));
-    if (scale != 1.0 && out.dtype == DType::f32) {
-      const auto* in = reinterpret_cast<const float*>(result.data());
-      const auto factor = static_cast<float>(scale);
-      for (std::size_t i = 0; i < n; ++i) out.ptr<float>()[i] = in[i] * factor;
-    } else if (scale != 1.0 && out.dtype == DType::f64) {
-      const auto* in = reinterpret_cast<const double*>(result.data());
-      for (std::size_t i = 0; i < n; ++i) out.ptr<double>()[i] = in[i] * scale;
-    } else if (!result.empty()) {
-      std::memcpy(out.data, result.data(), result.size());
-    }
-    std::lock_guard lock(mutex_);
-    give_back(std::move(job->data));
-    give_back(std::move(job->result));
+    if (n * dtype_size(out.dtype) != result_bytes)
+      fail(op, "the result has {} bytes, its output {}", result_bytes, n * dtype_size(out.dtype));
+    if (scale != 1.0 && out.dtype == DType::f32)
+      scaled_copy(static_cast<const float*>(result), out.ptr<float>(), n,
+                  static_cast<float>(scale));
+    else if (scale != 1.0 && out.dtype == DType::f64)
+      scaled_copy(static_cast<const double*>(result), out.ptr<double>(), n, scale);
+    else if (result_bytes > 0)
+      std::memcpy(out.data, result, result_bytes);
   }
 
  private:
   struct Job {
     std::function<void()> task;
-    std::vector<std::byte> data, result;  // buckets: the data sent, a gather's result
+    Tensor data, result;  // buckets: the data sent and the result (u8 tensors)
     bool done = false;                    // guarded by the engine's mutex
     std::exception_ptr error;
   };
@@ -312,25 +317,9 @@ class Engine final : public detail::CollectiveEngine {
     fail(op, "{}", broken_);
   }
 
-  /// A buffer of `bytes` bytes, reusing one given back when one is large enough.
-  std::vector<std::byte> take_buffer(std::int64_t bytes) {
-    std::vector<std::byte> buffer;
-    {
-      std::lock_guard lock(mutex_);
-      for (auto it = spare_.begin(); it != spare_.end(); ++it)
-        if (it->capacity() >= static_cast<std::size_t>(bytes)) {
-          buffer = std::move(*it);
-          spare_.erase(it);
-          break;
-        }
-    }
-    buffer.resize(static_cast<std::size_t>(bytes));
-    return buffer;
-  }
-  /// Keeps a few buffers for the next buckets (called with the mutex held).
-  void give_back(std::vector<std::byte>&& buffer) {
-    if (buffer.capacity() == 0) return;
-    if (spare_.size() < 16) spare_.push_back(std::move(buffer));
+  /// A buffer of `bytes` bytes (a u8 tensor).
+  static Tensor buffer(std::int64_t bytes, const char* op) {
+    return detail::empty(Shape{bytes}, DType::u8, op);
   }
 
   std::chrono::milliseconds timeout_;
@@ -340,7 +329,6 @@ class Engine final : public detail::CollectiveEngine {
   std::deque<std::shared_ptr<Job>> queue_;
   std::map<std::int64_t, std::shared_ptr<Job>> tickets_;
   std::int64_t next_ticket_ = 1;
-  std::vector<std::vector<std::byte>> spare_;
   std::string broken_;
   bool stopping_ = false;
   std::thread thread_;
