@@ -95,8 +95,7 @@ int main(int argc, char** argv) {
   {  // 1. scenario 2
     const std::int64_t global = 64;
     const Tensor x_all = kiln::random::normal({global, 5, 10}, 0.0, 1.0, 1);
-    const Tensor y_all =
-        kiln::cast(kiln::sum(kiln::slice(x_all, 2, 0, 1), {1}) > 0.f, kiln::f32);
+    const Tensor y_all = kiln::cast(kiln::sum(kiln::slice(x_all, 2, 0, 1), {1}) > 0.f, kiln::f32);
     nn::Sequential model({nn::LSTM(64, {.return_sequences = true}), nn::LSTM(32),
                           nn::Dense(1, nn::Activation::sigmoid)},
                          "net");
@@ -141,8 +140,7 @@ int main(int argc, char** argv) {
       // One element out, so the result lives in the plan's arena as in a train step (a whole
       // output would be a fresh buffer per call).
       return kiln::slice(
-          kiln::detail::collective_wait(ticket, CollectiveKind::sum, kiln::f32, {n}, 0.5), 0, 0,
-          1);
+          kiln::detail::collective_wait(ticket, CollectiveKind::sum, kiln::f32, {n}, 0.5), 0, 0, 1);
     });
     const int calls = bytes >= (1 << 20) ? 5 : 50;
     const double graph = median_seconds(5, 11, calls, [&] { bucket(g); });

@@ -21,8 +21,7 @@ int main(int argc, char** argv) {
     std::vector<float> in(n, 1.0f), out(n);
     const int calls = quick ? 1 : bytes >= (1 << 20) ? 5 : 50, samples = quick ? 1 : 11;
     for (int i = 0; i < (quick ? 1 : 5); ++i)
-      MPI_Allreduce(in.data(), out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
-                    MPI_COMM_WORLD);
+      MPI_Allreduce(in.data(), out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     std::vector<double> per_call;
     for (int s = 0; s < samples; ++s) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -31,8 +30,7 @@ int main(int argc, char** argv) {
         MPI_Allreduce(in.data(), out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
       per_call.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-          calls);
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls);
     }
     std::sort(per_call.begin(), per_call.end());
     if (rank == 0)

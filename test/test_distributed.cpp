@@ -78,3 +78,15 @@ TEST_CASE("collective ops: a bucket is queued right after its input, waited for 
   CHECK_THROWS_WITH(kiln::detail::collective_start(CollectiveKind::sum, {&ids, 1}),
                     Catch::Contains("sums f32 or f64 tensors"));
 }
+
+TEST_CASE("fit with distributed = true before init says to call init", "[distributed]") {
+  kiln::nn::Dense layer(1);
+  kiln::optim::SGD sgd({.learning_rate = 0.1});
+  const kiln::Tensor x = kiln::ones({4, 2}), y = kiln::ones({4, 1});
+  kiln::train::FitOptions options{.verbose = 0};
+  options.distributed = true;
+  CHECK_THROWS_WITH(
+      kiln::train::fit(layer, sgd, kiln::nn::losses::mean_squared_error, x, y, options),
+      Catch::Contains("[train.fit] distributed = true needs kiln::distributed::init() first"));
+  CHECK(sgd.gradient_aggregator() == nullptr);
+}

@@ -108,6 +108,18 @@ struct FitOptions {
   /// kiln/callbacks.hpp: TensorBoard, ModelCheckpoint, EarlyStopping, LearningRateScheduler,
   /// CSVLogger, LambdaCallback, or your own). Held by reference: they must outlive the fit.
   std::vector<std::reference_wrapper<Callback>> callbacks = {};
+  /// Train across the processes of an MPI job (kiln::distributed::init() first; every process
+  /// calls fit with the same data and options). batch_size is per process: each step, process
+  /// r takes rows [r B, (r+1) B) of the next p x B rows of the epoch's order (the same shuffle on
+  /// every process), so p processes train like one process with batch p x B; a last, shorter
+  /// global batch is split evenly (up to p - 1 rows dropped). The optimizer is wrapped in a
+  /// kiln::distributed::DistributedOptimizer for the fit unless it already is, the variables
+  /// start from rank 0's values, validation data is split between the processes, the epoch's
+  /// loss and metrics are averaged over them, progress is printed by rank 0 only, and a
+  /// callback's stop_training on any process stops every process. Callbacks run on every
+  /// process; give the ones that write files (ModelCheckpoint, TensorBoard, CSVLogger) to rank
+  /// 0 only.
+  bool distributed = false;
 };
 
 /// What fit returns: per-epoch averages (weighted by batch size) and counters. An epoch without

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "core/fail.hpp"
@@ -11,6 +12,7 @@
 #include "kiln/autodiff.hpp"
 #include "kiln/callbacks.hpp"
 #include "kiln/creation.hpp"
+#include "kiln/distributed.hpp"
 #include "kiln/function.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/ops.hpp"
@@ -175,6 +177,47 @@ Averages run_evaluation(Step& step, const Tensor& x, const Tensor& y, std::int64
   return averages;
 }
 
+/// A fit's place in an MPI job: process `rank` of `processes` (0 of 1 when not distributed).
+struct Processes {
+  bool distributed = false;
+  int rank = 0, processes = 1;
+
+  /// The averages over every process, weighted by their samples (each process's own when not
+  /// distributed).
+  Averages combined(const Averages& mine) const {
+    if (!distributed) return mine;
+    std::vector<double> sums{mine.loss * static_cast<double>(mine.samples)};
+    for (double m : mine.metrics) sums.push_back(m * static_cast<double>(mine.samples));
+    sums.push_back(static_cast<double>(mine.samples));
+    const auto total =
+        distributed::allreduce(tensor(sums)).to_vector<double>();  // sums, then the count
+    Averages all(mine.metrics.size());
+    all.samples = static_cast<std::int64_t>(total.back());
+    const double count = std::max(total.back(), 1.0);
+    all.loss = total[0] / count;
+    for (std::size_t i = 0; i < all.metrics.size(); ++i) all.metrics[i] = total[i + 1] / count;
+    return all;
+  }
+  /// Whether any process says yes.
+  bool any(bool mine) const {
+    if (!distributed) return mine;
+    return distributed::allreduce(full({1}, mine ? 1 : 0, i32), distributed::ReduceOp::max)
+               .to_vector<std::int32_t>()[0] != 0;
+  }
+  /// Rank 0's value on every process.
+  std::uint64_t from_rank0(std::uint64_t value) const {
+    if (!distributed) return value;
+    const auto v =
+        distributed::broadcast(tensor<std::int64_t>({static_cast<std::int64_t>(value)}, {1}))
+            .to_vector<std::int64_t>();
+    return static_cast<std::uint64_t>(v[0]);
+  }
+  /// This process's share [begin, end) of `rows` rows split evenly (validation data).
+  std::pair<std::int64_t, std::int64_t> share(std::int64_t rows) const {
+    return {rows * rank / processes, rows * (rank + 1) / processes};
+  }
+};
+
 /// "loss" and the metrics (with `prefix`) of `averages`, appended to `logs`.
 void log_averages(Logs& logs, const Averages& averages, const std::vector<Metric>& metrics,
                   std::string_view prefix) {
@@ -274,6 +317,20 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     val_batch = signature_batch(op, model.module, data.val_x.dim(0), val_batch_size);
   }
 
+  Processes job;
+  std::optional<distributed::DistributedOptimizer> sync;
+  if (options.distributed) {
+    if (!distributed::initialized())
+      kiln::detail::fail(op, "distributed = true needs kiln::distributed::init() first");
+    if (batch != -1)
+      kiln::detail::fail(op,
+                         "the model {} is stateful; distributed fit trains stateless models only "
+                         "(the processes' last batches may differ from batch_size)",
+                         model.module.path());
+    job = Processes{true, distributed::rank(), distributed::size()};
+    if (optimizer.gradient_aggregator() == nullptr) sync.emplace(optimizer);
+  }
+
   FunctionOptions function_options;
   function_options.name = "train_step";
   function_options.input_signature = {batch_spec(data.x, batch), batch_spec(data.y, batch)};
@@ -303,10 +360,17 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   const std::int64_t first_end = std::min(n, options.batch_size);
   // With callbacks, the step is traced up front (the first batch then finds it cached), so they
   // see its graph from on_train_begin on.
+  // Distributed, too: tracing creates the model's and the optimizer's variables, which then
+  // start from rank 0's values.
   const ConcreteFunction train_function =
-      options.callbacks.empty() ? ConcreteFunction(nullptr)
-                                : step.get_concrete_function(slice(data.x, 0, 0, first_end),
-                                                             slice(data.y, 0, 0, first_end));
+      options.callbacks.empty() && !job.distributed
+          ? ConcreteFunction(nullptr)
+          : step.get_concrete_function(slice(data.x, 0, 0, first_end),
+                                       slice(data.y, 0, 0, first_end));
+  if (job.distributed) {
+    distributed::broadcast_variables(model.module.variables());
+    distributed::broadcast_variables(optimizer.variables());
+  }
   std::vector<std::string> keys{"loss"};
   for (const Metric& m : options.metrics) keys.push_back(m.name);
   if (validate) {
@@ -318,14 +382,16 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   History history;
   FitState state(model.module, optimizer, history, train_function, keys);
   state.epochs = options.epochs;
-  state.steps_per_epoch = (n + options.batch_size - 1) / options.batch_size;
+  // Each step takes batch_size rows on each process: a global batch of processes x batch_size.
+  const std::int64_t global_batch = options.batch_size * job.processes;
+  state.steps_per_epoch = n / global_batch + (n % global_batch >= job.processes ? 1 : 0);
   state.has_validation = validate;
   CallbackList callbacks(options.callbacks, state);
   callbacks.train_begin(Logs());
   callbacks.take_seconds();  // on_train_begin's time belongs to no epoch
 
-  const std::uint64_t seed = options.seed ? *options.seed : random::next_seed();
-  Progress progress(options.verbose, options.epochs, n);
+  const std::uint64_t seed = job.from_rank0(options.seed ? *options.seed : random::next_seed());
+  Progress progress(job.rank == 0 ? options.verbose : 0, options.epochs, n);
   Logs logs;
   for (int epoch = 0; epoch < options.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
@@ -339,10 +405,14 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     }
     Averages averages(options.metrics.size());
     std::int64_t batch_index = 0;
-    for (std::int64_t begin = 0; begin < n; begin += options.batch_size, ++batch_index) {
-      const std::int64_t end = std::min(n, begin + options.batch_size);
+    for (std::int64_t begin = 0; begin < n; begin += global_batch, ++batch_index) {
+      const std::int64_t end = std::min(n, begin + global_batch);
+      // This process's rows of the global batch [begin, end), split evenly.
+      const std::int64_t rows = (end - begin) / job.processes;
+      if (rows == 0) break;
+      const std::int64_t from = begin + job.rank * rows;
       callbacks.batch_begin(batch_index, Logs());
-      averages.add(step(slice(xs, 0, begin, end), slice(ys, 0, begin, end)), end - begin);
+      averages.add(step(slice(xs, 0, from, from + rows), slice(ys, 0, from, from + rows)), rows);
       ++state.global_step;
       if (callbacks.empty() && !progress.draws_bar()) continue;  // nobody reads batch logs
       Logs batch_logs;
@@ -350,13 +420,16 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
       progress.update(end, batch_logs);
       callbacks.batch_end(batch_index, batch_logs);
     }
+    averages = job.combined(averages);
     logs = Logs();
     log_averages(logs, averages, options.metrics, "");
     const bool validate_now =
         validate && ((epoch + 1) % options.validation_freq == 0 || epoch + 1 == options.epochs);
     if (validate_now) {
-      const Averages val =
-          run_evaluation(val_step, data.val_x, data.val_y, val_batch_size, options.metrics.size());
+      const auto [from, to] = job.share(data.val_x.dim(0));
+      const Averages val = job.combined(run_evaluation(val_step, slice(data.val_x, 0, from, to),
+                                                       slice(data.val_y, 0, from, to),
+                                                       val_batch_size, options.metrics.size()));
       log_averages(logs, val, options.metrics, "val_");
     }
     logs.set("learning_rate", learning_rate_value(optimizer));
@@ -385,7 +458,7 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
     history.callback_seconds.push_back(callbacks.take_seconds());
     history.seconds.back() =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (state.stop_training) break;
+    if (job.any(state.stop_training)) break;
   }
   history.traces = step.tracing_count();
   history.validation_traces = val_step.tracing_count();

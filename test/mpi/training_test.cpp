@@ -127,6 +127,48 @@ double train_both(const std::string& name, bool traced, bool adam, std::int64_t 
   return largest_difference(net, ref);
 }
 
+/// train::fit with distributed = true and batch B per process against fit in this process alone
+/// with batch p x B, on the same data and shuffle: the same weights, losses and val_losses.
+void check_fit() {
+  const int size = dist::size();
+  const std::int64_t per = 6, n = per * size * 4;
+  const Tensor x = kiln::random::normal({n, 5}, 0.0, 1.0, 11);
+  const Tensor y = kiln::sum(kiln::square(x), {1}, true) * 0.1;
+  const auto model = [](const std::string& name) {
+    return kiln::nn::Sequential(
+        {kiln::nn::Dense(8, kiln::nn::Activation::tanh), kiln::nn::Dense(1)}, name);
+  };
+  kiln::nn::Sequential net = model("fit_net"), ref = model("fit_ref");
+  net(x);
+  ref(x);
+  dist::broadcast_variables(net.variables());
+  const auto nv = net.variables(), rv = ref.variables();
+  for (std::size_t i = 0; i < nv.size(); ++i) rv[i].assign(nv[i].value());
+  kiln::optim::Adam adam({.learning_rate = 0.01}), ref_adam({.learning_rate = 0.01});
+  const auto mse = kiln::nn::losses::mean_squared_error;
+  kiln::train::FitOptions options{.epochs = 3, .batch_size = per, .seed = 5, .verbose = 0};
+  options.validation_split = 0.25;
+  options.distributed = true;
+  const auto history = kiln::train::fit(net, adam, mse, x, y, options);
+  options.distributed = false;
+  options.batch_size = per * size;
+  const auto alone = kiln::train::fit(ref, ref_adam, mse, x, y, options);
+  bool same_losses = history.loss.size() == 3 && alone.loss.size() == 3;
+  for (std::size_t e = 0; same_losses && e < 3; ++e)
+    same_losses = std::abs(history.loss[e] - alone.loss[e]) < 1e-5 &&
+                  std::abs(history.val_loss[e] - alone.val_loss[e]) < 1e-5;
+  check(same_losses, "distributed fit logs the losses of one process with batch p x B");
+  double worst = 0;
+  for (std::size_t i = 0; i < nv.size(); ++i) {
+    const auto a = nv[i].value().to_vector<float>(), b = rv[i].value().to_vector<float>();
+    for (std::size_t k = 0; k < a.size(); ++k)
+      worst = std::max(worst, static_cast<double>(std::abs(a[k] - b[k])));
+  }
+  check(worst < 1e-5, "distributed fit gives the weights of one process with batch p x B (" +
+                          std::to_string(worst) + ")");
+  check(adam.gradient_aggregator() == nullptr, "fit removes the synchronisation it added");
+}
+
 }  // namespace
 
 int main() {
@@ -143,6 +185,8 @@ int main() {
   const double eager = train_both("eager_sgd", false, false, 256, nullptr);
   check(eager < 1e-5,
         "eager SGD (256-byte buckets) matches one process (" + std::to_string(eager) + ")");
+
+  check_fit();
 
   // In the compiled step the first bucket is sent before the backward pass ends: a matmul (of
   // an earlier layer's gradient) runs after it.
