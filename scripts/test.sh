@@ -155,6 +155,17 @@ for variant in release asan; do
           bash scripts/check-distributed-failure.sh "$dir" "$mode" "$ranks"
       done
     done
+    # Checkpoints of a distributed fit: written by rank 0, restored on another process count.
+    for counts in "4 2" "2 4"; do
+      read -r from to <<<"$counts"
+      check "$variant-distributed-checkpoint-$from-to-$to-ranks" bash -c '
+        ckpt=$(mktemp -d) && trap "rm -rf $ckpt" EXIT &&
+        for step in "save $1" "restore $2"; do
+          set -- $step
+          timeout 300 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -np "$2" \
+            "$0/test/distributed_checkpoint_test" "$1" "$ckpt" || exit 1
+        done' "$dir" "$from" "$to"
+    done
   fi
   # Every ```cpp block of docs/ compiled against this build and run (docs/dev/docs-code-blocks.md).
   [ "$variant" = release ] && check "$variant-docs-code" bash scripts/check-docs.sh "$dir"

@@ -92,6 +92,9 @@ class Callback {
   virtual void on_epoch_end(int /*epoch*/, const Logs& /*logs*/) {}
   virtual void on_batch_begin(std::int64_t /*batch*/, const Logs& /*logs*/) {}
   virtual void on_batch_end(std::int64_t /*batch*/, const Logs& /*logs*/) {}
+  /// Whether it writes files (TensorBoard, ModelCheckpoint, CSVLogger say yes): a distributed
+  /// fit (FitOptions::distributed) runs such callbacks on rank 0 only, so one process writes.
+  virtual bool writes_files() const { return false; }
 
  protected:
   /// The fit running this callback: valid from on_train_begin to on_train_end, else a
@@ -127,6 +130,7 @@ class TensorBoard : public Callback {
   ~TensorBoard() override;
   void on_train_begin(const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
+  bool writes_files() const override { return true; }
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_batch_end(std::int64_t batch, const Logs& logs) override;
 
@@ -165,6 +169,7 @@ class ModelCheckpoint : public Callback {
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
+  bool writes_files() const override { return true; }
   /// The best monitored value so far (save_best_only), and the files saved.
   double best() const { return best_; }
   const std::vector<std::filesystem::path>& saved() const { return saved_; }
@@ -249,6 +254,7 @@ class CSVLogger : public Callback {
   void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs& logs) override;
+  bool writes_files() const override { return true; }
 
  private:
   std::filesystem::path path_;

@@ -117,8 +117,8 @@ struct FitOptions {
   /// start from rank 0's values, validation data is split between the processes, the epoch's
   /// loss and metrics are averaged over them, progress is printed by rank 0 only, and a
   /// callback's stop_training on any process stops every process. Callbacks run on every
-  /// process; give the ones that write files (ModelCheckpoint, TensorBoard, CSVLogger) to rank
-  /// 0 only.
+  /// process, except those that write files (Callback::writes_files: ModelCheckpoint,
+  /// TensorBoard, CSVLogger), which run on rank 0 only.
   bool distributed = false;
 };
 

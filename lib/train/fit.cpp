@@ -386,7 +386,11 @@ History fit(const ModelRef& model, optim::Optimizer& optimizer, const LossFn& lo
   const std::int64_t global_batch = options.batch_size * job.processes;
   state.steps_per_epoch = n / global_batch + (n % global_batch >= job.processes ? 1 : 0);
   state.has_validation = validate;
-  CallbackList callbacks(options.callbacks, state);
+  // In a distributed fit, one process writes the files.
+  std::vector<std::reference_wrapper<Callback>> active;
+  for (const auto& c : options.callbacks)
+    if (job.rank == 0 || !c.get().writes_files()) active.push_back(c);
+  CallbackList callbacks(active, state);
   callbacks.train_begin(Logs());
   callbacks.take_seconds();  // on_train_begin's time belongs to no epoch
 
