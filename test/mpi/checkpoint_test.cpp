@@ -9,6 +9,8 @@
 #include <kiln/distributed.hpp>
 #include <kiln/kiln.hpp>
 
+#include "mpi_check.hpp"
+
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -19,16 +21,7 @@ using kiln::Tensor;
 
 namespace {
 
-int passed = 0, failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::printf("rank %d: FAILED: %s\n", dist::rank(), what.c_str());
-  }
-}
+using mpi_check::check;
 
 kiln::nn::Sequential make_model() {
   return kiln::nn::Sequential({kiln::nn::Dense(8, kiln::nn::Activation::tanh), kiln::nn::Dense(1)},
@@ -55,7 +48,7 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path dir = argv[2];
   dist::init();
-  const int rank = dist::rank(), size = dist::size();
+  const int rank = dist::rank();
   const Tensor x = kiln::random::normal({96, 5}, 0.0, 1.0, 3);
   const Tensor y = kiln::sum(x, {1}, true) * 0.5;
   kiln::nn::Sequential net = make_model();
@@ -92,12 +85,5 @@ int main(int argc, char** argv) {
     check(same_everywhere(net.variables()), "and they stay equal while training goes on");
   }
 
-  const auto totals =
-      dist::allreduce(kiln::tensor<std::int64_t>({passed, failed}, {2})).to_vector<std::int64_t>();
-  if (rank == 0)
-    std::printf("kiln::distributed checkpoint %s on %d ranks\n%lld passed, %lld failed\n",
-                mode.c_str(), size, static_cast<long long>(totals[0]),
-                static_cast<long long>(totals[1]));
-  dist::finalize();
-  return totals[1] == 0 ? 0 : 1;
+  return mpi_check::finish("kiln::distributed checkpoint " + mode);
 }

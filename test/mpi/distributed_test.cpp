@@ -5,6 +5,8 @@
 #include <kiln/distributed.hpp>
 #include <kiln/kiln.hpp>
 
+#include "mpi_check.hpp"
+
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -15,28 +17,8 @@ using kiln::Tensor;
 
 namespace {
 
-int passed = 0, failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::printf("rank %d: FAILED: %s\n", dist::rank(), what.c_str());
-  }
-}
-
-/// f throws a kiln::Error whose message holds `text`.
-void check_error(const std::function<void()>& f, const std::string& text, const std::string& what) {
-  try {
-    f();
-    check(false, what + ": no error");
-  } catch (const kiln::Error& e) {
-    const bool ok = std::string(e.what()).find(text) != std::string::npos;
-    if (!ok) std::printf("rank %d: message was: %s\n", dist::rank(), e.what());
-    check(ok, what);
-  }
-}
+using mpi_check::check;
+using mpi_check::check_error;
 
 }  // namespace
 
@@ -98,11 +80,5 @@ int main() {
   dist::barrier();
 
   // Every rank's counts, summed on rank 0.
-  const auto totals =
-      dist::allreduce(kiln::tensor<std::int64_t>({passed, failed}, {2})).to_vector<std::int64_t>();
-  if (rank == 0)
-    std::printf("kiln::distributed on %d ranks\n%lld passed, %lld failed\n", size,
-                static_cast<long long>(totals[0]), static_cast<long long>(totals[1]));
-  dist::finalize();
-  return totals[1] == 0 ? 0 : 1;
+  return mpi_check::finish("kiln::distributed");
 }

@@ -6,6 +6,8 @@
 #include <kiln/distributed.hpp>
 #include <kiln/kiln.hpp>
 
+#include "mpi_check.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -19,16 +21,7 @@ using kiln::Variable;
 
 namespace {
 
-int passed = 0, failed = 0;
-
-void check(bool ok, const std::string& what) {
-  if (ok) {
-    ++passed;
-  } else {
-    ++failed;
-    std::printf("rank %d: FAILED: %s\n", dist::rank(), what.c_str());
-  }
-}
+using mpi_check::check;
 
 /// Word ids [rows, 3] -> embedding [rows, 3, 8] -> with 6 features -> tanh(16) -> 1.
 struct Net : kiln::Module {
@@ -173,7 +166,6 @@ void check_fit() {
 
 int main() {
   dist::init();
-  const int rank = dist::rank(), size = dist::size();
 
   std::string listing;
   const double traced_sgd = train_both("traced_sgd", true, false, std::int64_t{4} << 20, nullptr);
@@ -196,11 +188,5 @@ int main() {
             first_start < last_matmul,
         "a bucket is queued while the backward pass still runs");
 
-  const auto totals =
-      dist::allreduce(kiln::tensor<std::int64_t>({passed, failed}, {2})).to_vector<std::int64_t>();
-  if (rank == 0)
-    std::printf("kiln::distributed training on %d ranks\n%lld passed, %lld failed\n", size,
-                static_cast<long long>(totals[0]), static_cast<long long>(totals[1]));
-  dist::finalize();
-  return totals[1] == 0 ? 0 : 1;
+  return mpi_check::finish("kiln::distributed training");
 }
