@@ -162,8 +162,20 @@ class Engine final : public detail::CollectiveEngine {
     thread_ = std::thread([this] { loop(); });
   }
   ~Engine() {
+    if (!thread_.joinable()) return;  // stopped by finalize()
+    bool stuck = false;
+    {
+      std::lock_guard lock(mutex_);
+      stuck = !broken_.empty();
+      stopping_ = true;
+    }
+    work_.notify_one();
     // A thread stuck in MPI (a broken engine) cannot be joined; the process is ending anyway.
-    if (thread_.joinable()) thread_.detach();
+    // Otherwise (init() failed, say) it finishes its queue and ends.
+    if (stuck)
+      thread_.detach();
+    else
+      thread_.join();
   }
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -221,13 +233,13 @@ class Engine final : public detail::CollectiveEngine {
     job->task = [&j, kind, dtype, elements, bytes, op] {
       if (kind == detail::CollectiveKind::sum)
         check_mpi(MPI_Allreduce(j.data.impl()->data(), j.result.impl()->data(),
-                                static_cast<int>(elements),
-                                reduce_type(dtype, op), MPI_SUM, MPI_COMM_WORLD),
+                                static_cast<int>(elements), reduce_type(dtype, op), MPI_SUM,
+                                MPI_COMM_WORLD),
                   op, "MPI_Allreduce");
       else
         check_mpi(MPI_Allgather(j.data.impl()->data(), static_cast<int>(bytes), MPI_BYTE,
-                                j.result.impl()->data(),
-                                static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+                                j.result.impl()->data(), static_cast<int>(bytes), MPI_BYTE,
+                                MPI_COMM_WORLD),
                   op, "MPI_Allgather");
     };
     std::int64_t ticket = 0;
@@ -272,7 +284,7 @@ class Engine final : public detail::CollectiveEngine {
   struct Job {
     std::function<void()> task;
     Tensor data, result;  // buckets: the data sent and the result (u8 tensors)
-    bool done = false;                    // guarded by the engine's mutex
+    bool done = false;    // guarded by the engine's mutex
     std::exception_ptr error;
   };
 
