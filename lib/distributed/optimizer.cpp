@@ -78,8 +78,7 @@ DistributedOptimizer::~DistributedOptimizer() {
 }
 
 std::vector<Tensor> DistributedOptimizer::aggregate(const std::vector<Tensor>& grads,
-                                                    const std::vector<Variable>& vars) {
-  (void)vars;
+                                                    const std::vector<Variable>& /*vars*/) {
   if (!initialized())
     fail(optimizer_op, "kiln::distributed is not started: call kiln::distributed::init() first");
   std::vector<Tensor> out(grads);

@@ -26,8 +26,7 @@ void run_collective(const KernelCall& call) {
          "function that synchronises gradients");
   const auto kind = static_cast<CollectiveKind>(call.attrs.ints.at(0));
   if (call.prim == Prim::collective_start) {
-    const DType dtype = call.inputs.empty() ? call.attrs.dtype : call.inputs[0].dtype;
-    *call.out.ptr<std::int64_t>() = engine->start(kind, dtype, call.inputs, op);
+    *call.out.ptr<std::int64_t>() = engine->start(kind, call.attrs.dtype, call.inputs, op);
   } else {
     engine->wait(*call.inputs[0].ptr<const std::int64_t>(), call.out, call.attrs.value, op);
   }
