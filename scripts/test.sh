@@ -144,7 +144,8 @@ for variant in release asan; do
   # unless told (--allow-run-as-root); the processes talk over loopback and shared memory.
   if [ "$variant" = release ] && [ -x "$dir/test/distributed_test" ]; then
     for ranks in 2 4; do
-      for program in distributed_test distributed_training_test; do
+      for program in distributed_test distributed_training_test \
+        distributed_sync_replicas_test; do
         check "$variant-$program-$ranks-ranks" timeout 300 mpirun --allow-run-as-root \
           --oversubscribe --mca btl self,vader -np "$ranks" "$dir/test/$program"
       done

@@ -86,6 +86,23 @@ struct DistributedOptimizerOptions {
   /// mean: each gradient averaged over the processes (each process's loss is a mean over its
   /// own batch, so this is the gradient of the mean over all of them); sum: added.
   ReduceOp op = ReduceOp::mean;
+
+  /// Sync replicas (TensorFlow's SyncReplicasOptimizer with backup workers) when > 0: each
+  /// bucket's combined gradient is made of the first replicas_to_aggregate processes' buckets
+  /// that reach process 0 for the current step; later ones are dropped, and so is any bucket
+  /// computed at an earlier step (stale). With op = mean they are averaged over
+  /// replicas_to_aggregate. Every process then applies the same result, so the weights and the
+  /// step count (the global step) stay the same everywhere. 0: every process's gradient, by
+  /// allreduce. At most size().
+  int replicas_to_aggregate = 0;
+  /// TF's name for the number of processes that compute gradients: 0, or size() (checked).
+  /// total_num_replicas - replicas_to_aggregate of them are backup workers.
+  int total_num_replicas = 0;
+  /// Sync replicas: how many steps a process may fall behind process 0 before process 0 waits
+  /// for it (>= 1). A process that was slow once stays behind without slowing the others (its
+  /// gradients are dropped while they are late); this bounds the combined gradients queued for
+  /// it, which take max_lag times the gradients' bytes at most.
+  int max_lag = 4;
 };
 
 /// Data-parallel training (Horovod's DistributedOptimizer, PyTorch's DDP): wraps a kiln
@@ -105,6 +122,13 @@ struct DistributedOptimizerOptions {
 /// wrapped, its own apply() synchronises too. Pass the DistributedOptimizer wherever an
 /// optimizer goes (train::fit takes it as the optimizer it wraps). With one process it applies
 /// the gradients as they are.
+///
+/// With replicas_to_aggregate set it runs sync replicas instead of allreduce: each bucket goes
+/// to process 0, which sums the first replicas_to_aggregate to arrive for the current step,
+/// drops the late and the stale, and sends the result back to every process (an embedding's
+/// gradient is made dense for it). Process 0 is the meeting point: a slow process 0 slows
+/// every process. Every process must run the same number of steps; finalize() collects the
+/// dropped buckets still on their way.
 class DistributedOptimizer final : public optim::GradientAggregator {
  public:
   explicit DistributedOptimizer(optim::Optimizer& optimizer,
@@ -127,10 +151,18 @@ class DistributedOptimizer final : public optim::GradientAggregator {
                                 const std::vector<Variable>& vars) override;
 
  private:
+  /// The options against a job of `processes` processes (an error when they do not fit).
+  void check_processes(int processes) const;
+
   optim::Optimizer* optimizer_;
   DistributedOptimizerOptions options_;
   std::vector<std::uint64_t> checked_layouts_;  // fingerprints all processes agreed on
 };
+
+/// On process 0: how many gradient buckets sync replicas dropped since init() because they
+/// came late for their step or were computed at an earlier one; 0 on the other processes.
+/// Buckets still on their way at finalize() are counted there; the count stays readable after.
+std::int64_t dropped_gradients();
 
 /// Ends MPI (MPI_Finalize). Call once, after the last collective. Not calling it before the
 /// process exits makes mpirun report an error.

@@ -32,9 +32,7 @@
 #include "kiln/ops.hpp"
 
 #if KILN_HAVE_MPI
-#define OMPI_SKIP_MPICXX 1  // the C API only: MPI's C++ bindings are deprecated
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include "distributed/replicas.hpp"  // and mpi.h
 #endif
 
 namespace kiln::distributed {
@@ -70,14 +68,7 @@ State& live_state(const char* op) {
 
 #if KILN_HAVE_MPI
 
-/// Turns an MPI error code into a kiln::Error naming op and MPI's message.
-void check_mpi(int code, const char* op, const char* call) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  fail(op, "{} failed: {}", call, std::string(text, static_cast<std::size_t>(length)));
-}
+using replicas::check_mpi;
 
 /// The MPI type of one element of dtype, for the reductions (bool, i8 and u8 are not reduced).
 MPI_Datatype reduce_type(DType dtype, const char* op) {
@@ -207,11 +198,18 @@ class Engine final : public detail::CollectiveEngine {
     return true;
   }
 
-  void set_size(int size) { size_ = size; }
+  /// Called once MPI is up, before any collective.
+  void set_world(int rank, int size) {
+    size_ = size;
+    rounds_.set_world(rank, size);
+  }
+  /// On the MPI thread, before MPI_Finalize: ends the sync-replicas rounds.
+  void finish_rounds(const char* op) { rounds_.finish(op); }
   int size() const override { return size_; }
 
   std::int64_t start(detail::CollectiveKind kind, DType dtype,
-                     std::span<const detail::ArrayRef> inputs, const char* op) override {
+                     std::span<const detail::ArrayRef> inputs,
+                     const detail::CollectiveParams& params, const char* op) override {
     std::int64_t bytes = 0;
     for (const detail::ArrayRef& a : inputs)
       bytes += a.numel() * static_cast<std::int64_t>(dtype_size(a.dtype));
@@ -230,8 +228,12 @@ class Engine final : public detail::CollectiveEngine {
       at += n;
     }
     Job& j = *job;
-    job->task = [&j, kind, dtype, elements, bytes, op] {
-      if (kind == detail::CollectiveKind::sum)
+    job->task = [this, &j, kind, dtype, elements, bytes, params, op] {
+      if (kind == detail::CollectiveKind::replicas)
+        rounds_.run(reinterpret_cast<const std::byte*>(j.data.impl()->data()),
+                    reinterpret_cast<std::byte*>(j.result.impl()->data()), bytes, dtype, params,
+                    op);
+      else if (kind == detail::CollectiveKind::sum)
         check_mpi(MPI_Allreduce(j.data.impl()->data(), j.result.impl()->data(),
                                 static_cast<int>(elements), reduce_type(dtype, op), MPI_SUM,
                                 MPI_COMM_WORLD),
@@ -344,6 +346,7 @@ class Engine final : public detail::CollectiveEngine {
   std::string broken_;
   bool stopping_ = false;
   std::thread thread_;
+  replicas::Rounds rounds_;  // the MPI thread's alone
 };
 
 #endif
@@ -427,7 +430,7 @@ void init(const InitOptions& options) {
     MPI_Comm_rank(local, &local_rank);
     MPI_Comm_free(&local);
   });
-  engine->set_size(size);
+  engine->set_world(rank, size);
   explain_launcher_stops(rank, size);
   s.rank = rank;
   s.size = size;
@@ -517,6 +520,12 @@ Tensor allgather(const Tensor& x) {
   return *out;
 }
 
+std::int64_t dropped_gradients() {
+  if (!state().started)
+    fail("distributed.dropped_gradients", "MPI is not started: call kiln::distributed::init() first");
+  return replicas::dropped();
+}
+
 void barrier() {
   constexpr const char* op = "distributed.barrier";
   live_engine(op).run(op, [] { check_mpi(MPI_Barrier(MPI_COMM_WORLD), op, "MPI_Barrier"); });
@@ -531,7 +540,11 @@ void finalize() {
   detail::set_collective_engine(nullptr);
   std::shared_ptr<Engine> engine = std::move(s.engine);
   // Finalizing needs the other processes; a broken engine's thread is stuck in MPI.
-  engine->run(op, [] { check_mpi(MPI_Finalize(), op, "MPI_Finalize"); });
+  Engine* e = engine.get();
+  engine->run(op, [e] {
+    e->finish_rounds(op);
+    check_mpi(MPI_Finalize(), op, "MPI_Finalize");
+  });
   engine->stop();
 }
 
@@ -549,6 +562,7 @@ Tensor broadcast(const Tensor&, int) { missing("distributed.broadcast"); }
 Tensor allgather(const Tensor&) { missing("distributed.allgather"); }
 void barrier() { missing("distributed.barrier"); }
 void finalize() { missing("distributed.finalize"); }
+std::int64_t dropped_gradients() { missing("distributed.dropped_gradients"); }
 
 #endif
 

@@ -70,7 +70,26 @@ DistributedOptimizer::DistributedOptimizer(optim::Optimizer& optimizer,
     fail(optimizer_op, "fusion_bytes must be >= 0, got {}", options_.fusion_bytes);
   if (options_.op != ReduceOp::mean && options_.op != ReduceOp::sum)
     fail(optimizer_op, "combines gradients by mean or sum");
+  if (options_.replicas_to_aggregate < 0 || options_.total_num_replicas < 0)
+    fail(optimizer_op, "replicas_to_aggregate and total_num_replicas must be >= 0, got {} and {}",
+         options_.replicas_to_aggregate, options_.total_num_replicas);
+  if (options_.max_lag < 1) fail(optimizer_op, "max_lag must be >= 1, got {}", options_.max_lag);
+  if (options_.total_num_replicas > 0 &&
+      options_.replicas_to_aggregate > options_.total_num_replicas)
+    fail(optimizer_op, "replicas_to_aggregate ({}) is more than total_num_replicas ({})",
+         options_.replicas_to_aggregate, options_.total_num_replicas);
+  if (initialized()) check_processes(size());
   optimizer.set_gradient_aggregator(this);
+}
+
+void DistributedOptimizer::check_processes(int processes) const {
+  if (options_.total_num_replicas > 0 && options_.total_num_replicas != processes)
+    fail(optimizer_op,
+         "total_num_replicas is {}, but the job has {} processes (each process is one replica)",
+         options_.total_num_replicas, processes);
+  if (options_.replicas_to_aggregate > processes)
+    fail(optimizer_op, "replicas_to_aggregate is {}, but the job has only {} processes",
+         options_.replicas_to_aggregate, processes);
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
@@ -83,8 +102,11 @@ std::vector<Tensor> DistributedOptimizer::aggregate(const std::vector<Tensor>& g
     fail(optimizer_op, "kiln::distributed is not started: call kiln::distributed::init() first");
   std::vector<Tensor> out(grads);
   const int processes = size();
+  check_processes(processes);
   if (processes == 1) return out;
-  const double scale = options_.op == ReduceOp::mean ? 1.0 / processes : 1.0;
+  const int replicas = options_.replicas_to_aggregate;  // 0: allreduce
+  const double scale =
+      options_.op == ReduceOp::mean ? 1.0 / (replicas > 0 ? replicas : processes) : 1.0;
 
   // The buckets, in the order the gradients are ready; a description of them for the check.
   struct Bucket {
@@ -96,7 +118,9 @@ std::vector<Tensor> DistributedOptimizer::aggregate(const std::vector<Tensor>& g
   std::vector<std::size_t> sparse;
   std::vector<std::int64_t> layout;
   for (std::size_t i : readiness_order(grads)) {
-    const Tensor& g = grads[i];
+    // Sync replicas sums buckets on process 0: an embedding's gradient goes dense there.
+    if (replicas > 0 && grads[i].is_indexed_slices()) out[i] = to_dense(grads[i]);
+    const Tensor& g = out[i];
     if (g.is_indexed_slices()) {
       sparse.push_back(i);
       const detail::RowSlices& p = detail::slices_parts(g);
@@ -121,6 +145,8 @@ std::vector<Tensor> DistributedOptimizer::aggregate(const std::vector<Tensor>& g
     layout.push_back(static_cast<std::int64_t>(b.dtype));
     layout.push_back(b.bytes);
   }
+  layout.push_back(replicas);
+  layout.push_back(options_.max_lag);
 
   // Every process must send the same buckets: checked once per layout, eagerly.
   const std::uint64_t mine = fingerprint(layout);
@@ -139,13 +165,17 @@ std::vector<Tensor> DistributedOptimizer::aggregate(const std::vector<Tensor>& g
     checked_layouts_.push_back(mine);
   }
 
+  // Sync replicas: a process may lag max_lag steps, each one round per bucket.
+  const CollectiveKind kind = replicas > 0 ? CollectiveKind::replicas : CollectiveKind::sum;
+  const detail::CollectiveParams params{
+      replicas, static_cast<std::int64_t>(options_.max_lag) *
+                    std::max<std::int64_t>(1, static_cast<std::int64_t>(buckets.size()))};
   for (const Bucket& b : buckets) {
     std::vector<Tensor> parts;
-    for (std::size_t i : b.members) parts.push_back(grads[i]);
+    for (std::size_t i : b.members) parts.push_back(out[i]);
     const std::int64_t elements = b.bytes / static_cast<std::int64_t>(dtype_size(b.dtype));
-    const Tensor ticket = detail::collective_start(CollectiveKind::sum, parts);
-    const Tensor joined =
-        detail::collective_wait(ticket, CollectiveKind::sum, b.dtype, Shape{elements}, scale);
+    const Tensor ticket = detail::collective_start(kind, parts, params);
+    const Tensor joined = detail::collective_wait(ticket, kind, b.dtype, Shape{elements}, scale);
     std::int64_t offset = 0;
     for (std::size_t i : b.members) {
       const auto n = static_cast<std::int64_t>(grads[i].size());

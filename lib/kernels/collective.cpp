@@ -26,7 +26,9 @@ void run_collective(const KernelCall& call) {
          "function that synchronises gradients");
   const auto kind = static_cast<CollectiveKind>(call.attrs.ints.at(0));
   if (call.prim == Prim::collective_start) {
-    *call.out.ptr<std::int64_t>() = engine->start(kind, call.attrs.dtype, call.inputs, op);
+    CollectiveParams params;
+    if (kind == CollectiveKind::replicas) params = {call.attrs.ints.at(1), call.attrs.ints.at(2)};
+    *call.out.ptr<std::int64_t>() = engine->start(kind, call.attrs.dtype, call.inputs, params, op);
   } else {
     engine->wait(*call.inputs[0].ptr<const std::int64_t>(), call.out, call.attrs.value, op);
   }

@@ -20,6 +20,17 @@ namespace kiln::detail {
 enum class CollectiveKind : std::int64_t {
   sum = 0,     ///< elementwise sum over the processes of the inputs joined (one dtype)
   gather = 1,  ///< each process's input (one tensor) joined along dim 0, in rank order
+  /// sync replicas: the sum of the first CollectiveParams::replicas inputs (joined, one
+  /// floating dtype) that reach process 0 in time; later ones are dropped (see replicas.hpp
+  /// in lib/distributed/)
+  replicas = 2,
+};
+
+/// The settings of a replicas collective (attrs.ints[1] and [2]; unused by the other kinds).
+struct CollectiveParams {
+  std::int64_t replicas = 0;  ///< how many processes' inputs are summed
+  /// How many rounds a process may fall behind process 0 before process 0 waits for it.
+  std::int64_t max_lag_rounds = 0;
 };
 
 /// The engine behind the collective primitives. Every process queues the same collectives in
@@ -29,7 +40,7 @@ class CollectiveEngine {
   /// Copies `inputs` (contiguous, all of `dtype`) into a buffer of its own, joined in order, and
   /// queues `kind` on it. Returns the ticket wait() takes. `op` names the caller in errors.
   virtual std::int64_t start(CollectiveKind kind, DType dtype, std::span<const ArrayRef> inputs,
-                             const char* op) = 0;
+                             const CollectiveParams& params, const char* op) = 0;
   /// Blocks until collective `ticket` is done (or fails: a kiln::Error) and writes its result
   /// into `out` (contiguous, of the result's size), each element times `scale` when it is not 1.
   virtual void wait(std::int64_t ticket, const ArrayRef& out, double scale, const char* op) = 0;
