@@ -5,10 +5,12 @@
 //   1. user scenario 2's train step (LSTM(64, return_sequences) -> LSTM(32) -> Dense(1,
 //      sigmoid), 5 steps, 10 features, Adam, binary cross-entropy), global batch 64 split over
 //      the processes: strong scaling;
-//   2. an MLP of 16 Dense(256) layers (32 gradients, 4.2 MB), global batch 256: steps/s with
-//      gradient fusion (default fusion_bytes) and without it (fusion_bytes = 0: one allreduce
-//      per gradient);
-//   3. allreduce time for 4 KiB .. 16 MiB of f32: kiln's gradient bucket path (a traced
+//   2. workload 7's train step (one nn::LSTM(256) layer, 128 features, 50 steps, SGD, MSE of the
+//      last h; bench/lstm_model.hpp), global batch 64 split over the processes: strong scaling;
+//   3. an MLP of 16 Dense(256) layers (32 gradients, 4.2 MB), global batch 256: steps/s for
+//      fusion_bytes from 0 (one allreduce per gradient) to 16 MiB, the sweep behind the
+//      default;
+//   4. allreduce time for 4 KiB .. 16 MiB of f32: kiln's gradient bucket path (a traced
 //      collective_start/collective_wait, as DistributedOptimizer emits) and
 //      kiln::distributed::allreduce (eager: layout check, thread hop). bench_mpi_allreduce
 //      times MPI_Allreduce alone on the same bytes (an osu_allreduce-style loop) for the ratio.
@@ -25,6 +27,7 @@
 #include <kiln/distributed.hpp>
 #include <kiln/kiln.hpp>
 
+#include "lstm_model.hpp"
 #include "ops/collective.hpp"
 
 namespace {
@@ -109,19 +112,37 @@ int main(int argc, char** argv) {
                     global / size, s * 1e3));
   }
 
-  {  // 2. fusion
+  {  // 2. workload 7
+    const std::int64_t global = 64, features = 128, steps = 50, units = 256;
+    const Tensor x_all = kiln::random::normal({global, steps, features}, 0.0, 1.0, 4);
+    const Tensor y_all = kiln::random::normal({global, units}, 0.0, 1.0, 5);
+    const Tensor x = my_rows(x_all, global), y = my_rows(y_all, global);
+    kiln::bench::LstmModel model(units, {}, 0.01);
+    model.create_weights(x, 6);
+    dist::broadcast_variables(model.variables());
+    dist::DistributedOptimizer opt(model.opt);
+    auto step = kiln::function(
+        [&model](const Tensor& in, const Tensor& target) { return model.step(in, target); });
+    const double s = median_seconds(3, 7, 3, [&] { step(x, y); });
+    say(fmt::format("lstm256_step global_batch={} per_process={} median_ms={:.4f}", global,
+                    global / size, s * 1e3));
+  }
+
+  {  // 3. fusion
     const std::int64_t global = 256, width = 256;
     const Tensor x_all = kiln::random::normal({global, width}, 0.0, 1.0, 2);
     const Tensor y_all = kiln::random::normal({global, width}, 0.0, 1.0, 3);
     const Tensor x = my_rows(x_all, global), y = my_rows(y_all, global);
-    for (const std::int64_t fusion : {std::int64_t{-1}, std::int64_t{0}}) {
-      nn::Sequential mlp(fusion < 0 ? "fused_mlp" : "unfused_mlp");
+    for (const std::int64_t fusion :
+         {std::int64_t{0}, std::int64_t{64} << 10, std::int64_t{256} << 10, std::int64_t{1} << 20,
+          std::int64_t{4} << 20, std::int64_t{16} << 20}) {
+      nn::Sequential mlp(fmt::format("mlp_{}", fusion));
       for (int i = 0; i < 16; ++i) mlp.add(nn::Dense(width, nn::Activation::tanh));
       mlp(x);
       dist::broadcast_variables(mlp.variables());
       kiln::optim::SGD sgd({.learning_rate = 1e-3});
       dist::DistributedOptimizerOptions options;
-      if (fusion >= 0) options.fusion_bytes = fusion;
+      options.fusion_bytes = fusion;
       dist::DistributedOptimizer opt(sgd, options);
       const double s = median_seconds(10, 15, 10, train_step(mlp, opt, x, y, false));
       say(fmt::format("mlp16x256_step fusion_bytes={} median_ms={:.4f} steps_per_s={:.1f}",
@@ -129,7 +150,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // 3. bandwidth
+  // 4. bandwidth
   for (std::int64_t bytes = 4096; bytes <= (std::int64_t{16} << 20); bytes *= 4) {
     const std::int64_t n = bytes / 4;
     const Tensor g = kiln::full({n}, 1.0 + rank, kiln::f32);

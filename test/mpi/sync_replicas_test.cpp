@@ -143,6 +143,35 @@ std::int64_t run(const Case& c) {
   return c.fusion_bytes >= 1024 ? 1 : static_cast<std::int64_t>(net.trainable_variables().size());
 }
 
+/// train::fit takes a sync-replicas DistributedOptimizer as its optimizer: with every process
+/// aggregated it trains as fit's own allreduce does.
+void check_fit() {
+  const int size = dist::size();
+  const std::int64_t per = 4, n = per * size * 3;
+  const Tensor x = kiln::random::normal({n, 5}, 0.0, 1.0, 31);
+  const Tensor y = kiln::sum(kiln::square(x), {1}, true) * 0.1;
+  kiln::nn::Sequential net = make_net("fit_net"), ref = make_net("fit_ref");
+  net(x);
+  ref(x);
+  dist::broadcast_variables(net.variables());
+  const auto nv = net.variables(), rv = ref.variables();
+  for (std::size_t i = 0; i < nv.size(); ++i) rv[i].assign(nv[i].value());
+  kiln::optim::Adam adam({.learning_rate = 0.01}), ref_adam({.learning_rate = 0.01});
+  dist::DistributedOptimizer sync(adam, {.replicas_to_aggregate = size});
+  const kiln::train::FitOptions options{
+      .epochs = 2, .batch_size = per, .seed = 5, .verbose = 0, .distributed = true};
+  const auto history =
+      kiln::train::fit(net, sync, kiln::nn::losses::mean_squared_error, x, y, options);
+  const auto plain =
+      kiln::train::fit(ref, ref_adam, kiln::nn::losses::mean_squared_error, x, y, options);
+  check(history.loss.size() == 2 && plain.loss.size() == 2 &&
+            std::abs(history.loss[1] - plain.loss[1]) < 1e-5,
+        "fit with sync replicas logs the losses of fit's allreduce");
+  check(largest_difference(net, ref) < 1e-5,
+        "fit with sync replicas, every process aggregated, gives fit's allreduce weights");
+  check(adam.gradient_aggregator() == &sync, "fit keeps the caller's DistributedOptimizer");
+}
+
 void check_errors() {
   const int size = dist::size();
   kiln::optim::SGD sgd({.learning_rate = 0.1});
@@ -181,6 +210,7 @@ int main() {
   count(
       {.name = "traced_sgd_max_lag_1", .traced = true, .aggregate = size - backups, .max_lag = 1});
   count({.name = "all_aggregated", .traced = true, .aggregate = size, .slow_last = false});
+  check_fit();
   check_errors();
 
   const int rank = dist::rank();
