@@ -5,6 +5,8 @@
 #include <kiln/distributed.hpp>
 #include <kiln/kiln.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -33,6 +35,21 @@ inline void check_error(const std::function<void()>& f, const std::string& text,
     if (!ok) std::printf("rank %d: message was: %s\n", kiln::distributed::rank(), e.what());
     check(ok, what);
   }
+}
+
+/// The largest difference between two models' weights (variables in the same order), each
+/// relative to the weight's size.
+template <class Model>
+double largest_difference(Model& a, Model& b) {
+  const auto va = a.variables(), vb = b.variables();
+  double worst = va.size() == vb.size() ? 0.0 : 1e9;
+  for (std::size_t i = 0; i < va.size() && i < vb.size(); ++i) {
+    const auto x = kiln::cast(va[i].value(), kiln::f64).to_vector<double>();
+    const auto y = kiln::cast(vb[i].value(), kiln::f64).to_vector<double>();
+    for (std::size_t k = 0; k < x.size(); ++k)
+      worst = std::max(worst, std::abs(x[k] - y[k]) / (1.0 + std::abs(y[k])));
+  }
+  return worst;
 }
 
 /// Every rank's counts summed, printed by rank 0 under `title`; finalizes MPI. 0 when every

@@ -23,6 +23,7 @@ using kiln::Tensor;
 namespace {
 
 using mpi_check::check;
+using mpi_check::largest_difference;
 
 constexpr int steps = 10;
 constexpr auto slow_step = std::chrono::milliseconds(150);
@@ -37,18 +38,6 @@ void train_step(kiln::nn::Sequential& net, kiln::optim::Optimizer& opt, const Te
   kiln::GradientTape tape;
   const Tensor loss = kiln::mean(kiln::square(net(x) - y));
   opt.apply(tape.gradient(loss, net.trainable_variables()), net.trainable_variables());
-}
-
-double largest_difference(kiln::nn::Sequential& a, kiln::nn::Sequential& b) {
-  const auto va = a.variables(), vb = b.variables();
-  double worst = va.size() == vb.size() ? 0.0 : 1e9;
-  for (std::size_t i = 0; i < va.size() && i < vb.size(); ++i) {
-    const auto x = kiln::cast(va[i].value(), kiln::f64).to_vector<double>();
-    const auto y = kiln::cast(vb[i].value(), kiln::f64).to_vector<double>();
-    for (std::size_t k = 0; k < x.size(); ++k)
-      worst = std::max(worst, std::abs(x[k] - y[k]) / (1.0 + std::abs(y[k])));
-  }
-  return worst;
 }
 
 std::unique_ptr<kiln::optim::Optimizer> make_optimizer(bool adam) {

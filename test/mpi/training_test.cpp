@@ -22,6 +22,7 @@ using kiln::Variable;
 namespace {
 
 using mpi_check::check;
+using mpi_check::largest_difference;
 
 /// Word ids [rows, 3] -> embedding [rows, 3, 8] -> with 6 features -> tanh(16) -> 1.
 struct Net : kiln::Module {
@@ -54,19 +55,6 @@ void train_step(Net& net, kiln::optim::Optimizer& opt, const Data& d) {
   kiln::GradientTape tape;
   const Tensor loss = kiln::mean(kiln::square(net(d.ids, d.features) - d.target));
   opt.apply(tape.gradient(loss, net.trainable_variables()), net.trainable_variables());
-}
-
-/// The largest difference between the two models' weights, relative to the weight's size.
-double largest_difference(Net& a, Net& b) {
-  const auto va = a.variables(), vb = b.variables();
-  double worst = va.size() == vb.size() ? 0.0 : 1e9;
-  for (std::size_t i = 0; i < va.size() && i < vb.size(); ++i) {
-    const auto x = kiln::cast(va[i].value(), kiln::f64).to_vector<double>();
-    const auto y = kiln::cast(vb[i].value(), kiln::f64).to_vector<double>();
-    for (std::size_t k = 0; k < x.size(); ++k)
-      worst = std::max(worst, std::abs(x[k] - y[k]) / (1.0 + std::abs(y[k])));
-  }
-  return worst;
 }
 
 /// Trains a distributed model and a reference for 10 steps; returns the largest difference.
