@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace mpi_check {
 
@@ -37,11 +38,19 @@ inline void check_error(const std::function<void()>& f, const std::string& text,
   }
 }
 
+/// Rank 0's values of `vars` on every rank, copied into `reference` (the same variables of a
+/// model trained alone for comparison): both start from the same weights everywhere.
+inline void same_start(const std::vector<kiln::Variable>& vars,
+                       const std::vector<kiln::Variable>& reference) {
+  kiln::distributed::broadcast_variables(vars, 0);
+  for (std::size_t i = 0; i < vars.size() && i < reference.size(); ++i)
+    reference[i].assign(vars[i].value());
+}
+
 /// The largest difference between two models' weights (variables in the same order), each
 /// relative to the weight's size.
-template <class Model>
-double largest_difference(Model& a, Model& b) {
-  const auto va = a.variables(), vb = b.variables();
+inline double largest_difference(const std::vector<kiln::Variable>& va,
+                                 const std::vector<kiln::Variable>& vb) {
   double worst = va.size() == vb.size() ? 0.0 : 1e9;
   for (std::size_t i = 0; i < va.size() && i < vb.size(); ++i) {
     const auto x = kiln::cast(va[i].value(), kiln::f64).to_vector<double>();

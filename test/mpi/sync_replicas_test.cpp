@@ -74,9 +74,7 @@ std::int64_t run(const Case& c) {
   kiln::nn::Sequential net = make_net(c.name + "_net"), ref = make_net(c.name + "_ref");
   net(x);
   ref(x);
-  dist::broadcast_variables(net.variables());
-  const auto nv = net.variables(), rv = ref.variables();
-  for (std::size_t i = 0; i < nv.size(); ++i) rv[i].assign(nv[i].value());
+  mpi_check::same_start(net.variables(), ref.variables());
 
   auto opt = make_optimizer(c.adam), ref_opt = make_optimizer(c.adam);
   dist::DistributedOptimizer sync(*opt, {.fusion_bytes = c.fusion_bytes,
@@ -107,7 +105,7 @@ std::int64_t run(const Case& c) {
   for (int i = 0; i < steps; ++i) train_step(ref, *ref_opt, ref_x, ref_y);
 
   const double tolerance = c.adam ? 1e-4 : 1e-5;
-  const double difference = largest_difference(net, ref);
+  const double difference = largest_difference(net.variables(), ref.variables());
   check(difference < tolerance, c.name + ": weights of the first " + std::to_string(c.aggregate) +
                                     " ranks' rows (difference " + std::to_string(difference) + ")");
   check(opt->iterations().value().item<std::int64_t>() == steps + 1,
@@ -142,9 +140,7 @@ void check_fit() {
   kiln::nn::Sequential net = make_net("fit_net"), ref = make_net("fit_ref");
   net(x);
   ref(x);
-  dist::broadcast_variables(net.variables());
-  const auto nv = net.variables(), rv = ref.variables();
-  for (std::size_t i = 0; i < nv.size(); ++i) rv[i].assign(nv[i].value());
+  mpi_check::same_start(net.variables(), ref.variables());
   kiln::optim::Adam adam({.learning_rate = 0.01}), ref_adam({.learning_rate = 0.01});
   dist::DistributedOptimizer sync(adam, {.replicas_to_aggregate = size});
   const kiln::train::FitOptions options{
@@ -156,7 +152,7 @@ void check_fit() {
   check(history.loss.size() == 2 && plain.loss.size() == 2 &&
             std::abs(history.loss[1] - plain.loss[1]) < 1e-5,
         "fit with sync replicas logs the losses of fit's allreduce");
-  check(largest_difference(net, ref) < 1e-5,
+  check(largest_difference(net.variables(), ref.variables()) < 1e-5,
         "fit with sync replicas, every process aggregated, gives fit's allreduce weights");
   check(adam.gradient_aggregator() == &sync, "fit keeps the caller's DistributedOptimizer");
 }

@@ -71,9 +71,8 @@ double train_both(const std::string& name, bool traced, bool adam, std::int64_t 
   ref(all.ids, all.features);
   // Different on every rank before the broadcast: rank 0's values must win everywhere.
   for (const Variable& v : net.variables()) v.assign(v.value() + static_cast<double>(rank));
-  dist::broadcast_variables(net.variables(), 0);
-  const auto nv = net.variables(), rv = ref.variables();
-  for (std::size_t i = 0; i < nv.size(); ++i) rv[i].assign(nv[i].value());
+  mpi_check::same_start(net.variables(), ref.variables());
+  const auto nv = net.variables();
   Net start(name + "_start");
   start(all.ids, all.features);
   const auto sv = start.variables();
@@ -102,10 +101,11 @@ double train_both(const std::string& name, bool traced, bool adam, std::int64_t 
     train_step(ref, *ref_opt, all);
   }
   // The test means something only if training moved the weights.
-  check(largest_difference(net, start) > 1e-3, name + ": the weights moved");
+  check(largest_difference(net.variables(), start.variables()) > 1e-3,
+        name + ": the weights moved");
   if (traced && listing != nullptr)
     *listing = step.get_concrete_function(mine.ids, mine.features, mine.target).graph().to_string();
-  return largest_difference(net, ref);
+  return largest_difference(net.variables(), ref.variables());
 }
 
 /// train::fit with distributed = true and batch B per process against fit in this process alone
@@ -122,9 +122,8 @@ void check_fit() {
   kiln::nn::Sequential net = model("fit_net"), ref = model("fit_ref");
   net(x);
   ref(x);
-  dist::broadcast_variables(net.variables());
+  mpi_check::same_start(net.variables(), ref.variables());
   const auto nv = net.variables(), rv = ref.variables();
-  for (std::size_t i = 0; i < nv.size(); ++i) rv[i].assign(nv[i].value());
   kiln::optim::Adam adam({.learning_rate = 0.01}), ref_adam({.learning_rate = 0.01});
   const auto mse = kiln::nn::losses::mean_squared_error;
   kiln::train::FitOptions options{.epochs = 3, .batch_size = per, .seed = 5, .verbose = 0};
