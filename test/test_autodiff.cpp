@@ -93,6 +93,10 @@ std::vector<std::vector<Tensor>> domain_args(const ElementwiseOp& op, std::uint6
         return {{shifted({-1.5, -0.7, 0.3, 0.9, 1.2, -0.2})}};
       case Domain::off_steps:
         return {{shifted({-1.75, -0.75, 0.25, 1.25, -1.25, 0.75})}};
+      case Domain::unit:
+        return {{input({2, 3}, -0.9, 0.9, seed)}};
+      case Domain::above_one:
+        return {{input({2, 3}, 1.1, 3.0, seed)}};
       default:
         break;
     }

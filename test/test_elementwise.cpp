@@ -166,6 +166,47 @@ TEST_CASE("unary special values", "[elementwise]") {
   }
 }
 
+TEST_CASE("activations take their parameters", "[elementwise]") {
+  // The table checks the default forms; these are the other settings, in f64 against double
+  // formulas, and their gradients against central differences.
+  const std::vector<double> xs = {-3.3, -1.2, -0.4, 0.3, 0.9, 2.5};  // none on a kink
+  const Tensor x = make(xs, kiln::f64);
+  struct Form {
+    const char* name;
+    std::function<Tensor(const Tensor&)> op;
+    double (*reference)(double);
+  };
+  const std::vector<Form> forms = {
+      {"gelu tanh", [](const Tensor& t) { return kiln::gelu(t, true); },
+       [](double v) {
+         return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+       }},
+      {"elu alpha 0.5", [](const Tensor& t) { return kiln::elu(t, 0.5); },
+       [](double v) { return v > 0 ? v : 0.5 * std::expm1(v); }},
+      {"leaky_relu alpha 0.3", [](const Tensor& t) { return kiln::leaky_relu(t, 0.3); },
+       [](double v) { return v > 0 ? v : 0.3 * v; }},
+      {"hard_sigmoid 1/6 0.5", [](const Tensor& t) { return kiln::hard_sigmoid(t, 1.0 / 6, 0.5); },
+       [](double v) { return std::clamp(v / 6 + 0.5, 0.0, 1.0); }},
+  };
+  for (const Form& f : forms) {
+    INFO(f.name);
+    std::vector<double> want;
+    for (double v : xs) want.push_back(f.reference(v));
+    check_values(f.op(x), want, kiln::f64, f.name);
+    kiln::Variable v(x, "x");
+    kiln::GradientTape tape;
+    const Tensor grad =
+        tape.gradient(kiln::sum(f.op(v.value())), std::vector<kiln::Variable>{v})[0];
+    const auto g = values_of(grad);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const double h = 1e-6;
+      const double fd = (f.reference(xs[i] + h) - f.reference(xs[i] - h)) / (2 * h);
+      INFO("x = " << xs[i]);
+      CHECK(std::abs(g[i] - fd) < 1e-6 * (1 + std::abs(fd)));
+    }
+  }
+}
+
 TEST_CASE("cast converts between all dtypes", "[elementwise]") {
   SECTION("small values round-trip through every pair") {
     for (DType from : all_dtypes)

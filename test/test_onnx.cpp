@@ -85,8 +85,17 @@ std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
   const Tensor r = kiln::sum(s, {1}) + kiln::max(s, {1}) - kiln::mean(s, {1});
   const Tensor g = kiln::gather(x, ids, 0);
   const Tensor q = kiln::cast(ids, kiln::i64);
-  const Tensor i = (q - 3) / std::int64_t{2} + (q - 4) % std::int64_t{3};
-  return {r, kiln::argmax(g, 1), i, kiln::cast(kiln::all(x > -10.f, {1}), kiln::f32)};
+  const Tensor i = (q - 3) / std::int64_t{2} + (q - 4) % std::int64_t{3} +
+                   kiln::fmod(q - 4, kiln::scalar(std::int64_t{3})) +
+                   kiln::trunc_div(q - 4, kiln::scalar(std::int64_t{2}));
+  const Tensor u = kiln::tanh(x) * 0.9f;  // inside (-0.9, 0.9)
+  const Tensor trig =
+      kiln::tan(u) + kiln::asin(u) + kiln::acos(u) + kiln::atan(x) + kiln::sinh(u) + kiln::cosh(u) +
+      kiln::asinh(x) + kiln::acosh(kiln::abs(x) + 1.f) + kiln::atanh(u) + kiln::expm1(u) +
+      kiln::fmod(x * 3.f, kiln::scalar(1.25f)) + kiln::trunc_div(x * 3.f, kiln::scalar(1.25f)) +
+      kiln::gelu(x) + kiln::gelu(x, true) + kiln::silu(x) + kiln::elu(x) + kiln::selu(x) +
+      kiln::leaky_relu(x) + kiln::hard_sigmoid(x) + kiln::softsign(x) + kiln::mish(x);
+  return {r, kiln::argmax(g, 1), i, kiln::cast(kiln::all(x > -10.f, {1}), kiln::f32), trig};
 }
 
 /// A dense layer exported with int8 weights: the kernel's i8 levels in a variable (an INT8

@@ -33,6 +33,7 @@ Tensor u(const Shape& s, double lo, double hi, std::uint64_t seed) {
 struct Inputs {
   Tensor a = u({3, 4}, -2, 2, 1), b = u({3, 4}, -2, 2, 2), pos = u({3, 4}, 0.5, 3, 3);
   Tensor col = u({3, 1}, -1, 1, 4), row = u({1, 4}, 0.5, 2, 5), x3 = u({2, 3, 4}, -1, 1, 6);
+  Tensor unit = u({3, 4}, -0.9, 0.9, 7), above_one = u({3, 4}, 1.1, 3, 8);
   Tensor ints = kiln::tensor({3, -7, 0, 12, 5, -1}, {2, 3}),
          ints2 = kiln::tensor({2, 3, -4, 5, 1, 7}, {2, 3});
   Tensor mask = a > 0.f, mask2 = b > 0.f;
@@ -47,6 +48,8 @@ std::vector<std::vector<Tensor>> f32_args(const ElementwiseOp& op, const Inputs&
   const int arity = op.op.arity();
   const Domain d = op.domain;
   if (arity == 1 && d == Domain::positive) return {{in.pos}};
+  if (arity == 1 && d == Domain::unit) return {{in.unit}};
+  if (arity == 1 && d == Domain::above_one) return {{in.above_one}};
   if (arity == 1 && (d == Domain::real || d == Domain::off_zero || d == Domain::off_steps))
     return {{in.a}};
   if (arity == 2 && (d == Domain::real || d == Domain::off_zero))

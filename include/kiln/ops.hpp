@@ -45,6 +45,20 @@ Tensor softplus(const Tensor& x);
 /// The Gauss error function (2 / sqrt(pi)) * integral of exp(-t^2) from 0 to x, as in the exact
 /// GELU x * (1 + erf(x / sqrt(2))) / 2.
 Tensor erf(const Tensor& x);
+/// exp(x) - 1, accurate for small x.
+Tensor expm1(const Tensor& x);
+/// Trigonometric and hyperbolic functions and their inverses (the C library's, per element).
+/// Outside an inverse's domain (|x| > 1 for asin, acos and atanh; x < 1 for acosh) the result
+/// is NaN; atanh(+-1) is +-inf.
+Tensor tan(const Tensor& x);
+Tensor asin(const Tensor& x);
+Tensor acos(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor sinh(const Tensor& x);
+Tensor cosh(const Tensor& x);
+Tensor asinh(const Tensor& x);
+Tensor acosh(const Tensor& x);
+Tensor atanh(const Tensor& x);
 Tensor floor(const Tensor& x);
 Tensor ceil(const Tensor& x);
 /// Rounds half to even, like NumPy.
@@ -71,6 +85,14 @@ Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 /// Remainder with the sign of the divisor (NumPy/Python `%`); x mod 0 is 0 for integers.
 Tensor mod(const Tensor& a, const Tensor& b);
+/// The remainder of division rounded toward zero, with the sign of a (C's fmod and %, NumPy's
+/// fmod, ONNX Mod with fmod = 1); x fmod 0 is 0 for integers, NaN for floats.
+Tensor fmod(const Tensor& a, const Tensor& b);
+/// a / b rounded toward zero (C's integer division, ONNX Div on integers): trunc(a / b) for
+/// floats; x / 0 is 0 for integers. fmod(a, b) == a - b * trunc_div(a, b).
+Tensor trunc_div(const Tensor& a, const Tensor& b);
+/// The angle of the point (x = b, y = a) in radians, in [-pi, pi] (atan2(a, b)).
+Tensor atan2(const Tensor& a, const Tensor& b);
 Tensor equal(const Tensor& a, const Tensor& b);
 Tensor not_equal(const Tensor& a, const Tensor& b);
 Tensor less(const Tensor& a, const Tensor& b);
@@ -180,6 +202,30 @@ Tensor log_softmax(const Tensor& x, std::int64_t axis = -1);
 /// Elementwise binary cross-entropy of sigmoid(logits) against labels in [0, 1], computed
 /// stably from the logits as softplus(x) - x * z. Shapes broadcast.
 Tensor sigmoid_cross_entropy(const Tensor& logits, const Tensor& labels);
+
+// ---------------------------------------------------------------- activations
+// Floating inputs only. Each is a composite of the ops above, so its gradient follows from
+// theirs and a traced function fuses it with its neighbours.
+/// GELU: x * (1 + erf(x / sqrt(2))) / 2. With approximate, the tanh form
+/// x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))) / 2 (PyTorch's approximate="tanh",
+/// TensorFlow's approximate=True).
+Tensor gelu(const Tensor& x, bool approximate = false);
+/// SiLU, also called swish: x * sigmoid(x).
+Tensor silu(const Tensor& x);
+/// ELU: x where x > 0, else alpha * (exp(x) - 1).
+Tensor elu(const Tensor& x, double alpha = 1.0);
+/// SELU: scale * elu(x, alpha) with alpha = 1.6732632423543772 and scale = 1.0507009873554805
+/// (Klambauer et al.'s constants, as every framework uses).
+Tensor selu(const Tensor& x);
+/// x where x > 0, else alpha * x (alpha 0.01 as in PyTorch and ONNX; Keras uses 0.2 or 0.3).
+Tensor leaky_relu(const Tensor& x, double alpha = 0.01);
+/// clip(alpha * x + beta, 0, 1): ONNX HardSigmoid's and Keras 2's defaults (PyTorch's
+/// hardsigmoid is alpha = 1/6, beta = 0.5).
+Tensor hard_sigmoid(const Tensor& x, double alpha = 0.2, double beta = 0.5);
+/// x / (1 + |x|).
+Tensor softsign(const Tensor& x);
+/// Mish: x * tanh(softplus(x)).
+Tensor mish(const Tensor& x);
 
 // ---------------------------------------------------------------- operators
 namespace detail {

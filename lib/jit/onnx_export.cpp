@@ -267,6 +267,26 @@ class OnnxWriter {
         return op("Softplus", x);
       case Prim::erf:
         return op("Erf", x);
+      case Prim::expm1:
+        return op("Sub", {op("Exp", x), scalar(1.0, in)});
+      case Prim::tan:
+        return op("Tan", x);
+      case Prim::asin:
+        return op("Asin", x);
+      case Prim::acos:
+        return op("Acos", x);
+      case Prim::atan:
+        return op("Atan", x);
+      case Prim::sinh:
+        return op("Sinh", x);
+      case Prim::cosh:
+        return op("Cosh", x);
+      case Prim::asinh:
+        return op("Asinh", x);
+      case Prim::acosh:
+        return op("Acosh", x);
+      case Prim::atanh:
+        return op("Atanh", x);
       case Prim::floor:
         return floating ? op("Floor", x) : op("Identity", x);
       case Prim::ceil:
@@ -301,6 +321,20 @@ class OnnxWriter {
       case Prim::mod:
         if (floating) return op("Sub", {x[0], op("Mul", {op("Floor", {op("Div", x)}), x[1]})});
         return mod_of(x[0], x[1]);
+      case Prim::fmod: {
+        const std::string out = fresh("v");
+        attr(emit(graph_, "Mod", x, {out}), "fmod", 1);
+        return out;
+      }
+      case Prim::trunc_div:
+        if (!floating) return op("Div", x);  // ONNX's integer Div truncates
+        // trunc(q) = sign(q) * floor(|q|): ONNX has no Trunc.
+        {
+          const std::string q = op("Div", x);
+          return op("Mul", {op("Sign", {q}), op("Floor", {op("Abs", {q})})});
+        }
+      case Prim::atan2:
+        unsupported("atan2 has no ONNX operator");
       case Prim::equal:
         return op("Equal", x);
       case Prim::not_equal:

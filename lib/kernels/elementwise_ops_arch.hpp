@@ -291,6 +291,33 @@ struct ErfOp : FloatUnary {
     return with_sign_of(xsimd::erf(x), x);
   }
 };
+/// Floating ops computed by the C library's float and double functions, one element at a
+/// time: the same code on every instruction set (none of these is on a hot path of the models
+/// kiln runs; a vector version would need its special values checked per instruction set).
+struct LibmUnary {
+  static constexpr bool has_simd = false;
+};
+#define KILN_LIBM_UNARY(Op, fn)               \
+  struct Op : LibmUnary {                     \
+    template <class T>                        \
+    static T scalar(T x) {                    \
+      if constexpr (std::is_same_v<T, float>) \
+        return __builtin_##fn##f(x);          \
+      else                                    \
+        return __builtin_##fn(x);             \
+    }                                         \
+  };
+KILN_LIBM_UNARY(Expm1Op, expm1)
+KILN_LIBM_UNARY(TanOp, tan)
+KILN_LIBM_UNARY(AsinOp, asin)
+KILN_LIBM_UNARY(AcosOp, acos)
+KILN_LIBM_UNARY(AtanOp, atan)
+KILN_LIBM_UNARY(SinhOp, sinh)
+KILN_LIBM_UNARY(CoshOp, cosh)
+KILN_LIBM_UNARY(AsinhOp, asinh)
+KILN_LIBM_UNARY(AcoshOp, acosh)
+KILN_LIBM_UNARY(AtanhOp, atanh)
+#undef KILN_LIBM_UNARY
 struct CosOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
@@ -485,6 +512,47 @@ struct ModOp : ScalarNumericBinary {
       return float_mod(a, b);
     else
       return floor_mod(a, b);
+  }
+};
+
+/// The remainder of truncating division, with the sign of the dividend (C's fmod and %; ONNX
+/// Mod with fmod = 1). For integers x fmod 0 is 0, and MIN fmod -1 is 0.
+struct FmodOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    if constexpr (std::is_same_v<T, float>)
+      return __builtin_fmodf(a, b);
+    else if constexpr (std::is_same_v<T, double>)
+      return __builtin_fmod(a, b);
+    else
+      return b == 0 || b == -1 ? 0 : a % b;
+  }
+};
+/// Division rounded toward zero (C's integer division). For integers x / 0 is 0 and MIN / -1
+/// wraps to MIN; floats are trunc(a / b).
+struct TruncDivOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    if constexpr (std::is_same_v<T, float>)
+      return __builtin_truncf(a / b);
+    else if constexpr (std::is_same_v<T, double>)
+      return __builtin_trunc(a / b);
+    else if (b == 0)
+      return 0;
+    else if (b == -1)
+      return wrap_neg(a);
+    else
+      return a / b;
+  }
+};
+/// The angle of the point (b, a) from the C library's atan2, in [-pi, pi].
+struct Atan2Op : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    if constexpr (std::is_same_v<T, float>)
+      return __builtin_atan2f(a, b);
+    else
+      return __builtin_atan2(a, b);
   }
 };
 

@@ -161,6 +161,16 @@ void check_defined(const Tensor& t, std::string_view op, int index) {
   if (!t.defined()) fail(op, "argument {} is an undefined tensor", index);
 }
 
+void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
+  if (accepts_dtype(accepts, dtype)) return;
+  if (is_storage_only(dtype))
+    fail(op, "does not compute on {} (a storage dtype): kiln::cast it first", dtype_name(dtype));
+  if (accepts == Accepts::floating)
+    fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
+         dtype_name(dtype));
+  fail(op, "needs a numeric dtype (f32, f64, i32 or i64), got bool");
+}
+
 void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op) {
   if (a.dtype() != b.dtype())
     fail(op, "dtypes differ: {} vs {} (use kiln::cast)", dtype_name(a.dtype()),

@@ -46,6 +46,8 @@ inline Tensor apply(Prim p, std::initializer_list<std::reference_wrapper<const T
 
 /// Throws "[op] argument <index> is an undefined tensor".
 void check_defined(const Tensor& t, std::string_view op, int index = 0);
+/// Throws "[op] needs a floating-point dtype ..." (or numeric) unless `accepts` admits dtype.
+void check_accepts(DType dtype, Accepts accepts, std::string_view op);
 /// Throws "[op] dtypes differ: f32 vs f64" unless a and b share a dtype.
 void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op);
 /// NumPy broadcast of two shapes, or "[op] shapes [..] and [..] cannot be broadcast".

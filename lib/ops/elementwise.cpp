@@ -19,27 +19,12 @@ const detail::Attrs& no_attrs() {
   return attrs;
 }
 
-[[noreturn]] void reject_dtype(DType dtype, Accepts accepts, std::string_view op) {
-  if (is_storage_only(dtype))
-    detail::fail(op, "does not compute on {} (a storage dtype): kiln::cast it first",
-                 dtype_name(dtype));
-  if (accepts == Accepts::floating)
-    detail::fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
-                 dtype_name(dtype));
-  detail::fail(op, "needs a numeric dtype (f32, f64, i32 or i64), got bool");
-}
-
-/// Throws "[op] needs a ... dtype" unless `accepts` admits dtype.
-inline void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
-  if (!detail::accepts_dtype(accepts, dtype)) reject_dtype(dtype, accepts, op);
-}
-
 /// The front end of a KILN_UNARY primitive (its accepts and output columns).
 template <Prim P>
 Tensor unary(const Tensor& x) {
   constexpr detail::PrimitiveInfo info = detail::info(P);
   detail::check_defined(x, info.name);
-  check_accepts(x.dtype(), info.accepts, info.name);
+  detail::check_accepts(x.dtype(), info.accepts, info.name);
   const DType out = info.output == detail::Output::boolean ? DType::boolean : x.dtype();
   return detail::apply(P, {x}, no_attrs(), out, x.shape());
 }
@@ -51,7 +36,7 @@ Tensor binary(const Tensor& a, const Tensor& b) {
   detail::check_defined(a, info.name, 0);
   detail::check_defined(b, info.name, 1);
   detail::check_same_dtype(a, b, info.name);
-  check_accepts(a.dtype(), info.accepts, info.name);
+  detail::check_accepts(a.dtype(), info.accepts, info.name);
   const Shape shape = a.shape() == b.shape()
                           ? a.shape()
                           : detail::broadcast_shapes(a.shape(), b.shape(), info.name);
@@ -102,7 +87,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 
 Tensor clip(const Tensor& x, double lo, double hi) {
   detail::check_defined(x, "clip");
-  check_accepts(x.dtype(), Accepts::numeric, "clip");
+  detail::check_accepts(x.dtype(), Accepts::numeric, "clip");
   if (!(lo <= hi)) detail::fail("clip", "needs lo <= hi, got lo {} and hi {}", lo, hi);
   if (is_integer(x.dtype())) {
     lo = std::ceil(lo);
