@@ -181,7 +181,8 @@ void Rounds::follow(const std::byte* bucket, std::byte* result, std::int64_t byt
   pending_.push_back(Pending{message, {request}});
 
   // Process 0 sends every round's sum to every process, in order: the next one is this round's.
-  std::vector<std::byte> answer(header_bytes + static_cast<std::size_t>(bytes));
+  std::vector<std::byte>& answer = scratch_;  // kept between rounds: no allocation per step
+  answer.resize(header_bytes + static_cast<std::size_t>(bytes));
   MPI_Status status;
   check_mpi(MPI_Recv(answer.data(), static_cast<int>(answer.size()), MPI_BYTE, 0, sum_tag,
                      MPI_COMM_WORLD, &status),

@@ -62,7 +62,7 @@ class Rounds {
   int rank_ = 0, size_ = 1;
   std::int64_t rounds_ = 0;             // rounds this process finished
   std::vector<std::int64_t> received_;  // process 0: buckets received from each process
-  std::vector<std::byte> scratch_;      // process 0: a received bucket
+  std::vector<std::byte> scratch_;      // a received bucket (process 0) or sum (the others)
   std::vector<Pending> pending_;
 };
 
