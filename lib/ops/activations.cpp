@@ -49,8 +49,7 @@ Tensor leaky_relu(const Tensor& x, double alpha) {
 
 Tensor hard_sigmoid(const Tensor& x, double alpha, double beta) {
   floating_argument(x, "hard_sigmoid");
-  return minimum(maximum(x * alpha + beta, detail::scalar_like(0.0, x)),
-                 detail::scalar_like(1.0, x));
+  return clip(x * alpha + beta, 0.0, 1.0);
 }
 
 Tensor softsign(const Tensor& x) {
