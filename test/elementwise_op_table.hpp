@@ -27,13 +27,15 @@
 
 namespace kiln::test {
 
-/// The dtypes an op takes: floating (f32, f64), numeric (and i32, i64) or any (and bool).
-enum class Accepts { floating, numeric, any };
+/// The dtypes an op takes: floating (f32, f64), integer (i32, i64), numeric (both) or any (and
+/// bool).
+enum class Accepts { floating, integer, numeric, any };
 
 inline bool accepts(Accepts a, DType d) {
   if (is_storage_only(d)) return false;  // i8 and u8 are only cast, moved and selected
   return a == Accepts::any || (a == Accepts::numeric && d != DType::boolean) ||
-         (a == Accepts::floating && is_floating(d));
+         (a == Accepts::floating && is_floating(d)) ||
+         (a == Accepts::integer && (d == DType::i32 || d == DType::i64));
 }
 
 /// Where the gradient checks draw an op's f64 arguments (and the traced checks their random
@@ -154,6 +156,11 @@ inline double minimum(double a, double b) {
   return std::isnan(a) || std::isnan(b) ? not_a_number : std::min(a, b);
 }
 inline double truth(bool b) { return b ? 1.0 : 0.0; }
+/// f on a and b's two's complement bits (both integers).
+template <class F>
+double bits(double a, double b, F f) {
+  return static_cast<double>(f(static_cast<std::int64_t>(a), static_cast<std::int64_t>(b)));
+}
 }  // namespace table_refs
 
 /// The table: unary rows, then binary, then where.
@@ -340,6 +347,11 @@ inline const std::vector<ElementwiseOp>& elementwise_ops() {
        .bool_out = true,
        .differentiable = false,
        .domain = D::off_zero},
+      {.name = "bitwise_not",
+       .op = kiln::bitwise_not,
+       .reference = [](double x) { return static_cast<double>(~static_cast<std::int64_t>(x)); },
+       .accepts = A::integer,
+       .differentiable = false},
       {.name = "isnan",
        .op = kiln::isnan,
        .reference = [](double x) { return r::truth(std::isnan(x)); },
@@ -467,6 +479,24 @@ inline const std::vector<ElementwiseOp>& elementwise_ops() {
        .bool_out = true,
        .differentiable = false,
        .domain = D::off_zero},
+      {.name = "bitwise_and",
+       .op = kiln::bitwise_and,
+       .reference = [](double a,
+                       double b) { return r::bits(a, b, [](auto x, auto y) { return x & y; }); },
+       .accepts = A::integer,
+       .differentiable = false},
+      {.name = "bitwise_or",
+       .op = kiln::bitwise_or,
+       .reference = [](double a,
+                       double b) { return r::bits(a, b, [](auto x, auto y) { return x | y; }); },
+       .accepts = A::integer,
+       .differentiable = false},
+      {.name = "bitwise_xor",
+       .op = kiln::bitwise_xor,
+       .reference = [](double a,
+                       double b) { return r::bits(a, b, [](auto x, auto y) { return x ^ y; }); },
+       .accepts = A::integer,
+       .differentiable = false},
       // ------------------------------------------------------------------ ternary
       {.name = "where",
        .op = kiln::where,

@@ -287,6 +287,65 @@ std::vector<GradCase> movement_cases() {
   };
 }
 
+std::vector<GradCase> indexing_cases() {
+  using V = const std::vector<Tensor>&;
+  const Tensor x = input({3, 4}, -1, 1, 61);
+  // Zeros where cumprod's gradient needs care: one zero, two zeros, and none in a row.
+  const Tensor zeros = kiln::tensor(
+      std::vector<double>{0.5, 0.0, 1.5, -2.0, 0.0, 1.2, 0.0, 0.8, 1.1, -0.7, 0.9, 1.3}, {3, 4});
+  const Tensor at = kiln::tensor({2, 0, 2, 1, 1, -4, 3, 3, 0, 1, 2, 3}, {3, 4});
+  const Tensor tuples = kiln::tensor({2, 1, 0, 3, 2, 1}, {3, 2});
+  std::vector<GradCase> cases;
+  for (bool exclusive : {false, true})
+    for (bool reverse : {false, true}) {
+      const std::string flags =
+          std::string(exclusive ? " exclusive" : "") + (reverse ? " reverse" : "");
+      cases.push_back(
+          {"cumsum" + flags, [=](V a) { return kiln::cumsum(a[0], 1, exclusive, reverse); }, {x}});
+      cases.push_back({"cumprod" + flags,
+                       [=](V a) { return kiln::cumprod(a[0], 1, exclusive, reverse); },
+                       {x}});
+      cases.push_back({"cumprod with zeros" + flags,
+                       [=](V a) { return kiln::cumprod(a[0], 1, exclusive, reverse); },
+                       {zeros}});
+    }
+  cases.push_back({"cumprod with zeros along axis 0",
+                   [](V a) { return kiln::cumprod(a[0], 0); },
+                   {kiln::transpose(zeros)}});
+  cases.push_back({"sort", [](V a) { return kiln::sort(a[0], 0, true); }, {x}});
+  cases.push_back({"top_k", [](V a) { return kiln::top_k(a[0], 2).values; }, {x}});
+  cases.push_back({"take_along_axis (repeated indices)",
+                   [at](V a) { return kiln::take_along_axis(a[0], at, 1); },
+                   {x}});
+  cases.push_back({"take_along_axis broadcast",
+                   [](V a) {
+                     return kiln::take_along_axis(a[0], kiln::tensor({1, 0, 3}, {3, 1}), 1);
+                   },
+                   {x}});
+  for (kiln::ScatterMode mode : {kiln::ScatterMode::assign, kiln::ScatterMode::add})
+    cases.push_back({mode == kiln::ScatterMode::add ? "scatter add" : "scatter assign",
+                     [at, mode](V a) { return kiln::scatter(a[0], at, a[1], 1, mode); },
+                     {x, input({3, 4}, -1, 1, 62)}});
+  cases.push_back({"gather_nd", [tuples](V a) { return kiln::gather_nd(a[0], tuples); }, {x}});
+  cases.push_back({"gather_nd rows (repeated)",
+                   [](V a) {
+                     return kiln::gather_nd(a[0], kiln::tensor({2, 0, 2}, {3, 1}));
+                   },
+                   {x}});
+  cases.push_back({"gather_nd batch dims",
+                   [](V a) {
+                     return kiln::gather_nd(a[0], kiln::tensor({1, 1, 0, 2}, {2, 2, 1}), 1);
+                   },
+                   {input({2, 3, 2}, -1, 1, 63)}});
+  for (kiln::ScatterMode mode : {kiln::ScatterMode::assign, kiln::ScatterMode::add})
+    cases.push_back({mode == kiln::ScatterMode::add ? "scatter_nd add" : "scatter_nd assign",
+                     [mode](V a) {
+                       return kiln::scatter_nd(a[0], kiln::tensor({1, 0, 1}, {3, 1}), a[1], mode);
+                     },
+                     {x, input({3, 4}, -1, 1, 64)}});
+  return cases;
+}
+
 std::vector<GradCase> matmul_cases() {
   using V = const std::vector<Tensor>&;
   auto mm = [](V a) { return kiln::matmul(a[0], a[1]); };
@@ -319,6 +378,25 @@ TEST_CASE("gradients match finite differences: reductions and softmax", "[autodi
 
 TEST_CASE("gradients match finite differences: shape and movement ops", "[autodiff]") {
   for (const auto& c : movement_cases()) check_gradient(c.name, c.f, c.args);
+}
+
+TEST_CASE("gradients match finite differences: scans, sorting and indexing", "[autodiff]") {
+  for (const auto& c : indexing_cases()) check_gradient(c.name, c.f, c.args);
+  // Repeated assignments: only the update that lands gets a gradient.
+  const Tensor x = kiln::zeros({3}, kiln::f64);
+  const Tensor updates = kiln::tensor(std::vector<double>{1, 2, 3}, {3});
+  kiln::GradientTape tape;
+  tape.watch(updates);
+  const Tensor out = kiln::scatter(x, kiln::tensor({1, 1, 0}, {3}), updates, 0);
+  const Tensor g =
+      tape.gradient(kiln::sum(out * kiln::tensor(std::vector<double>{5, 7, 9}, {3})), updates);
+  CHECK(g.to_vector<double>() == std::vector<double>{0, 7, 5});
+  kiln::GradientTape modes;
+  modes.watch(updates);
+  const Tensor product =
+      kiln::scatter(x, kiln::tensor({1, 1, 0}, {3}), updates, 0, kiln::ScatterMode::multiply);
+  CHECK_THROWS_WITH(modes.gradient(kiln::sum(product), updates),
+                    Catch::StartsWith("[scatter] has no gradient in modes other than assign"));
 }
 
 TEST_CASE("gradients match finite differences: matmul", "[autodiff]") {

@@ -593,9 +593,13 @@ TEST_CASE("elementwise errors name the op", "[elementwise]") {
   for (const ElementwiseOp& op : elementwise_ops()) {
     const std::string prefix = fmt::format("[{}]", op.name);
     const auto n = static_cast<std::size_t>(op.op.arity());
-    std::vector<Tensor> args;  // f32 [2,3] (a ternary op's condition bool)
+    // f32 [2,3] (i32 for integer ops; a ternary op's condition bool), and another dtype.
+    const bool integer = !kiln::test::accepts(op, kiln::f32);
+    const Tensor value = integer ? kiln::ones({2, 3}, kiln::i32) : f;
+    const Tensor other = integer ? kiln::ones({2, 3}, kiln::i64) : d;
+    std::vector<Tensor> args;
     for (std::size_t k = 0; k < n; ++k)
-      args.push_back(argument_dtype(op, k, kiln::f32) == DType::boolean ? b : f);
+      args.push_back(argument_dtype(op, k, value.dtype()) == DType::boolean ? b : value);
     for (std::size_t k = 0; k < n; ++k) {
       auto with_undefined = args;
       with_undefined[k] = undefined;
@@ -604,15 +608,19 @@ TEST_CASE("elementwise errors name the op", "[elementwise]") {
     }
     if (n < 2) continue;
     auto mixed = args;
-    mixed.back() = d;
-    CHECK_KILN_ERROR(op.op(mixed), fmt::format("{} dtypes differ: f32 vs f64", prefix));
+    mixed.back() = other;
+    CHECK_KILN_ERROR(op.op(mixed),
+                     fmt::format("{} dtypes differ: {} vs {}", prefix,
+                                 kiln::dtype_name(value.dtype()), kiln::dtype_name(other.dtype())));
     auto unbroadcastable = args;
-    unbroadcastable.back() = kiln::ones({4});
+    unbroadcastable.back() = kiln::ones({4}, value.dtype());
     CHECK_KILN_ERROR(op.op(unbroadcastable),
                      fmt::format("{} shapes [2,3] and [4] cannot be broadcast", prefix));
   }
   CHECK_KILN_ERROR(kiln::exp(kiln::ones({2}, kiln::i32)), "[exp] needs a floating-point dtype");
   CHECK_KILN_ERROR(kiln::neg(b), "[neg] needs a numeric dtype");
+  CHECK_KILN_ERROR(kiln::bitwise_not(f),
+                   "[bitwise_not] needs an integer dtype (i32 or i64), got f32");
   CHECK_KILN_ERROR(kiln::add(b, b), "[add] needs a numeric dtype");
   CHECK_KILN_ERROR(f + 1.0 + d, "[add] dtypes differ");
   CHECK_KILN_ERROR(kiln::where(f, f, f), "[where] condition must have dtype bool, got f32");

@@ -95,7 +95,50 @@ std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
       kiln::fmod(x * 3.f, kiln::scalar(1.25f)) + kiln::trunc_div(x * 3.f, kiln::scalar(1.25f)) +
       kiln::gelu(x) + kiln::gelu(x, true) + kiln::silu(x) + kiln::elu(x) + kiln::selu(x) +
       kiln::leaky_relu(x) + kiln::hard_sigmoid(x) + kiln::softsign(x) + kiln::mish(x);
-  return {r, kiln::argmax(g, 1), i, kiln::cast(kiln::all(x > -10.f, {1}), kiln::f32), trig};
+  const Tensor order = kiln::argsort(x, 0);
+  const Tensor rows = kiln::reshape(kiln::cast(ids, kiln::i64), {5, 1});
+  const Tensor indexing = kiln::cumsum(x, 0, true, true) + kiln::cumsum(x, 1) +
+                          kiln::sort(x, 1, true) + kiln::take_along_axis(x, order, 0) +
+                          kiln::scatter_add(x, order, x * 2.f, 0) +
+                          kiln::scatter(x, order, x * 3.f, 0) +
+                          kiln::scatter_nd(x, kiln::tensor({1, 3}, {2, 1}), kiln::ones({2, 3}),
+                                           kiln::ScatterMode::add) +
+                          kiln::sum(kiln::gather_nd(x, rows), {0}, true);
+  const kiln::TopK top = kiln::top_k(x, 2, 1);
+  const Tensor ties = kiln::round(x * 0.5f);
+  return {r,
+          kiln::argmax(g, 1),
+          i,
+          kiln::cast(kiln::all(x > -10.f, {1}), kiln::f32),
+          trig,
+          indexing,
+          top.values * kiln::cast(top.indices, kiln::f32),
+          kiln::argmax(ties, 1, true, true) + kiln::argmin(ties, 0, true, true)};
+}
+
+/// Convolutions and pooling in both layouts (ONNX puts channels first: the channels-last ones
+/// export with transposes around them).
+std::vector<Tensor> conv_ops(const Tensor& x) {                       // x [2, 9, 8, 3], NHWC
+  const Tensor w = kiln::random::normal({3, 3, 3, 4}, 0.0, 0.5, 31);  // HWIO
+  const Tensor y =
+      kiln::relu(kiln::conv2d(x, w, {.strides = {2, 2}, .padding = kiln::ConvPadding::same}));
+  const Tensor pooled =
+      kiln::max_pool(y, {.window = {2, 2}}) + kiln::avg_pool(y, {.window = {3, 3},
+                                                                 .strides = {2, 2},
+                                                                 .padding = kiln::ConvPadding::same,
+                                                                 .count_padding = true});
+  const Tensor first = kiln::transpose(x, {0, 3, 1, 2});                    // NCHW
+  const Tensor grouped = kiln::random::normal({6, 1, 2, 3}, 0.0, 0.5, 32);  // OIHW, groups 3
+  const Tensor z =
+      kiln::conv2d(first, grouped,
+                   {.dilations = {2, 1}, .groups = 3, .layout = kiln::DataLayout::channels_first});
+  const Tensor up = kiln::conv_transpose(z, kiln::random::normal({6, 2, 3, 3}, 0.0, 0.5, 33),
+                                         {.strides = {2, 2},
+                                          .padding = kiln::ConvPadding::explicit_pads,
+                                          .pads = {{1, 0}, {0, 1}},
+                                          .output_padding = {1, 0},
+                                          .layout = kiln::DataLayout::channels_first});
+  return {pooled, z, up, kiln::global_avg_pool(y)};
 }
 
 /// A dense layer exported with int8 weights: the kernel's i8 levels in a variable (an INT8
@@ -229,6 +272,13 @@ TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
   for (const Tensor& out : ops(x, ids)) outputs.push_back(save(out));
   manifest.push_back({{"model", "many_ops.onnx"},
                       {"runs", {{{"inputs", {save(x), save(ids)}}, {"outputs", outputs}}}}});
+  auto convs = kiln::function(conv_ops, {.name = "conv_ops"});
+  const Tensor images = normal({2, 9, 8, 3}, 9);
+  kiln::export_onnx(convs.get_concrete_function(images), dir / "conv_ops.onnx");
+  nlohmann::json conv_outputs = nlohmann::json::array();
+  for (const Tensor& out : convs(images)) conv_outputs.push_back(save(out));
+  manifest.push_back({{"model", "conv_ops.onnx"},
+                      {"runs", {{{"inputs", {save(images)}}, {"outputs", conv_outputs}}}}});
   const Int8Dense int8_dense;
   auto int8 =
       kiln::function([&](const Tensor& in) { return int8_dense(in); }, {.name = "int8_dense"});

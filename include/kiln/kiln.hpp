@@ -8,6 +8,7 @@
 #include "kiln/checkpointing.hpp"
 #include "kiln/config.hpp"
 #include "kiln/control_flow.hpp"
+#include "kiln/conv.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/distributed.hpp"
 #include "kiln/dtype.hpp"

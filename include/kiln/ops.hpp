@@ -102,6 +102,12 @@ Tensor greater_equal(const Tensor& a, const Tensor& b);
 /// Boolean results; nonzero inputs count as true (any dtype, both the same).
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
+/// Bitwise and, or, xor of the two's complement bits of integer tensors (i32, i64), and the
+/// bitwise complement (~x, which is -x - 1).
+Tensor bitwise_and(const Tensor& a, const Tensor& b);
+Tensor bitwise_or(const Tensor& a, const Tensor& b);
+Tensor bitwise_xor(const Tensor& a, const Tensor& b);
+Tensor bitwise_not(const Tensor& x);
 
 /// Elementwise choice: cond (boolean) ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
@@ -130,12 +136,13 @@ Tensor all(const Tensor& x);
 Tensor all(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
 Tensor any(const Tensor& x);
 Tensor any(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims = false);
-/// Index (i64) of the first maximum/minimum along `axis`; without an axis, of the
-/// flattened tensor. NaN counts as the maximum and the minimum (like NumPy).
+/// Index (i64) of the first maximum/minimum along `axis` (of the last one with last_index, as
+/// ONNX's select_last_index); without an axis, of the flattened tensor. NaN counts as the
+/// maximum and the minimum (like NumPy).
 Tensor argmax(const Tensor& x);
-Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdims = false);
+Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdims = false, bool last_index = false);
 Tensor argmin(const Tensor& x);
-Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdims = false);
+Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdims = false, bool last_index = false);
 
 // ---------------------------------------------------------------- shape and data movement
 /// New shape with the same number of elements; one dim may be -1 (inferred). No copy
@@ -190,6 +197,60 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64
            double value = 0.0);
 /// Repeats x reps[i] times along axis i (reps has one entry per axis).
 Tensor tile(const Tensor& x, const std::vector<std::int64_t>& reps);
+
+// ---------------------------------------------------------------- scans, sorting and indexing
+// Index arguments are i32 or i64 tensors. Negative indices count from the end of their axis;
+// an index outside its axis is an error when the op runs ("[take_along_axis] index 7 is out of
+// range for axis 1 of size 3").
+
+/// Running sum along `axis`: element i is x[0] + ... + x[i] (NumPy cumsum, torch.cumsum,
+/// tf.math.cumsum). exclusive: x[0] + ... + x[i-1] (0 first); reverse: summed from the end.
+/// Numeric dtypes; floats add in order along the axis.
+Tensor cumsum(const Tensor& x, std::int64_t axis, bool exclusive = false, bool reverse = false);
+/// Running product along `axis`, with the same options as cumsum (1 first when exclusive). Its
+/// gradient is exact where x has zeros.
+Tensor cumprod(const Tensor& x, std::int64_t axis, bool exclusive = false, bool reverse = false);
+/// The positions (i64) that sort x along `axis`: ascending with NaN after every number, or
+/// descending with NaN first. Stable: equal elements keep their order.
+Tensor argsort(const Tensor& x, std::int64_t axis = -1, bool descending = false);
+/// x sorted along `axis` (as argsort orders it).
+Tensor sort(const Tensor& x, std::int64_t axis = -1, bool descending = false);
+/// The k largest elements along `axis` (or the k smallest), sorted, and their positions (i64).
+/// Ties go to the lower position; NaN counts as the largest (ONNX TopK, tf.math.top_k,
+/// torch.topk).
+struct TopK {
+  Tensor values;
+  Tensor indices;
+};
+TopK top_k(const Tensor& x, std::int64_t k, std::int64_t axis = -1, bool largest = true);
+/// out[.., j, ..] = x[.., indices[.., j, ..], ..] along `axis` (NumPy take_along_axis, ONNX
+/// GatherElements, torch.gather on equal shapes). indices has x's rank; along the other axes
+/// x and indices broadcast (NumPy rules), and the result has the broadcast shape with
+/// indices' size along `axis`.
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, std::int64_t axis);
+/// How scatter and scatter_nd combine an update with the element it lands on (ONNX's
+/// reduction attribute: none, add, mul, max, min). NaN wins maximum and minimum.
+enum class ScatterMode : std::uint8_t { assign, add, multiply, maximum, minimum };
+/// x with each updates[p] combined into x[p with its `axis` coordinate replaced by
+/// indices[p]] (ONNX ScatterElements, torch.scatter / scatter_reduce). indices and updates have
+/// the same shape, of x's rank and at most x's size along the other axes. Where indices repeat,
+/// assign keeps the last update (row-major order) and the other modes combine them all. The
+/// gradient exists for assign and add.
+Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& updates, std::int64_t axis,
+               ScatterMode mode = ScatterMode::assign);
+/// scatter(x, indices, updates, axis, ScatterMode::add).
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                   std::int64_t axis);
+/// Slices of x picked by coordinate tuples (tf.gather_nd, ONNX GatherND): indices has shape
+/// [..., m]; each last-axis row (i0, .., im-1) picks x[i0, .., im-1] (a slice of rank
+/// rank(x) - m). The result has shape indices.shape[:-1] + x.shape[m:]. With batch_dims b,
+/// the first b axes of x and indices are a batch (equal sizes) and tuples index within it.
+Tensor gather_nd(const Tensor& x, const Tensor& indices, std::int64_t batch_dims = 0);
+/// x with updates combined into the slices that gather_nd(x, indices) reads
+/// (tf.tensor_scatter_nd_update / _add, ONNX ScatterND). updates has shape
+/// indices.shape[:-1] + x.shape[m:]. Repeated tuples: as in scatter.
+Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                  ScatterMode mode = ScatterMode::assign);
 
 // ---------------------------------------------------------------- linear algebra and nn
 /// Matrix product. 2-D: [m,k] x [k,n]. Higher ranks are batches of matrices whose batch

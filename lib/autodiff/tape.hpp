@@ -58,6 +58,10 @@ void record_multi_output(std::span<const Tensor> inputs, std::span<const Tensor>
 /// The vector-Jacobian rule of a primitive entry: one gradient per input (undefined where the
 /// input gets none). Written with kiln ops.
 std::vector<Tensor> primitive_vjp(const TapeEntry& entry, const Tensor& output_gradient);
+/// primitive_vjp's part for the indexing primitives (vjp_indexing.cpp).
+std::vector<Tensor> indexing_vjp(const TapeEntry& entry, const Tensor& output_gradient);
+/// primitive_vjp's part for the windowed primitives (vjp_window.cpp).
+std::vector<Tensor> window_vjp(const TapeEntry& entry, const Tensor& output_gradient);
 
 /// Called by Variable::value() while some tape records: recording tapes that watch accessed
 /// variables track `value` as a read of v.

@@ -160,6 +160,8 @@ bool is_differentiable(Prim p) { return info(p).differentiable; }
 
 std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
   if (info(e.prim).row_kernel) return elementwise_vjp(e, g);
+  if (info(e.prim).family == Family::indexing) return indexing_vjp(e, g);
+  if (info(e.prim).family == Family::window) return window_vjp(e, g);
   const auto& in = e.inputs;
   const Tensor& y = e.output;
   auto x = [&](std::size_t i) -> const Tensor& { return in[i]; };

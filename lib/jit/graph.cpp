@@ -31,6 +31,13 @@ std::string attrs_text(const Node& n) {
       if (!a.ints.empty()) parts.push_back(fmt::format("ints=[{}]", fmt::join(a.ints, ",")));
       if (n.prim == Prim::pad) parts.push_back(fmt::format("value={}", a.value));
       break;
+    case Family::window:
+      parts.push_back(fmt::format("geometry=[{}]", fmt::join(a.ints, ",")));
+      break;
+    case Family::indexing:
+      parts.push_back(fmt::format("axis={}", a.axis));
+      if (!a.ints.empty()) parts.push_back(fmt::format("ints=[{}]", fmt::join(a.ints, ",")));
+      break;
     default:
       if (n.prim == Prim::cast) parts.push_back(fmt::format("to={}", dtype_name(a.dtype)));
       break;

@@ -15,10 +15,12 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
+#include <array>
 #include <limits>
 #include <map>
 
 #include "io/atomic_file.hpp"
+#include "kernels/conv.hpp"
 #endif
 
 namespace kiln {
@@ -353,6 +355,11 @@ class OnnxWriter {
         return op("Or", x);
       case Prim::where:
         return op("Where", x);
+      case Prim::bitwise_and:
+      case Prim::bitwise_or:
+      case Prim::bitwise_xor:
+      case Prim::bitwise_not:
+        unsupported("{} needs ONNX opset 18 (kiln writes {})", detail::name(p), onnx_opset);
       default:
         unsupported("the primitive {} is not elementwise", detail::name(p));
     }
@@ -408,6 +415,7 @@ class OnnxWriter {
             emit(graph_, n.prim == Prim::argmax ? "ArgMax" : "ArgMin", {x}, {out});
         attr(node, "axis", axes.at(0));
         attr(node, "keepdims", n.attrs.keepdims ? 1 : 0);
+        if (!n.attrs.ints.empty() && n.attrs.ints[0] == 1) attr(node, "select_last_index", 1);
         return out;
       }
       case Prim::softmax: {
@@ -498,6 +506,139 @@ class OnnxWriter {
       default:
         unsupported("no ONNX form for {}", detail::name(n.prim));
     }
+  }
+
+  std::string indexing(const Node& n, const std::vector<std::string>& x, const GraphData& g) {
+    const Node& in = g.nodes[static_cast<std::size_t>(n.inputs[0])];
+    const std::string out = fresh("v");
+    std::vector<std::string> inputs = x;
+    // GatherND and ScatterND take i64 indices only.
+    const auto wide_indices = [&] {
+      std::vector<std::string> widened = x;
+      if (g.nodes[static_cast<std::size_t>(n.inputs[1])].dtype == DType::i32)
+        widened[1] = cast_to(x[1], DType::i64);
+      return widened;
+    };
+    const auto with_mode = [&](std::string_view type) -> onnx::NodeProto& {
+      static constexpr std::array<const char*, 3> reductions{"none", "add", "mul"};
+      const auto mode = static_cast<std::size_t>(n.attrs.ints.at(0));
+      if (mode >= reductions.size())
+        unsupported("{} in mode maximum or minimum needs ONNX opset 18 (kiln writes {})",
+                    detail::name(n.prim), onnx_opset);
+      onnx::NodeProto& node = emit(graph_, type, inputs, {out});
+      if (mode != 0) {
+        onnx::AttributeProto& a = *node.add_attribute();
+        a.set_name("reduction");
+        a.set_type(onnx::AttributeProto::STRING);
+        a.set_s(reductions[mode]);
+      }
+      return node;
+    };
+    switch (n.prim) {
+      case Prim::cumsum: {
+        onnx::NodeProto& node = emit(
+            graph_, "CumSum", {x[0], scalar(static_cast<double>(n.attrs.axis), DType::i64)}, {out});
+        if (n.attrs.ints[0] != 0) attr(node, "exclusive", 1);
+        if (n.attrs.ints[1] != 0) attr(node, "reverse", 1);
+        return out;
+      }
+      case Prim::argsort: {
+        const std::int64_t d = in.shape[static_cast<std::size_t>(n.attrs.axis)];
+        const std::int64_t k = n.attrs.ints[0];
+        const std::string count = k >= 0 ? ints({k}) : is_dynamic_dim(d) ? dim_value(d) : ints({d});
+        onnx::NodeProto& node = emit(graph_, "TopK", {x[0], count}, {fresh("values"), out});
+        attr(node, "axis", n.attrs.axis);
+        attr(node, "largest", n.attrs.ints[1]);
+        return out;
+      }
+      case Prim::take_along_axis:
+        attr(emit(graph_, "GatherElements", x, {out}), "axis", n.attrs.axis);
+        return out;
+      case Prim::scatter:
+        attr(with_mode("ScatterElements"), "axis", n.attrs.axis);
+        return out;
+      case Prim::gather_nd:
+        attr(emit(graph_, "GatherND", wide_indices(), {out}), "batch_dims", n.attrs.axis);
+        return out;
+      case Prim::scatter_nd:
+        if (n.attrs.axis != 0) unsupported("ONNX ScatterND has no batch dims");
+        inputs = wide_indices();
+        with_mode("ScatterND");
+        return out;
+      default:
+        unsupported("the primitive {} has no ONNX operator (ONNX has no running product)",
+                    detail::name(n.prim));
+    }
+  }
+
+  /// conv, the transposed convolution and pooling. ONNX puts channels first: a channels-last
+  /// node transposes its input (and kernel) there and its output back.
+  std::string window(const Node& n, const std::vector<std::string>& x, const GraphData& g) {
+    const detail::ConvGeometry geo = detail::ConvGeometry::from(n.attrs);
+    const auto s = static_cast<std::int64_t>(geo.spatial);
+    const Node& in = g.nodes[static_cast<std::size_t>(n.inputs[0])];
+    std::vector<std::int64_t> to_first{0, s + 1}, to_last{0}, kernel_to_oihw{s + 1, s};
+    for (std::int64_t a = 0; a < s; ++a) {
+      to_first.push_back(1 + a);
+      to_last.push_back(2 + a);
+      kernel_to_oihw.push_back(a);
+    }
+    to_last.push_back(1);
+    const auto transposed = [&](const std::string& v, const std::vector<std::int64_t>& perm) {
+      const std::string out = fresh("v");
+      attr(emit(graph_, "Transpose", {v}, {out}), "perm", perm);
+      return out;
+    };
+    std::vector<std::string> inputs = x;
+    if (geo.channels_last) {
+      inputs[0] = transposed(x[0], to_first);
+      if (inputs.size() > 1) inputs[1] = transposed(x[1], kernel_to_oihw);
+    }
+    std::vector<std::int64_t> pads = geo.pads_before;
+    pads.insert(pads.end(), geo.pads_after.begin(), geo.pads_after.end());
+    const std::string out = fresh("v");
+    const auto common = [&](std::string_view type) -> onnx::NodeProto& {
+      onnx::NodeProto& node = emit(graph_, type, inputs, {out});
+      attr(node, "strides", geo.strides);
+      attr(node, "pads", pads);
+      return node;
+    };
+    switch (n.prim) {
+      case Prim::conv:
+      case Prim::conv_input_grad: {
+        const bool forward = n.prim == Prim::conv;
+        onnx::NodeProto& node = common(forward ? "Conv" : "ConvTranspose");
+        attr(node, "dilations", geo.dilations);
+        attr(node, "group", geo.groups);
+        if (!forward) {  // the positions beyond the geometry's own output extent
+          const Node& w = g.nodes[static_cast<std::size_t>(n.inputs[1])];
+          std::vector<std::int64_t> extra;
+          for (std::size_t a = 0; a < geo.spatial; ++a) {
+            const std::int64_t span = geo.dilations[a] * (geo.kernel_extent(w.shape, a) - 1) + 1;
+            extra.push_back(geo.extent(n.shape, a) -
+                            ((geo.extent(in.shape, a) - 1) * geo.strides[a] + span -
+                             geo.pads_before[a] - geo.pads_after[a]));
+          }
+          attr(node, "output_padding", extra);
+        }
+        break;
+      }
+      case Prim::max_pool:
+      case Prim::avg_pool: {
+        const auto window_at = n.attrs.ints.begin() + 3 + 4 * s;
+        onnx::NodeProto& node = common(n.prim == Prim::max_pool ? "MaxPool" : "AveragePool");
+        attr(node, "kernel_shape", std::vector<std::int64_t>(window_at, window_at + s));
+        if (n.prim == Prim::avg_pool && n.attrs.ints[static_cast<std::size_t>(3 + 5 * s)] != 0)
+          attr(node, "count_include_pad", 1);
+        break;
+      }
+      default:
+        unsupported(
+            "the primitive {} has no ONNX form (gradients do not export; export an "
+            "inference function)",
+            detail::name(n.prim));
+    }
+    return geo.channels_last ? transposed(out, to_last) : out;
   }
 
   /// An LSTM or GRU recurrence as an ONNX Scan whose body is the step's math (so every step's
@@ -722,6 +863,10 @@ class OnnxWriter {
         return reduce(n, x[0], g.nodes[static_cast<std::size_t>(n.inputs[0])]);
       case detail::Family::movement:
         return movement(n, x, g);
+      case detail::Family::indexing:
+        return indexing(n, x, g);
+      case detail::Family::window:
+        return window(n, x, g);
       case detail::Family::linalg:
         return op("MatMul", x);
       default:

@@ -163,6 +163,10 @@ struct FloatUnary {
 struct PredicateUnary {
   static constexpr bool has_simd = false;
 };
+/// Integer-only ops, one element at a time (their rows accept i32 and i64 only).
+struct IntegerUnary {
+  static constexpr bool has_simd = false;
+};
 
 struct NegOp : NumericUnary {
   template <class B>
@@ -401,6 +405,13 @@ struct LogicalNotOp : PredicateUnary {
     return x == 0 ? 1 : 0;
   }
 };
+struct BitwiseNotOp : IntegerUnary {
+  template <class T>
+  static T scalar(T x) {
+    static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
+    return static_cast<T>(~x);
+  }
+};
 struct IsNanOp : PredicateUnary {
   template <class T>
   static std::uint8_t scalar(T x) {
@@ -602,6 +613,28 @@ struct LogicalOrOp : PredicateBinary {
   template <class T>
   static std::uint8_t scalar(T a, T b) {
     return a != 0 || b != 0 ? 1 : 0;
+  }
+};
+/// Bitwise ops on the two's complement bits of i32 and i64.
+struct BitwiseAndOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
+    return static_cast<T>(a & b);
+  }
+};
+struct BitwiseOrOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
+    return static_cast<T>(a | b);
+  }
+};
+struct BitwiseXorOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
+    return static_cast<T>(a ^ b);
   }
 };
 

@@ -60,6 +60,8 @@ void run_binary(const KernelCall& call);
 void run_ternary(const KernelCall& call);
 void run_reduce(const KernelCall& call);
 void run_movement(const KernelCall& call);
+void run_indexing(const KernelCall& call);
+void run_window(const KernelCall& call);
 void run_linalg(const KernelCall& call);
 void run_recurrent(const KernelCall& call);
 void run_random(const KernelCall& call);

@@ -512,16 +512,18 @@ void softmax_typed(const KernelCall& call) {
     run_rows(0, rows);
 }
 
-/// True when v should replace best as the running arg-extremum: NaN wins and stays.
-template <class T, bool kMax>
+/// True when v should replace best as the running arg-extremum: NaN wins and stays (the first
+/// NaN, or with kLast the last one); with kLast an equal value replaces it too.
+template <class T, bool kMax, bool kLast = false>
 bool replaces(T v, T best) {
-  if (is_nan(best)) return false;
+  if (is_nan(best)) return kLast && is_nan(v);
   if (is_nan(v)) return true;
+  if constexpr (kLast) return kMax ? v >= best : v <= best;
   return kMax ? v > best : v < best;
 }
 
-template <class T, bool kMax>
-void arg_extremum_typed(const KernelCall& call) {
+template <class T, bool kMax, bool kLast>
+void arg_extremum_lines(const KernelCall& call) {
   const ArrayRef& in = call.inputs[0];
   const auto axis = static_cast<std::size_t>(call.attrs.axes[0]);
   std::int64_t outer = 1, inner = 1;
@@ -538,7 +540,7 @@ void arg_extremum_typed(const KernelCall& call) {
       const T* row = x + o * n;
       std::int64_t best_at = 0;
       for (std::int64_t i = 1; i < n; ++i)
-        if (replaces<T, kMax>(row[i], row[best_at])) best_at = i;
+        if (replaces<T, kMax, kLast>(row[i], row[best_at])) best_at = i;
       out[o] = best_at;
     }
     return;
@@ -554,13 +556,22 @@ void arg_extremum_typed(const KernelCall& call) {
     for (std::int64_t r = 1; r < n; ++r) {
       const T* row = block + r * inner;
       for (std::int64_t k = 0; k < inner; ++k) {
-        if (replaces<T, kMax>(row[k], best[static_cast<std::size_t>(k)])) {
+        if (replaces<T, kMax, kLast>(row[k], best[static_cast<std::size_t>(k)])) {
           best[static_cast<std::size_t>(k)] = row[k];
           best_at[k] = r;
         }
       }
     }
   }
+}
+
+/// argmax or argmin; attrs.ints {1} asks for the last extremum.
+template <class T, bool kMax>
+void arg_extremum_typed(const KernelCall& call) {
+  if (!call.attrs.ints.empty() && call.attrs.ints[0] == 1)
+    arg_extremum_lines<T, kMax, true>(call);
+  else
+    arg_extremum_lines<T, kMax, false>(call);
 }
 
 }  // namespace

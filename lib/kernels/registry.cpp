@@ -14,6 +14,10 @@ KernelFn kernel_for(Prim p) {
       return &run_reduce;
     case Family::movement:
       return &run_movement;
+    case Family::indexing:
+      return &run_indexing;
+    case Family::window:
+      return &run_window;
     case Family::linalg:
       return &run_linalg;
     case Family::recurrent:

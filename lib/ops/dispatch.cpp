@@ -168,6 +168,8 @@ void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
   if (accepts == Accepts::floating)
     fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
          dtype_name(dtype));
+  if (accepts == Accepts::integer)
+    fail(op, "needs an integer dtype (i32 or i64), got {}", dtype_name(dtype));
   fail(op, "needs a numeric dtype (f32, f64, i32 or i64), got bool");
 }
 

@@ -150,10 +150,11 @@ Tensor any(const Tensor& x) { return any(x, every_axis(x, "any")); }
 namespace {
 
 Tensor arg_extremum(Prim prim, const Tensor& x, std::int64_t axis, bool keepdims,
-                    std::string_view op) {
-  const Reduction r = plan_reduction(x, {axis}, keepdims, op);
+                    std::string_view op, bool last_index = false) {
+  Reduction r = plan_reduction(x, {axis}, keepdims, op);
   if (r.extent == 0)
     detail::fail(op, "axis {} of shape {} has size 0, so there is no {}", axis, x.shape(), op);
+  if (last_index) r.attrs.ints = {1};
   return reduce(prim, x, r, DType::i64);
 }
 
@@ -166,13 +167,13 @@ Tensor arg_extremum_flat(Prim prim, const Tensor& x, std::string_view op) {
 
 }  // namespace
 
-Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdims) {
-  return arg_extremum(Prim::argmax, x, axis, keepdims, "argmax");
+Tensor argmax(const Tensor& x, std::int64_t axis, bool keepdims, bool last_index) {
+  return arg_extremum(Prim::argmax, x, axis, keepdims, "argmax", last_index);
 }
 Tensor argmax(const Tensor& x) { return arg_extremum_flat(Prim::argmax, x, "argmax"); }
 
-Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdims) {
-  return arg_extremum(Prim::argmin, x, axis, keepdims, "argmin");
+Tensor argmin(const Tensor& x, std::int64_t axis, bool keepdims, bool last_index) {
+  return arg_extremum(Prim::argmin, x, axis, keepdims, "argmin", last_index);
 }
 Tensor argmin(const Tensor& x) { return arg_extremum_flat(Prim::argmin, x, "argmin"); }
 

@@ -16,6 +16,8 @@ enum class Family : std::uint8_t {
   ternary,
   reduce,
   movement,
+  indexing,
+  window,
   linalg,
   recurrent,
   random,
@@ -24,7 +26,7 @@ enum class Family : std::uint8_t {
 };
 
 /// Which input dtypes an elementwise primitive accepts (`custom`: its front end decides).
-enum class Accepts : std::uint8_t { floating, numeric, any, custom };
+enum class Accepts : std::uint8_t { floating, integer, numeric, any, custom };
 /// An elementwise primitive's output dtype (`custom`: its front end decides).
 enum class Output : std::uint8_t { same, boolean, custom };
 /// How batch splitting treats a primitive (see primitives.def and jit/batch_split.cpp).
@@ -121,6 +123,8 @@ constexpr bool accepts_dtype(Accepts accepts, DType dtype) {
   switch (accepts) {
     case Accepts::floating:
       return dtype == DType::f32 || dtype == DType::f64;
+    case Accepts::integer:
+      return dtype == DType::i32 || dtype == DType::i64;
     case Accepts::numeric:
       return dtype != DType::boolean && !is_storage_only(dtype);
     case Accepts::any:
