@@ -1,15 +1,21 @@
 // kiln::nn's normalization and attention functions (kiln/nn/functional.hpp): reference values
 // from plain loops in f32 and f64, gradients against finite differences in f64, eager against
 // traced, and every error message.
+#include <fmt/format.h>
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include <kiln/kiln.hpp>
+#include <nlohmann/json.hpp>
 
+#include "io_test_support.hpp"
 #include "nn_ops_test_support.hpp"
 
 using kiln::Shape;
@@ -494,4 +500,55 @@ TEST_CASE("normalization and attention errors", "[nn_ops]") {
                                "default scale) is a dynamic dim"));
   auto scaled = kiln::function([&](const Tensor& t) { return sdpa(t, t, v3, {.scale = 0.5}); }, o);
   CHECK(scaled(q).shape() == Shape{2, 3, 3});
+}
+
+TEST_CASE("the composite ops export to ONNX and onnxruntime agrees", "[nn_ops][onnx]") {
+  const std::string python = io_test::test_python("onnx, onnxruntime");
+  if (!KILN_HAVE_ONNX || python.empty()) {
+    WARN("skipped: kiln without ONNX, or no Python with onnx and onnxruntime");
+    return;
+  }
+  const Tensor x = kiln::random::uniform({2, 4, 5, 6}, -1, 1, 1);
+  const Tensor w = kiln::random::uniform({2, 4, 7, 6}, -1, 1, 2);
+  const Tensor g4 = kiln::random::uniform({4}, 0.5, 1.5, 3),
+               b4 = kiln::random::uniform({4}, -1, 1, 4);
+  const Tensor g6 = kiln::random::uniform({6}, 0.5, 1.5, 5);
+  const auto model = [&](const Tensor& in) {
+    const Tensor scores = kiln::einsum("bhqd,bhkd->bhqk", {in, w});
+    const Tensor padded =
+        kiln::pad(kiln::tril(scores, 1), {{0, 0}, {0, 0}, {2, 1}, {1, 3}}, kiln::PadMode::reflect);
+    const Tensor edge = kiln::pad(in, {{0, 0}, {0, 0}, {1, 1}, {2, 0}}, kiln::PadMode::edge);
+    const Tensor wrapped = kiln::pad(in, {{0, 0}, {0, 0}, {0, 2}, {3, 1}}, kiln::PadMode::wrap);
+    const Tensor up = kiln::resize(in, {2, 4, 9, 4}, {.mode = kiln::ResizeMode::linear});
+    const Tensor near = kiln::resize(
+        in, {2, 4, 3, 11},
+        {.coordinates = kiln::CoordinateMode::asymmetric, .nearest = kiln::NearestRounding::ceil});
+    const Tensor normed = kiln::nn::group_norm(kiln::nn::layer_norm(in, g6, Tensor()), 2, g4, b4);
+    const Tensor attended =
+        kiln::nn::scaled_dot_product_attention(kiln::nn::rms_norm(in, g6), w, w, {.causal = true});
+    const auto [m, v] = kiln::nn::moments(kiln::triu(in), {1, 3});
+    return std::vector<Tensor>{padded,   edge,  wrapped,
+                               up,       near,  kiln::nn::instance_norm(normed, g4, b4),
+                               attended, m + v, kiln::nn::batch_norm(in, b4, g4, g4, b4, 1e-3, 1)};
+  };
+  io_test::TempDir dir;
+  auto f = kiln::function(model, {.name = "nn_ops"});
+  kiln::export_onnx(f.get_concrete_function(x), dir / "nn_ops.onnx");
+  nlohmann::json outputs = nlohmann::json::array();
+  int file = 0;
+  const auto save = [&](const Tensor& t) {
+    const std::string name = fmt::format("t{}.npy", file++);
+    kiln::io::save_npy(dir / name, t);
+    return name;
+  };
+  for (const Tensor& out : f(x)) outputs.push_back(save(out));
+  nlohmann::json manifest = nlohmann::json::array();
+  manifest.push_back(
+      {{"model", "nn_ops.onnx"}, {"runs", {{{"inputs", {save(x)}}, {"outputs", outputs}}}}});
+  std::ofstream(dir / "manifest.json") << manifest.dump(1);
+  const std::string command =
+      fmt::format("'{}' '{}/check_onnx.py' '{}'", python, KILN_TEST_DATA_DIR, dir.path().string());
+  const int status = std::system(command.c_str());
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
