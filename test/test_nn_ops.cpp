@@ -114,6 +114,8 @@ const std::vector<EinsumCase>& einsum_cases() {
       {"iij->j", "iij->j", {{2, 2, 3}}, {}, true},
       {"ij,ij->ij", "ij,ij->ij", {{2, 1}, {2, 3}}, {}, true},
       {"... i , i", "zi,i->z", {{2, 3}, {3}}},
+      {",i->i", ",i->i", {{}, {3}}, {}, true},
+      {"ii,i->i", "ii,i->i", {{1, 1}, {3}}, {}, true},
   };
   return cases;
 }
@@ -159,6 +161,10 @@ TEST_CASE("einsum on integers and the matmul it builds", "[nn_ops]") {
   CHECK(kiln::einsum("ij,jk->ik", {a, b}).to_vector<std::int32_t>() ==
         std::vector<std::int32_t>{2, 7, 5, 16});
   CHECK(kiln::einsum("ii->", {kiln::tensor({1, 2, 3, 4}, {2, 2})}).item<std::int32_t>() == 5);
+  // A zero-size contracted axis sums nothing.
+  const Tensor empty = kiln::einsum("ij,jk->ik", {kiln::ones({2, 0}), kiln::ones({0, 3})});
+  CHECK(empty.shape() == Shape{2, 3});
+  CHECK(kiln::max(kiln::abs(empty)).item<float>() == 0.0f);
   // A two-operand contraction is one matmul in the traced graph.
   auto f = kiln::function([](const Tensor& x, const Tensor& y) {
     return kiln::einsum("bhqd,bhkd->bhqk", {x, y});

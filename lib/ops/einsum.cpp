@@ -312,27 +312,20 @@ Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands) {
     fail(op_name, "the output has {} dims, more than the maximum rank {}", output.size(),
          Shape::max_rank);
 
-  // Reduce each operand's private labels, then contract left to right.
-  const auto labels_after = [&](std::size_t first) {
+  // Reduce each operand's private labels, then contract left to right. `needed(first)` holds
+  // the labels still needed after the operands before `first` are consumed.
+  const auto needed = [&](std::size_t first) {
     std::vector<int> keep = output;
     for (std::size_t j = first; j < inputs.size(); ++j)
       keep.insert(keep.end(), inputs[j].labels.begin(), inputs[j].labels.end());
     return keep;
   };
-  const auto keep_except = [&](std::size_t skip, const Labeled* accumulated) {
-    std::vector<int> keep = output;
-    for (std::size_t j = 0; j < inputs.size(); ++j)
-      if (j != skip) keep.insert(keep.end(), inputs[j].labels.begin(), inputs[j].labels.end());
-    if (accumulated)
-      keep.insert(keep.end(), accumulated->labels.begin(), accumulated->labels.end());
-    return keep;
-  };
-  Labeled result = reduce_operand(inputs[0], keep_except(0, nullptr), sizes);
+  Labeled result = reduce_operand(inputs[0], needed(1), sizes);
   for (std::size_t i = 1; i < inputs.size(); ++i) {
-    std::vector<int> others = labels_after(i + 1);
+    std::vector<int> others = needed(i + 1);
     others.insert(others.end(), result.labels.begin(), result.labels.end());
     const Labeled next = reduce_operand(inputs[i], others, sizes);
-    result = contract(result, next, labels_after(i + 1), sizes);
+    result = contract(result, next, needed(i + 1), sizes);
   }
   return permuted(result, output).t;
 }

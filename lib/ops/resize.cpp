@@ -49,8 +49,6 @@ std::int64_t nearest_index(double c, NearestRounding rounding) {
   return static_cast<std::int64_t>(low);
 }
 
-Tensor index_tensor(const std::vector<std::int64_t>& indices) { return tensor(indices); }
-
 /// x resized along `axis` to `out` elements.
 Tensor resize_axis(const Tensor& x, std::size_t axis, std::int64_t out,
                    const ResizeOptions& options) {
@@ -72,14 +70,14 @@ Tensor resize_axis(const Tensor& x, std::size_t axis, std::int64_t out,
     weight_second.push_back(c - low);
     weight_first.push_back(1.0 - (c - low));
   }
-  if (options.mode == ResizeMode::nearest) return gather(x, index_tensor(first), a);
+  if (options.mode == ResizeMode::nearest) return gather(x, tensor(first), a);
 
   // The weights, shaped [out, 1, ...] to broadcast against the axis' trailing dims.
   Shape weight_shape{out};
   for (std::size_t d = axis + 1; d < x.shape().size(); ++d) weight_shape.push_back(1);
   const Tensor w0 = cast(tensor(weight_first, weight_shape), x.dtype());
   const Tensor w1 = cast(tensor(weight_second, weight_shape), x.dtype());
-  return gather(x, index_tensor(first), a) * w0 + gather(x, index_tensor(second), a) * w1;
+  return gather(x, tensor(first), a) * w0 + gather(x, tensor(second), a) * w1;
 }
 
 }  // namespace
