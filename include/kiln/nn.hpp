@@ -1,12 +1,14 @@
 #pragma once
 /// @file nn.hpp
-/// Layers (kiln::nn) and losses (kiln::nn::losses).
+/// Layers (kiln::nn), normalization and attention functions (kiln::nn, nn/functional.hpp) and
+/// losses (kiln::nn::losses).
 
 #include "kiln/nn/architecture.hpp"
 #include "kiln/nn/bidirectional.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"
 #include "kiln/nn/fake_quant.hpp"
+#include "kiln/nn/functional.hpp"
 #include "kiln/nn/layer.hpp"
 #include "kiln/nn/losses.hpp"
 #include "kiln/nn/masking.hpp"

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -195,6 +196,22 @@ Tensor one_hot(const Tensor& indices, std::int64_t depth, DType dtype = f32);
 /// Constant padding: widths[i] = {before, after} for axis i (every axis listed).
 Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths,
            double value = 0.0);
+/// How pad() fills the new elements (NumPy's np.pad modes; ONNX Pad's modes).
+enum class PadMode {
+  constant,  ///< `value` (NumPy "constant", ONNX "constant").
+  reflect,   ///< Mirrored without repeating the edge: [1,2,3] -> [3,2,1,2,3,2,1] for widths
+             ///< (2, 2) (NumPy "reflect", ONNX "reflect", PyTorch "reflect"); a width must be
+             ///< at most size - 1.
+  edge,      ///< The edge element repeated (NumPy "edge", ONNX "edge", PyTorch "replicate");
+             ///< a padded axis must not be empty.
+  wrap,      ///< Periodic: the other end of the axis continues (NumPy "wrap", ONNX "wrap",
+             ///< PyTorch "circular"); a width must be at most the size.
+};
+/// Padding in `mode`: widths[i] = {before, after} for axis i (every axis listed). Axes are
+/// padded one after the other, first to last, so corners follow NumPy. `value` is used only by
+/// PadMode::constant (which is pad(x, widths, value)). Any dtype.
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths,
+           PadMode mode, double value = 0.0);
 /// Repeats x reps[i] times along axis i (reps has one entry per axis).
 Tensor tile(const Tensor& x, const std::vector<std::int64_t>& reps);
 
@@ -287,6 +304,54 @@ Tensor hard_sigmoid(const Tensor& x, double alpha = 0.2, double beta = 0.5);
 Tensor softsign(const Tensor& x);
 /// Mish: x * tanh(softplus(x)).
 Tensor mish(const Tensor& x);
+
+// ---------------------------------------------------------------- composite array ops
+// Written with the ops above, so each has gradients, a traced form, fusion and ONNX export.
+
+/// Einstein summation, as numpy.einsum / torch.einsum. `equation` names the axes of each
+/// operand with letters (a-z, A-Z; spaces are ignored), operands separated by commas, then
+/// optionally "->" and the output's labels. "..." stands for the broadcast dims in the same
+/// place of every operand (right-aligned, like NumPy broadcasting). Without "->" the output is
+/// the ellipsis dims followed by the labels that appear exactly once, in ASCII order (upper case
+/// before lower case). A label repeated within one operand takes its diagonal ("ii->i", and
+/// "ii" is the trace); labels missing from the output are summed. Dims of size 1 broadcast
+/// against the label's size elsewhere. Two operands contract through one batched matmul; more
+/// are contracted left to right. All operands share one floating or integer dtype.
+Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
+
+/// The lower triangle of the last two axes: elements with column - row <= k, others zero
+/// (numpy.tril, torch.tril, ONNX Trilu with upper = 0). k > 0 keeps diagonals above the main
+/// one, k < 0 removes some below. Rank >= 2, any dtype.
+Tensor tril(const Tensor& x, std::int64_t k = 0);
+/// The upper triangle of the last two axes: elements with column - row >= k, others zero
+/// (numpy.triu, torch.triu, ONNX Trilu with upper = 1). Rank >= 2, any dtype.
+Tensor triu(const Tensor& x, std::int64_t k = 0);
+
+/// resize()'s interpolation (ONNX Resize's `mode`).
+enum class ResizeMode { nearest, linear };
+/// How an output coordinate maps to an input one (ONNX Resize's
+/// `coordinate_transformation_mode`), with scale = out_size / in_size along the axis:
+/// - half_pixel:         (x + 0.5) / scale - 0.5
+/// - pytorch_half_pixel: the same when out_size > 1, else 0
+/// - align_corners:      x * (in_size - 1) / (out_size - 1), 0 when out_size == 1
+/// - asymmetric:         x / scale
+enum class CoordinateMode { half_pixel, pytorch_half_pixel, align_corners, asymmetric };
+/// How nearest mode rounds the input coordinate (ONNX Resize's `nearest_mode`): the closest
+/// integer with ties down or up, or floor, or ceil. The index is then clamped to the axis.
+enum class NearestRounding { round_prefer_floor, round_prefer_ceil, floor, ceil };
+/// resize()'s settings; the defaults are ONNX Resize's.
+struct ResizeOptions {
+  ResizeMode mode = ResizeMode::nearest;
+  CoordinateMode coordinates = CoordinateMode::half_pixel;
+  NearestRounding nearest = NearestRounding::round_prefer_floor;
+};
+/// Resizes x to out_shape (one entry per axis; every axis whose size changes is resized) like
+/// ONNX Resize with `sizes` given (cubic mode, antialias, exclude_outside and extrapolation are
+/// not offered). nearest picks one input element per output element; linear interpolates the
+/// two neighbours of the mapped coordinate along each resized axis in turn (separable n-linear,
+/// the neighbours clamped to the axis, as ONNX). Linear needs a floating dtype; nearest takes
+/// any. Gradients flow to x through the gathers.
+Tensor resize(const Tensor& x, const Shape& out_shape, const ResizeOptions& options = {});
 
 // ---------------------------------------------------------------- operators
 namespace detail {

@@ -84,7 +84,9 @@ void check_allocatable(const Shape& shape, DType dtype, std::string_view op) {
     fail(op, "result {} of {} is too large to allocate", shape, dtype);
 }
 
-void check_dims_non_negative(const Shape& shape, std::string_view op) { detail::check_dims(shape, op); }
+void check_dims_non_negative(const Shape& shape, std::string_view op) {
+  detail::check_dims(shape, op);
+}
 
 /// Axis in [-(rank + 1), rank] (a position for a new axis) → [0, rank].
 std::size_t normalize_new_axis(std::int64_t axis, std::int64_t rank, std::string_view op) {
@@ -235,6 +237,46 @@ Shape reshape_dynamic(const Tensor& x, const Shape& shape, std::optional<std::si
   return target;
 }
 
+/// One side of a padded axis of size `size` in a non-constant mode: `width` elements taken
+/// from x (validated by the caller).
+Tensor pad_piece(const Tensor& x, std::size_t axis, std::int64_t width, bool before, PadMode mode) {
+  const auto a = static_cast<std::int64_t>(axis);
+  const std::int64_t size = x.shape()[axis];
+  switch (mode) {
+    case PadMode::reflect: {
+      // before: x[width], ..., x[1]; after: x[size - 2], ..., x[size - 1 - width].
+      if (before) return slice(x, a, width, 0, -1);
+      const std::int64_t stop = size - 2 - width;
+      return slice(x, a, size - 2, stop < 0 ? Slice::none : stop, -1);
+    }
+    case PadMode::edge: {
+      Shape shape = x.shape();
+      shape[axis] = width;
+      const Tensor edge = before ? slice(x, a, 0, 1) : slice(x, a, size - 1, size);
+      return broadcast_to(edge, shape);
+    }
+    case PadMode::wrap:
+      return before ? slice(x, a, size - width, size) : slice(x, a, 0, width);
+    case PadMode::constant:
+      break;
+  }
+  fail("pad", "internal: no piece for constant mode");
+}
+
+std::string_view pad_mode_name(PadMode mode) {
+  switch (mode) {
+    case PadMode::reflect:
+      return "reflect";
+    case PadMode::edge:
+      return "edge";
+    case PadMode::wrap:
+      return "wrap";
+    case PadMode::constant:
+      break;
+  }
+  return "constant";
+}
+
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& shape) {
@@ -355,8 +397,8 @@ Tensor concat(const std::vector<Tensor>& xs, std::int64_t axis) {
   for (std::size_t i = 1; i < xs.size(); ++i) {
     const Tensor& x = xs[i];
     if (x.dtype() != first.dtype())
-      fail("concat", "dtypes differ: {} (tensor 0) vs {} (tensor {}; use kiln::cast)", first.dtype(),
-           x.dtype(), i);
+      fail("concat", "dtypes differ: {} (tensor 0) vs {} (tensor {}; use kiln::cast)",
+           first.dtype(), x.dtype(), i);
     bool compatible = x.ndim() == first.ndim();
     for (std::size_t d = 0; compatible && d < out_shape.size(); ++d)
       compatible = d == a || x.shape()[d] == first.shape()[d];
@@ -379,8 +421,8 @@ Tensor stack(const std::vector<Tensor>& xs, std::int64_t axis) {
   const Tensor& first = xs.front();
   for (std::size_t i = 1; i < xs.size(); ++i) {
     if (xs[i].dtype() != first.dtype())
-      fail("stack", "dtypes differ: {} (tensor 0) vs {} (tensor {}; use kiln::cast)",
-           first.dtype(), xs[i].dtype(), i);
+      fail("stack", "dtypes differ: {} (tensor 0) vs {} (tensor {}; use kiln::cast)", first.dtype(),
+           xs[i].dtype(), i);
     if (xs[i].shape() != first.shape())
       fail("stack", "shapes differ: {} (tensor 0) vs {} (tensor {})", first.shape(), xs[i].shape(),
            i);
@@ -512,6 +554,42 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64
   check_allocatable(out_shape, x.dtype(), "pad");
   attrs.value = value;
   return apply(Prim::pad, {x}, attrs, x.dtype(), out_shape);
+}
+
+Tensor pad(const Tensor& x, const std::vector<std::pair<std::int64_t, std::int64_t>>& widths,
+           PadMode mode, double value) {
+  if (mode == PadMode::constant) return pad(x, widths, value);
+  check_defined(x, "pad");
+  if (static_cast<std::int64_t>(widths.size()) != x.ndim())
+    fail("pad", "{} widths given for shape {} of rank {}", widths.size(), x.shape(), x.ndim());
+  const std::string_view name = pad_mode_name(mode);
+  for (std::size_t d = 0; d < widths.size(); ++d) {
+    const auto [before, after] = widths[d];
+    if (before < 0 || after < 0)
+      fail("pad", "negative width ({}, {}) for axis {}", before, after, d);
+    if (before == 0 && after == 0) continue;
+    require_static_dim(x.shape()[d], "pad", "a padded axis");
+    const std::int64_t size = x.shape()[d], widest = std::max(before, after);
+    if (mode == PadMode::reflect && widest > size - 1)
+      fail("pad", "{} mode needs widths at most size - 1 = {} on axis {} of size {}, got ({}, {})",
+           name, size - 1, d, size, before, after);
+    if (mode == PadMode::wrap && widest > size)
+      fail("pad", "{} mode needs widths at most the size {} of axis {}, got ({}, {})", name, size,
+           d, before, after);
+    if (mode == PadMode::edge && size == 0)
+      fail("pad", "{} mode cannot pad the empty axis {} (widths ({}, {}))", name, d, before, after);
+  }
+  Tensor result = x;
+  for (std::size_t d = 0; d < widths.size(); ++d) {
+    const auto [before, after] = widths[d];
+    if (before == 0 && after == 0) continue;
+    std::vector<Tensor> pieces;
+    if (before > 0) pieces.push_back(pad_piece(result, d, before, true, mode));
+    pieces.push_back(result);
+    if (after > 0) pieces.push_back(pad_piece(result, d, after, false, mode));
+    result = concat(pieces, static_cast<std::int64_t>(d));
+  }
+  return result;
 }
 
 Tensor tile(const Tensor& x, const std::vector<std::int64_t>& reps) {
