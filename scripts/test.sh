@@ -112,6 +112,20 @@ for variant in release asan; do
       [ $status -ne 0 ] && grep -B2 -A12 -E 'FAILED|ERROR' "$logdir/kernels-$isa.log" | head -n 80
     done
     echo "== $variant: kernel tests ran with KILN_SIMD=${simd_sets[*]}"
+    # oneDNN picks its convolution kernels by the CPU on its own (KILN_SIMD does not reach it):
+    # cap it at each instruction set the machine has, so every implementation it can choose here
+    # runs the convolution tests (f32 against kiln's f64 loops).
+    dnnl_sets=(SSE41)
+    [[ " ${simd_sets[*]} " == *" avx2 "* ]] && dnnl_sets+=(AVX2)
+    [[ " ${simd_sets[*]} " == *" avx512 "* ]] && dnnl_sets+=(AVX512_CORE)
+    for isa in "${dnnl_sets[@]}"; do
+      echo "== $variant: convolution tests with ONEDNN_MAX_CPU_ISA=$isa"
+      ONEDNN_MAX_CPU_ISA="$isa" "$dir/test/kiln_tests" "[conv]" >"$logdir/conv-$isa.log" 2>&1
+      status=$?
+      tail -n 2 "$logdir/conv-$isa.log"
+      count_catch "$logdir/conv-$isa.log"
+      [ $status -ne 0 ] && grep -B2 -A12 -E 'FAILED|ERROR' "$logdir/conv-$isa.log" | head -n 80
+    done
   fi
   check "$variant-bench-smoke" "$dir/bench/kiln_bench" --quick
   check "$variant-bench-function-smoke" "$dir/bench/kiln_bench_function" --quick
@@ -123,6 +137,7 @@ for variant in release asan; do
   check "$variant-bench-bandwidth-smoke" "$dir/bench/kiln_bench_bandwidth" --quick
   check "$variant-bench-callbacks-smoke" "$dir/bench/kiln_bench_callbacks" --quick
   check "$variant-bench-embedding-smoke" "$dir/bench/kiln_bench_embedding" --quick
+  check "$variant-bench-layers-smoke" "$dir/bench/kiln_bench_layers" --quick
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
@@ -181,7 +196,7 @@ done
 # (the MPI engine's thread runs only under mpirun, in the release build above).
 echo "== tsan: unit tests (kiln built without MPI)"
 if run_build build-tsan -Db_sanitize=thread -Dbuildtype=debug -Db_lundef=false -Dmpi=disabled; then
-  OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1 \
+  OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1 \
     run_suite unit-tsan build-tsan/test/kiln_tests
 else
   failed=$((failed + 1))

@@ -104,7 +104,7 @@ std::vector<ConvCase> conv_cases() {
       {"same, stride 2 (uneven padding)",
        {1, 3, 8, 7},
        {2, 3, 3, 4},
-       {.stride_h = 2, .stride_w = 2, .pad_top = 0, .pad_bottom = 1, .pad_left = 1, .pad_right = 1},
+       {.stride_h = 2, .stride_w = 2, .pad_top = 0, .pad_bottom = 1, .pad_left = 1, .pad_right = 2},
        {.strides = {2, 2}, .padding = P::same}},
       {"groups 2", {2, 4, 5, 5}, {6, 2, 3, 3}, {.groups = 2}, {.groups = 2}},
       {"depthwise",
@@ -174,12 +174,16 @@ TEST_CASE("conv_transpose is the adjoint of conv", "[conv]") {
       const Tensor w = uniform(last ? Shape{c.w[2], c.w[3], c.w[1], c.w[0]} : c.w, 8);
       const Tensor y = kiln::conv(x, w, o);
       const Tensor r = uniform(y.shape(), 9);
-      kiln::ConvTransposeOptions t{.strides = o.strides,
-                                   .dilations = o.dilations,
-                                   .padding = o.padding,
-                                   .pads = o.pads,
-                                   .groups = o.groups,
-                                   .layout = layout};
+      // conv's padding made explicit (same padding depends on x's extent, which the transposed
+      // convolution's input does not show).
+      const Geometry2d& geo = c.geometry;
+      kiln::ConvTransposeOptions t{
+          .strides = o.strides,
+          .dilations = o.dilations,
+          .padding = kiln::ConvPadding::explicit_pads,
+          .pads = {{geo.pad_top, geo.pad_bottom}, {geo.pad_left, geo.pad_right}},
+          .groups = o.groups,
+          .layout = layout};
       // The output extents conv_transpose picks may be short of x's where conv's floor dropped
       // positions; output_padding restores them.
       Tensor back = kiln::conv_transpose(r, w, t);

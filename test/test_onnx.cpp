@@ -123,10 +123,11 @@ std::vector<Tensor> conv_ops(const Tensor& x) {                       // x [2, 9
   const Tensor y =
       kiln::relu(kiln::conv2d(x, w, {.strides = {2, 2}, .padding = kiln::ConvPadding::same}));
   const Tensor pooled =
-      kiln::max_pool(y, {.window = {2, 2}}) + kiln::avg_pool(y, {.window = {3, 3},
-                                                                 .strides = {2, 2},
-                                                                 .padding = kiln::ConvPadding::same,
-                                                                 .count_padding = true});
+      kiln::max_pool(y, {.window = {2, 2}, .strides = {2, 2}, .padding = kiln::ConvPadding::same}) +
+      kiln::avg_pool(y, {.window = {3, 3},
+                         .strides = {2, 2},
+                         .padding = kiln::ConvPadding::same,
+                         .count_padding = true});
   const Tensor first = kiln::transpose(x, {0, 3, 1, 2});                    // NCHW
   const Tensor grouped = kiln::random::normal({6, 1, 2, 3}, 0.0, 0.5, 32);  // OIHW, groups 3
   const Tensor z =

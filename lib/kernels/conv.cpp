@@ -10,6 +10,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,8 +19,11 @@
 #include <tuple>
 
 #include "core/fail.hpp"
+#include "kernels/parallel.hpp"
 
 #if KILN_HAVE_DNNL
+#include <omp.h>
+
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 
@@ -190,35 +195,47 @@ ConvSizes pool_sizes(const ConvGeometry& g, const Attrs& attrs, const Shape& x, 
   return s;
 }
 
-/// Calls visit(y_offset, x_offsets of the window's taps inside x, window size) per output.
+/// One image's windows (for_each_window's body).
+template <class Visit>
+void for_each_window_of(const ConvSizes& s, const Strides5& xs, const Strides5& ys, std::int64_t n,
+                        std::vector<std::int64_t>& taps, Visit& visit) {
+  for (std::int64_t c = 0; c < s.c; ++c)
+    for (std::int64_t od = 0; od < s.out[0]; ++od)
+      for (std::int64_t oh = 0; oh < s.out[1]; ++oh)
+        for (std::int64_t ow = 0; ow < s.out[2]; ++ow) {
+          taps.clear();
+          for (std::int64_t kd = 0; kd < s.k[0]; ++kd) {
+            const std::int64_t id = od * s.stride[0] - s.before[0] + kd;
+            if (id < 0 || id >= s.in[0]) continue;
+            for (std::int64_t kh = 0; kh < s.k[1]; ++kh) {
+              const std::int64_t ih = oh * s.stride[1] - s.before[1] + kh;
+              if (ih < 0 || ih >= s.in[1]) continue;
+              for (std::int64_t kw = 0; kw < s.k[2]; ++kw) {
+                const std::int64_t iw = ow * s.stride[2] - s.before[2] + kw;
+                if (iw < 0 || iw >= s.in[2]) continue;
+                taps.push_back(n * xs.v[0] + c * xs.v[1] + id * xs.v[2] + ih * xs.v[3] +
+                               iw * xs.v[4]);
+              }
+            }
+          }
+          visit(n * ys.v[0] + c * ys.v[1] + od * ys.v[2] + oh * ys.v[3] + ow * ys.v[4], taps);
+        }
+}
+
+/// Calls visit(y_offset, x_offsets of the window's taps inside x) per output, the batch split
+/// across the threads (each image's windows read and write only that image).
 template <class Visit>
 void for_each_window(const ConvSizes& s, bool channels_last, Visit visit) {
   const Strides5 xs = activation_strides(s.c, channels_last, s.in);
   const Strides5 ys = activation_strides(s.c, channels_last, s.out);
-  std::vector<std::int64_t> taps;
-  taps.reserve(static_cast<std::size_t>(s.k[0] * s.k[1] * s.k[2]));
-  for (std::int64_t n = 0; n < s.n; ++n)
-    for (std::int64_t c = 0; c < s.c; ++c)
-      for (std::int64_t od = 0; od < s.out[0]; ++od)
-        for (std::int64_t oh = 0; oh < s.out[1]; ++oh)
-          for (std::int64_t ow = 0; ow < s.out[2]; ++ow) {
-            taps.clear();
-            for (std::int64_t kd = 0; kd < s.k[0]; ++kd) {
-              const std::int64_t id = od * s.stride[0] - s.before[0] + kd;
-              if (id < 0 || id >= s.in[0]) continue;
-              for (std::int64_t kh = 0; kh < s.k[1]; ++kh) {
-                const std::int64_t ih = oh * s.stride[1] - s.before[1] + kh;
-                if (ih < 0 || ih >= s.in[1]) continue;
-                for (std::int64_t kw = 0; kw < s.k[2]; ++kw) {
-                  const std::int64_t iw = ow * s.stride[2] - s.before[2] + kw;
-                  if (iw < 0 || iw >= s.in[2]) continue;
-                  taps.push_back(n * xs.v[0] + c * xs.v[1] + id * xs.v[2] + ih * xs.v[3] +
-                                 iw * xs.v[4]);
-                }
-              }
-            }
-            visit(n * ys.v[0] + c * ys.v[1] + od * ys.v[2] + oh * ys.v[3] + ow * ys.v[4], taps);
-          }
+  const std::int64_t per_image = s.c * s.out[0] * s.out[1] * s.out[2] * s.k[0] * s.k[1] * s.k[2];
+  auto images = [&](std::int64_t first, std::int64_t last) {
+    std::vector<std::int64_t> taps;
+    taps.reserve(static_cast<std::size_t>(s.k[0] * s.k[1] * s.k[2]));
+    for (std::int64_t n = first; n < last; ++n) for_each_window_of(s, xs, ys, n, taps, visit);
+  };
+  parallel_for(s.n, std::max<std::int64_t>(1, (1 << 16) / std::max<std::int64_t>(per_image, 1)),
+               images);
 }
 
 /// The tap of the window holding its maximum (the first NaN, else the first largest).
@@ -289,6 +306,16 @@ void pool_typed(Prim p, const ConvGeometry& g, const Attrs& attrs, const KernelC
 
 using dnnl::memory;
 using Tag = memory::format_tag;
+
+/// OMP_NUM_THREADS when it is set to a positive integer, else no cap. Read once.
+int openmp_thread_cap() {
+  static const int cap = [] {
+    const char* text = std::getenv("OMP_NUM_THREADS");
+    const int value = text != nullptr ? std::atoi(text) : 0;
+    return value > 0 ? value : std::numeric_limits<int>::max();
+  }();
+  return cap;
+}
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -397,6 +424,12 @@ std::shared_ptr<const DnnlConv> dnnl_conv(Prim p, const ConvGeometry& g, const C
 void run_dnnl(Prim p, const ConvGeometry& g, const ConvSizes& s, const ArrayRef& a,
               const ArrayRef& b, const ArrayRef& out) {
   const std::shared_ptr<const DnnlConv> conv = dnnl_conv(p, g, s);
+  // oneDNN's threads are OpenMP's, whose thread count is per calling thread (the matmul path
+  // sets 1): kiln's thread count here, one inside a region kiln already runs in parallel, and
+  // at most OMP_NUM_THREADS when that is set (the thread-sanitizer run sets 1: it cannot see
+  // libgomp's synchronization).
+  const int threads = inside_parallel_region ? 1 : std::min(num_threads(), openmp_thread_cap());
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   dnnl::engine& engine = cpu_engine();
   dnnl::stream stream(engine);
   const bool reorder = conv->w_chosen != conv->w;
