@@ -32,12 +32,13 @@ Tensor scalar_as(double v, const Tensor& like) { return kiln::scalar(v, like.dty
 /// ONNX IsInf: +-inf, optionally only one sign.
 Outputs is_inf(const Case& c) {
   const Tensor& x = c.in(0);
-  const Tensor inf = kiln::logical_and(kiln::logical_not(kiln::isfinite(x)),
-                                       kiln::logical_not(kiln::isnan(x)));
+  const Tensor inf =
+      kiln::logical_and(kiln::logical_not(kiln::isfinite(x)), kiln::logical_not(kiln::isnan(x)));
   const bool positive = c.i("detect_positive", 1) != 0;
   const bool negative = c.i("detect_negative", 1) != 0;
   if (positive && negative) return {inf};
-  if (!positive && !negative) return {kiln::logical_and(inf, kiln::zeros(x.shape(), kiln::boolean))};
+  if (!positive && !negative)
+    return {kiln::logical_and(inf, kiln::zeros(x.shape(), kiln::boolean))};
   const Tensor zero = scalar_as(0, x);
   return {kiln::logical_and(inf, positive ? kiln::greater(x, zero) : kiln::less(x, zero))};
 }
@@ -215,9 +216,7 @@ void add_elementwise_ops(OpTable& t) {
 
   // Casts.
   t["Cast"] = cast;
-  t["CastLike"] = [](const Case& c) -> Outputs {
-    return {kiln::cast(c.in(0), c.in(1).dtype())};
-  };
+  t["CastLike"] = [](const Case& c) -> Outputs { return {kiln::cast(c.in(0), c.in(1).dtype())}; };
 
   // Activations.
   t["Relu"] = unary(kiln::relu);

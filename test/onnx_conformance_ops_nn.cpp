@@ -54,7 +54,10 @@ Outputs lp_normalization(const Case& c) {
     norm = kiln::sqrt(kiln::sum(kiln::square(x), axis, true));
   else
     throw NotMapped("LpNormalization p not 1 or 2");
-  return {kiln::div(x, norm)};
+  // ONNX's reference gives 0 where the norm is 0 (not 0 / 0).
+  const Tensor zero = scalar_as(0, x);
+  const Tensor is_zero = kiln::equal(norm, zero);
+  return {kiln::where(is_zero, zero, kiln::div(x, kiln::where(is_zero, scalar_as(1, x), norm)))};
 }
 
 /// The spatial padding of Conv / pools: explicit pads, or auto_pad SAME_UPPER / SAME_LOWER /
@@ -212,8 +215,8 @@ Outputs layer_norm(const Case& c) {
 
 Outputs group_norm(const Case& c) {
   if (c.opset < 21) throw NotMapped("GroupNormalization-18 (per-group scale and bias)");
-  return {kiln::nn::group_norm(c.in(0), c.i("num_groups", 1), c.in(1), c.in(2),
-                               c.f("epsilon", 1e-5))};
+  return {
+      kiln::nn::group_norm(c.in(0), c.i("num_groups", 1), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
 }
 
 Outputs rms_norm(const Case& c) {
@@ -277,7 +280,8 @@ Outputs resize(const Case& c) {
     o.mode = kiln::ResizeMode::linear;
   else
     throw NotMapped("Resize mode " + mode);
-  const std::string coords = c.s("coordinate_transformation_mode", upsample ? "asymmetric" : "half_pixel");
+  const std::string coords =
+      c.s("coordinate_transformation_mode", upsample ? "asymmetric" : "half_pixel");
   if (coords == "half_pixel")
     o.coordinates = kiln::CoordinateMode::half_pixel;
   else if (coords == "pytorch_half_pixel")
@@ -312,7 +316,8 @@ Outputs resize(const Case& c) {
     const auto scales = s.to_vector<double>();
     for (std::size_t k = 0; k < axes.size(); ++k) {
       const auto a = static_cast<std::size_t>(normalize_axis(axes[k], rank));
-      const auto size = static_cast<std::int64_t>(std::floor(static_cast<double>(out[a]) * scales[k]));
+      const auto size =
+          static_cast<std::int64_t>(std::floor(static_cast<double>(out[a]) * scales[k]));
       // kiln maps coordinates with out / in; ONNX with the given scale.
       if (static_cast<double>(size) != static_cast<double>(out[a]) * scales[k])
         throw NotMapped("Resize scale that is not output size / input size");

@@ -71,7 +71,7 @@ Outputs unsqueeze(const Case& c) {
 
 Outputs flatten(const Case& c) {
   const Tensor& x = c.in(0);
-  const auto axis = normalize_axis(c.i("axis", 1), x.ndim() + 1);
+  const auto axis = normalize_axis(c.i("axis", 1), x.ndim());
   std::int64_t outer = 1;
   for (std::int64_t k = 0; k < axis; ++k) outer *= x.dim(k);
   std::int64_t inner = 1;
@@ -98,7 +98,8 @@ Outputs split(const Case& c) {
                                              : static_cast<std::int64_t>(c.outputs.size());
     const auto d = x.dim(axis);
     const auto chunk = (d + n - 1) / n;
-    for (std::int64_t k = 0; k < n; ++k) sizes.push_back(std::max<std::int64_t>(0, std::min(chunk, d - k * chunk)));
+    for (std::int64_t k = 0; k < n; ++k)
+      sizes.push_back(std::max<std::int64_t>(0, std::min(chunk, d - k * chunk)));
   }
   return kiln::split(x, sizes, axis);
 }
@@ -236,9 +237,9 @@ Outputs one_hot(const Case& c) {
   const auto depth = static_cast<std::int64_t>(scalar_value(c.in(1)));
   const Tensor& values = c.in(2);
   if (kiln::is_floating(indices.dtype())) indices = kiln::cast(indices, kiln::i64);
-  indices = kiln::where(kiln::less(indices, kiln::scalar(0.0, indices.dtype())),
-                        kiln::add(indices, kiln::scalar(static_cast<double>(depth), indices.dtype())),
-                        indices);
+  indices = kiln::where(
+      kiln::less(indices, kiln::scalar(0.0, indices.dtype())),
+      kiln::add(indices, kiln::scalar(static_cast<double>(depth), indices.dtype())), indices);
   const Tensor hot = kiln::one_hot(indices, depth, kiln::boolean);
   const Tensor off = kiln::gather(values, kiln::scalar<std::int64_t>(0));
   const Tensor on = kiln::gather(values, kiln::scalar<std::int64_t>(1));
@@ -324,7 +325,9 @@ Outputs range(const Case& c) {
 Outputs shape(const Case& c) {
   const auto dims = dims_of(c.in(0).shape());
   const auto rank = static_cast<std::int64_t>(dims.size());
-  auto clamp = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  auto clamp = [&](std::int64_t v) {
+    return std::clamp<std::int64_t>(v < 0 ? v + rank : v, 0, rank);
+  };
   const auto start = clamp(c.i("start", 0));
   const auto end = std::max(start, c.has_attr("end") ? clamp(c.i("end", rank)) : rank);
   return {kiln::tensor(std::vector<std::int64_t>(dims.begin() + start, dims.begin() + end))};
@@ -361,7 +364,7 @@ Outputs eye_like(const Case& c) {
   return {kiln::tril(kiln::triu(ones, k), k)};
 }
 
-/// DepthToSpace (DCR or CRD) and SpaceToDepth as reshape / transpose / reshape.
+/// DepthToSpace and SpaceToDepth (modes DCR and CRD) as reshape / transpose / reshape.
 Outputs depth_to_space(const Case& c) {
   const Tensor& x = c.in(0);
   const auto b = c.i("blocksize", 1);
@@ -380,8 +383,10 @@ Outputs space_to_depth(const Case& c) {
   const Tensor& x = c.in(0);
   const auto b = c.i("blocksize", 1);
   const auto n = x.dim(0), ch = x.dim(1), h = x.dim(2), w = x.dim(3);
-  const Tensor y =
-      kiln::transpose(kiln::reshape(x, {n, ch, h / b, b, w / b, b}), {0, 3, 5, 1, 2, 4});
+  const bool dcr = c.s("mode", "DCR") == "DCR";
+  const Tensor y = kiln::transpose(kiln::reshape(x, {n, ch, h / b, b, w / b, b}),
+                                   dcr ? std::vector<std::int64_t>{0, 3, 5, 1, 2, 4}
+                                       : std::vector<std::int64_t>{0, 1, 3, 5, 2, 4});
   return {kiln::reshape(y, {n, ch * b * b, h / b, w / b})};
 }
 

@@ -122,7 +122,7 @@ def attribute_value(attr, case_dir, rel_dir):
         if reason:
             return {"unsupported": f"tensor attribute of {reason}"}
         file = f"attr_{attr.name}.npy"
-        np.save(os.path.join(case_dir, file), np.ascontiguousarray(array))
+        np.save(os.path.join(case_dir, file), np.array(array, order="C"))
         return {"tensor": f"{rel_dir}/{file}"}
     return {"unsupported": AttributeProto.AttributeType.Name(t).lower()}
 
@@ -175,7 +175,8 @@ def main():
                     files.append(None)
                     continue
                 file = f"{prefix}_{i}.npy"
-                np.save(os.path.join(case_dir, file), np.ascontiguousarray(as_array(value)))
+                # np.array keeps rank 0 (np.ascontiguousarray would make it 1-D).
+                np.save(os.path.join(case_dir, file), np.array(as_array(value), order="C"))
                 files.append(f"{rel_dir}/{file}")
             return files
 
