@@ -1,0 +1,245 @@
+// ONNX conformance mapping table, elementwise family: unary math, binary arithmetic,
+// comparisons, logic, bitwise ops, casts and activations (see onnx_conformance.hpp).
+#include <cmath>
+
+#include "onnx_conformance.hpp"
+
+namespace onnx_conformance {
+
+namespace {
+
+using kiln::DType;
+
+OpFn unary(Tensor (*fn)(const Tensor&)) {
+  return [fn](const Case& c) -> Outputs { return {fn(c.in(0))}; };
+}
+
+OpFn binary(Tensor (*fn)(const Tensor&, const Tensor&)) {
+  return [fn](const Case& c) -> Outputs { return {fn(c.in(0), c.in(1))}; };
+}
+
+/// Folds a variadic op (Max, Min, Sum) over its inputs, which broadcast together.
+OpFn variadic(Tensor (*fn)(const Tensor&, const Tensor&)) {
+  return [fn](const Case& c) -> Outputs {
+    Tensor acc = c.in(0);
+    for (std::size_t k = 1; k < c.inputs.size(); ++k) acc = fn(acc, c.in(k));
+    return {acc};
+  };
+}
+
+Tensor scalar_as(double v, const Tensor& like) { return kiln::scalar(v, like.dtype()); }
+
+/// ONNX IsInf: +-inf, optionally only one sign.
+Outputs is_inf(const Case& c) {
+  const Tensor& x = c.in(0);
+  const Tensor inf =
+      kiln::logical_and(kiln::logical_not(kiln::isfinite(x)), kiln::logical_not(kiln::isnan(x)));
+  const bool positive = c.i("detect_positive", 1) != 0;
+  const bool negative = c.i("detect_negative", 1) != 0;
+  if (positive && negative) return {inf};
+  if (!positive && !negative)
+    return {kiln::logical_and(inf, kiln::zeros(x.shape(), kiln::boolean))};
+  const Tensor zero = scalar_as(0, x);
+  return {kiln::logical_and(inf, positive ? kiln::greater(x, zero) : kiln::less(x, zero))};
+}
+
+/// ONNX Pow: the result has the base's dtype; the exponent may have another.
+Outputs pow(const Case& c) {
+  const Tensor& base = c.in(0);
+  const Tensor& exponent = c.in(1);
+  if (base.dtype() == exponent.dtype()) return {kiln::pow(base, exponent)};
+  if (kiln::is_floating(base.dtype())) return {kiln::pow(base, kiln::cast(exponent, base.dtype()))};
+  // Integer base, other exponent: computed in f64, converted back (truncating, as NumPy's
+  // astype does in ONNX's reference).
+  const Tensor r = kiln::pow(kiln::cast(base, kiln::f64), kiln::cast(exponent, kiln::f64));
+  return {kiln::cast(r, base.dtype())};
+}
+
+/// ONNX Div: true division for floats, truncation toward zero for integers.
+Outputs div(const Case& c) {
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  if (kiln::is_floating(a.dtype())) return {kiln::div(a, b)};
+  return {kiln::trunc_div(a, b)};
+}
+
+Outputs mod(const Case& c) {
+  if (c.i("fmod", 0) != 0) return {kiln::fmod(c.in(0), c.in(1))};
+  return {kiln::mod(c.in(0), c.in(1))};
+}
+
+Outputs mean(const Case& c) {
+  Tensor acc = c.in(0);
+  for (std::size_t k = 1; k < c.inputs.size(); ++k) acc = kiln::add(acc, c.in(k));
+  return {kiln::div(acc, scalar_as(static_cast<double>(c.inputs.size()), acc))};
+}
+
+/// ONNX Clip: bounds as optional inputs (opset >= 11) or attributes (before); where min > max
+/// every element becomes max.
+Outputs clip(const Case& c) {
+  Tensor x = c.in(0);
+  if (c.opset < 11) {
+    if (c.has_attr("min")) x = kiln::maximum(x, scalar_as(c.f("min", 0), x));
+    if (c.has_attr("max")) x = kiln::minimum(x, scalar_as(c.f("max", 0), x));
+    return {x};
+  }
+  if (c.has(1)) x = kiln::maximum(x, kiln::reshape(c.in(1), {}));
+  if (c.has(2)) x = kiln::minimum(x, kiln::reshape(c.in(2), {}));
+  return {x};
+}
+
+Outputs cast(const Case& c) {
+  c.only({"to", "saturate", "round_mode"});
+  if (c.s("round_mode", "up") != "up") throw NotMapped("Cast round_mode (float8 only)");
+  return {kiln::cast(c.in(0), dtype_from_onnx(c.i("to", 1)))};
+}
+
+Outputs elu(const Case& c) { return {kiln::elu(c.in(0), c.f("alpha", 1.0))}; }
+
+Outputs selu(const Case& c) {
+  const Tensor& x = c.in(0);
+  const double alpha = c.f("alpha", 1.67326319217681884765625);
+  const double gamma = c.f("gamma", 1.05070102214813232421875);
+  const Tensor neg = kiln::mul(kiln::expm1(x), scalar_as(alpha * gamma, x));
+  return {kiln::where(kiln::greater(x, scalar_as(0, x)), kiln::mul(x, scalar_as(gamma, x)), neg)};
+}
+
+Outputs celu(const Case& c) {
+  const Tensor& x = c.in(0);
+  const double alpha = c.f("alpha", 1.0);
+  const Tensor e = kiln::mul(kiln::expm1(kiln::div(x, scalar_as(alpha, x))), scalar_as(alpha, x));
+  return {kiln::add(kiln::relu(x), kiln::minimum(e, scalar_as(0, x)))};
+}
+
+Outputs thresholded_relu(const Case& c) {
+  const Tensor& x = c.in(0);
+  return {kiln::where(kiln::greater(x, scalar_as(c.f("alpha", 1.0), x)), x, scalar_as(0, x))};
+}
+
+Outputs prelu(const Case& c) {
+  const Tensor& x = c.in(0);
+  return {kiln::where(kiln::less(x, scalar_as(0, x)), kiln::mul(x, c.in(1)), x)};
+}
+
+Outputs shrink(const Case& c) {
+  const Tensor& x = c.in(0);
+  const double lambd = c.f("lambd", 0.5);
+  const double bias = c.f("bias", 0.0);
+  const Tensor zero = scalar_as(0, x);
+  const Tensor below = kiln::add(x, scalar_as(bias, x));
+  const Tensor above = kiln::sub(x, scalar_as(bias, x));
+  return {kiln::where(kiln::less(x, scalar_as(-lambd, x)), below,
+                      kiln::where(kiln::greater(x, scalar_as(lambd, x)), above, zero))};
+}
+
+Outputs gelu(const Case& c) {
+  const std::string approximate = c.s("approximate", "none");
+  if (approximate != "none" && approximate != "tanh")
+    throw NotMapped("Gelu approximate=" + approximate);
+  return {kiln::gelu(c.in(0), approximate == "tanh")};
+}
+
+Outputs hard_swish(const Case& c) {
+  const Tensor& x = c.in(0);
+  return {kiln::mul(x, kiln::hard_sigmoid(x, 1.0 / 6.0, 0.5))};
+}
+
+Outputs swish(const Case& c) {
+  const Tensor& x = c.in(0);
+  return {kiln::mul(x, kiln::sigmoid(kiln::mul(x, scalar_as(c.f("alpha", 1.0), x))))};
+}
+
+Outputs reciprocal(const Case& c) { return {kiln::div(scalar_as(1, c.in(0)), c.in(0))}; }
+
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  return kiln::not_equal(kiln::cast(a, kiln::boolean), kiln::cast(b, kiln::boolean));
+}
+
+}  // namespace
+
+void add_elementwise_ops(OpTable& t) {
+  // Unary math.
+  t["Abs"] = unary(kiln::abs);
+  t["Neg"] = unary(kiln::neg);
+  t["Exp"] = unary(kiln::exp);
+  t["Log"] = unary(kiln::log);
+  t["Sqrt"] = unary(kiln::sqrt);
+  t["Reciprocal"] = reciprocal;
+  t["Erf"] = unary(kiln::erf);
+  t["Sin"] = unary(kiln::sin);
+  t["Cos"] = unary(kiln::cos);
+  t["Tan"] = unary(kiln::tan);
+  t["Asin"] = unary(kiln::asin);
+  t["Acos"] = unary(kiln::acos);
+  t["Atan"] = unary(kiln::atan);
+  t["Sinh"] = unary(kiln::sinh);
+  t["Cosh"] = unary(kiln::cosh);
+  t["Asinh"] = unary(kiln::asinh);
+  t["Acosh"] = unary(kiln::acosh);
+  t["Atanh"] = unary(kiln::atanh);
+  t["Floor"] = unary(kiln::floor);
+  t["Ceil"] = unary(kiln::ceil);
+  t["Round"] = unary(kiln::round);
+  t["Sign"] = unary(kiln::sign);
+  t["IsNaN"] = unary(kiln::isnan);
+  t["IsInf"] = is_inf;
+  t["Not"] = unary(kiln::logical_not);
+  t["BitwiseNot"] = unary(kiln::bitwise_not);
+  t["Identity"] = [](const Case& c) -> Outputs { return {c.in(0)}; };
+
+  // Binary and variadic arithmetic.
+  t["Add"] = binary(kiln::add);
+  t["Sub"] = binary(kiln::sub);
+  t["Mul"] = binary(kiln::mul);
+  t["Div"] = div;
+  t["Pow"] = pow;
+  t["Mod"] = mod;
+  t["Max"] = variadic(kiln::maximum);
+  t["Min"] = variadic(kiln::minimum);
+  t["Sum"] = variadic(kiln::add);
+  t["Mean"] = mean;
+  t["Clip"] = clip;
+  t["Where"] = [](const Case& c) -> Outputs { return {kiln::where(c.in(0), c.in(1), c.in(2))}; };
+
+  // Comparisons, logic, bits.
+  t["Equal"] = binary(kiln::equal);
+  t["Less"] = binary(kiln::less);
+  t["Greater"] = binary(kiln::greater);
+  t["LessOrEqual"] = binary(kiln::less_equal);
+  t["GreaterOrEqual"] = binary(kiln::greater_equal);
+  t["And"] = binary(kiln::logical_and);
+  t["Or"] = binary(kiln::logical_or);
+  t["Xor"] = binary(logical_xor);
+  t["BitwiseAnd"] = binary(kiln::bitwise_and);
+  t["BitwiseOr"] = binary(kiln::bitwise_or);
+  t["BitwiseXor"] = binary(kiln::bitwise_xor);
+
+  // Casts.
+  t["Cast"] = cast;
+  t["CastLike"] = [](const Case& c) -> Outputs { return {kiln::cast(c.in(0), c.in(1).dtype())}; };
+
+  // Activations.
+  t["Relu"] = unary(kiln::relu);
+  t["Sigmoid"] = unary(kiln::sigmoid);
+  t["Tanh"] = unary(kiln::tanh);
+  t["Softplus"] = unary(kiln::softplus);
+  t["Softsign"] = unary(kiln::softsign);
+  t["Mish"] = unary(kiln::mish);
+  t["Elu"] = elu;
+  t["Selu"] = selu;
+  t["Celu"] = celu;
+  t["LeakyRelu"] = [](const Case& c) -> Outputs {
+    return {kiln::leaky_relu(c.in(0), c.f("alpha", 0.01))};
+  };
+  t["HardSigmoid"] = [](const Case& c) -> Outputs {
+    return {kiln::hard_sigmoid(c.in(0), c.f("alpha", 0.2), c.f("beta", 0.5))};
+  };
+  t["HardSwish"] = hard_swish;
+  t["ThresholdedRelu"] = thresholded_relu;
+  t["PRelu"] = prelu;
+  t["Shrink"] = shrink;
+  t["Gelu"] = gelu;
+  t["Swish"] = swish;
+}
+
+}  // namespace onnx_conformance

@@ -1,0 +1,397 @@
+// ONNX conformance mapping table, nn family: matrix products, softmax, convolution, pooling,
+// normalization, losses, resize, windows (see onnx_conformance.hpp).
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "onnx_conformance.hpp"
+
+namespace onnx_conformance {
+
+namespace {
+
+using Pads = std::vector<std::pair<std::int64_t, std::int64_t>>;
+
+Tensor scalar_as(double v, const Tensor& like) { return kiln::scalar(v, like.dtype()); }
+
+Outputs gemm(const Case& c) {
+  Tensor a = c.in(0);
+  Tensor b = c.in(1);
+  if (c.i("transA", 0) != 0) a = kiln::transpose(a);
+  if (c.i("transB", 0) != 0) b = kiln::transpose(b);
+  Tensor y = kiln::mul(kiln::matmul(a, b), scalar_as(c.f("alpha", 1.0), a));
+  if (c.has(2)) y = kiln::add(y, kiln::mul(c.in(2), scalar_as(c.f("beta", 1.0), a)));
+  return {y};
+}
+
+/// Softmax, LogSoftmax, Hardmax: along one axis from opset 13; before, over the axes
+/// [axis, rank) of x coerced to 2-D (default axis 1).
+OpFn softmax_like(Tensor (*fn)(const Tensor&, std::int64_t)) {
+  return [fn](const Case& c) -> Outputs {
+    const Tensor& x = c.in(0);
+    if (c.opset >= 13) return {fn(x, c.i("axis", -1))};
+    const auto axis = normalize_axis(c.i("axis", 1), x.ndim());
+    std::int64_t outer = 1;
+    for (std::int64_t k = 0; k < axis; ++k) outer *= x.dim(k);
+    return {kiln::reshape(fn(kiln::reshape(x, {outer, -1}), 1), x.shape())};
+  };
+}
+
+Tensor hardmax(const Tensor& x, std::int64_t axis) {
+  axis = normalize_axis(axis, x.ndim());
+  const Tensor hot = kiln::one_hot(kiln::argmax(x, axis), x.dim(axis), x.dtype());
+  return move_last_axis_to(hot, axis);
+}
+
+Outputs lp_normalization(const Case& c) {
+  const Tensor& x = c.in(0);
+  const auto p = c.i("p", 2);
+  const std::vector<std::int64_t> axis = {c.i("axis", -1)};
+  Tensor norm;
+  if (p == 1)
+    norm = kiln::sum(kiln::abs(x), axis, true);
+  else if (p == 2)
+    norm = kiln::sqrt(kiln::sum(kiln::square(x), axis, true));
+  else
+    throw NotMapped("LpNormalization p not 1 or 2");
+  // ONNX's reference gives 0 where the norm is 0 (not 0 / 0).
+  const Tensor zero = scalar_as(0, x);
+  const Tensor is_zero = kiln::equal(norm, zero);
+  return {kiln::where(is_zero, zero, kiln::div(x, kiln::where(is_zero, scalar_as(1, x), norm)))};
+}
+
+/// The spatial padding of Conv / pools: explicit pads, or auto_pad SAME_UPPER / SAME_LOWER /
+/// VALID, for input extents `in`, effective kernel extents `k` and strides `s`.
+Pads spatial_pads(const Case& c, const std::vector<std::int64_t>& in,
+                  const std::vector<std::int64_t>& k, const std::vector<std::int64_t>& s) {
+  const auto n = in.size();
+  Pads pads(n, {0, 0});
+  const std::string auto_pad = c.s("auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    const auto p = c.ints("pads", std::vector<std::int64_t>(2 * n, 0));
+    for (std::size_t d = 0; d < n; ++d) pads[d] = {p[d], p[d + n]};
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (std::size_t d = 0; d < n; ++d) {
+      const auto out = (in[d] + s[d] - 1) / s[d];
+      const auto total = std::max<std::int64_t>(0, (out - 1) * s[d] + k[d] - in[d]);
+      const auto small = total / 2;
+      pads[d] = auto_pad == "SAME_UPPER" ? std::pair{small, total - small}
+                                         : std::pair{total - small, small};
+    }
+  } else if (auto_pad != "VALID") {
+    throw NotMapped("auto_pad " + auto_pad);
+  }
+  return pads;
+}
+
+std::vector<std::int64_t> spatial_dims(const Tensor& x) {
+  std::vector<std::int64_t> d;
+  for (std::int64_t k = 2; k < x.ndim(); ++k) d.push_back(x.dim(k));
+  return d;
+}
+
+std::vector<std::int64_t> ones_or(const Case& c, const char* name, std::size_t n) {
+  return c.ints(name, std::vector<std::int64_t>(n, 1));
+}
+
+Tensor add_channel_bias(const Tensor& y, const Tensor& bias) {
+  std::vector<std::int64_t> dims(static_cast<std::size_t>(y.ndim()), 1);
+  dims[1] = bias.size();
+  return kiln::add(y, kiln::reshape(bias, kiln::Shape(dims)));
+}
+
+Outputs conv(const Case& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);
+  const auto in = spatial_dims(x);
+  const auto n = in.size();
+  const auto strides = ones_or(c, "strides", n);
+  const auto dilations = ones_or(c, "dilations", n);
+  std::vector<std::int64_t> k;
+  for (std::size_t d = 0; d < n; ++d)
+    k.push_back((w.dim(static_cast<std::int64_t>(d) + 2) - 1) * dilations[d] + 1);
+  kiln::ConvOptions o;
+  o.strides = strides;
+  o.dilations = dilations;
+  o.padding = kiln::ConvPadding::explicit_pads;
+  o.pads = spatial_pads(c, in, k, strides);
+  o.groups = c.i("group", 1);
+  o.layout = kiln::DataLayout::channels_first;
+  Tensor y = kiln::conv(x, w, o);
+  if (c.has(2)) y = add_channel_bias(y, c.in(2));
+  return {y};
+}
+
+Outputs conv_transpose(const Case& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);
+  const auto in = spatial_dims(x);
+  const auto n = in.size();
+  kiln::ConvTransposeOptions o;
+  o.strides = ones_or(c, "strides", n);
+  o.dilations = ones_or(c, "dilations", n);
+  o.groups = c.i("group", 1);
+  o.layout = kiln::DataLayout::channels_first;
+  o.output_padding = c.ints("output_padding", std::vector<std::int64_t>(n, 0));
+  o.padding = kiln::ConvPadding::explicit_pads;
+  const std::string auto_pad = c.s("auto_pad", "NOTSET");
+  const auto p = c.ints("pads", std::vector<std::int64_t>(2 * n, 0));
+  o.pads.assign(n, {0, 0});
+  std::vector<std::int64_t> out_shape = c.ints("output_shape");
+  if (out_shape.size() > n) out_shape.erase(out_shape.begin(), out_shape.end() - n);
+  for (std::size_t d = 0; d < n; ++d) {
+    const auto k = (w.dim(static_cast<std::int64_t>(d) + 2) - 1) * o.dilations[d] + 1;
+    const auto full = (in[d] - 1) * o.strides[d] + k + o.output_padding[d];
+    std::int64_t target = -1;
+    if (!out_shape.empty())
+      target = out_shape[d];
+    else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")
+      target = in[d] * o.strides[d];
+    if (target >= 0) {
+      const auto total = full - target;
+      if (total < 0) throw NotMapped("ConvTranspose output_shape beyond the full output");
+      const auto small = total / 2;
+      o.pads[d] = auto_pad == "SAME_LOWER" ? std::pair{total - small, small}
+                                           : std::pair{small, total - small};
+    } else if (auto_pad == "NOTSET") {
+      o.pads[d] = {p[d], p[d + n]};
+    }
+  }
+  Tensor y = kiln::conv_transpose(x, w, o);
+  if (c.has(2)) y = add_channel_bias(y, c.in(2));
+  return {y};
+}
+
+/// MaxPool / AveragePool: dilations other than 1 and the Indices output do not map; ceil_mode
+/// becomes extra padding after each axis (ignored by both pools unless count_include_pad).
+Outputs pool(const Case& c, bool is_max) {
+  const Tensor& x = c.in(0);
+  if (c.wants(1)) throw NotMapped("MaxPool Indices output");
+  const auto in = spatial_dims(x);
+  const auto n = in.size();
+  const auto window = c.ints("kernel_shape");
+  for (const auto d : ones_or(c, "dilations", n))
+    if (d != 1) throw NotMapped("pooling with dilations");
+  if (c.i("storage_order", 0) != 0) throw NotMapped("MaxPool storage_order");
+  kiln::PoolOptions o;
+  o.window = window;
+  o.strides = ones_or(c, "strides", n);
+  o.padding = kiln::ConvPadding::explicit_pads;
+  o.pads = spatial_pads(c, in, window, o.strides);
+  o.layout = kiln::DataLayout::channels_first;
+  o.count_padding = c.i("count_include_pad", 0) != 0;
+  if (c.i("ceil_mode", 0) != 0) {
+    for (std::size_t d = 0; d < n; ++d) {
+      auto& [before, after] = o.pads[d];
+      const auto span = in[d] + before + after - window[d];
+      auto out = (span + o.strides[d] - 1) / o.strides[d] + 1;
+      if ((out - 1) * o.strides[d] >= in[d] + before) --out;  // window must start inside
+      const auto extra = (out - 1) * o.strides[d] + window[d] - (in[d] + before + after);
+      if (extra > 0) {
+        if (o.count_padding) throw NotMapped("ceil_mode with count_include_pad");
+        after += extra;
+      }
+    }
+  }
+  return {is_max ? kiln::max_pool(x, o) : kiln::avg_pool(x, o)};
+}
+
+Outputs batch_norm(const Case& c) {
+  if (c.i("training_mode", 0) != 0 || c.wants(1)) throw NotMapped("BatchNormalization training");
+  return {kiln::nn::batch_norm(c.in(0), c.in(3), c.in(4), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
+}
+
+Outputs layer_norm(const Case& c) {
+  const Tensor& x = c.in(0);
+  const auto axis = normalize_axis(c.i("axis", -1), x.ndim());
+  const double eps = c.f("epsilon", 1e-5);
+  const Tensor y = kiln::nn::layer_norm(x, c.in(1), c.has(2) ? c.in(2) : Tensor(), axis, eps);
+  if (!c.wants(1) && !c.wants(2)) return {y};
+  std::vector<std::int64_t> axes;
+  for (auto k = axis; k < x.ndim(); ++k) axes.push_back(k);
+  const auto [mean, var] = kiln::nn::moments(x, axes, true);
+  return {y, mean, kiln::rsqrt(kiln::add(var, scalar_as(eps, var)))};
+}
+
+Outputs group_norm(const Case& c) {
+  if (c.opset < 21) throw NotMapped("GroupNormalization-18 (per-group scale and bias)");
+  return {
+      kiln::nn::group_norm(c.in(0), c.i("num_groups", 1), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
+}
+
+Outputs rms_norm(const Case& c) {
+  return {kiln::nn::rms_norm(c.in(0), c.in(1), c.i("axis", -1), c.f("epsilon", 1e-5))};
+}
+
+Outputs mean_variance_normalization(const Case& c) {
+  const Tensor& x = c.in(0);
+  const auto [mean, var] = kiln::nn::moments(x, c.ints("axes", {0, 2, 3}), true);
+  return {kiln::div(kiln::sub(x, mean), kiln::add(kiln::sqrt(var), scalar_as(1e-9, x)))};
+}
+
+/// Dropout in inference (no training_mode, or false): the identity and an all-true mask.
+Outputs dropout(const Case& c) {
+  if (c.has(2) && scalar_value(c.in(2)) != 0) throw NotMapped("Dropout training (random)");
+  const Tensor& x = c.in(0);
+  return {x, kiln::ones(x.shape(), kiln::boolean)};
+}
+
+/// NegativeLogLikelihoodLoss of log-probabilities [N, C, d..] and targets [N, d..].
+Tensor nll(const Case& c, const Tensor& input, Tensor* log_prob_unused = nullptr) {
+  (void)log_prob_unused;
+  const Tensor& target = c.in(1);
+  const std::string reduction = c.s("reduction", "mean");
+  Tensor valid = kiln::ones(target.shape(), kiln::boolean);
+  Tensor safe = target;
+  if (c.has_attr("ignore_index")) {
+    const Tensor ii = kiln::scalar(static_cast<double>(c.i("ignore_index", 0)), target.dtype());
+    valid = kiln::not_equal(target, ii);
+    safe = kiln::where(valid, target, kiln::scalar(0.0, target.dtype()));
+  }
+  const Tensor picked =
+      kiln::squeeze(kiln::take_along_axis(input, kiln::expand_dims(safe, 1), 1), {1});
+  Tensor weight = kiln::cast(valid, input.dtype());
+  if (c.has(2)) weight = kiln::mul(weight, kiln::gather(c.in(2), safe));
+  const Tensor loss = kiln::neg(kiln::mul(picked, weight));
+  if (reduction == "none") return loss;
+  if (reduction == "sum") return kiln::sum(loss);
+  if (reduction == "mean") return kiln::div(kiln::sum(loss), kiln::sum(weight));
+  throw NotMapped("reduction " + reduction);
+}
+
+Outputs softmax_cross_entropy(const Case& c) {
+  const Tensor log_prob = kiln::log_softmax(c.in(0), 1);
+  return {nll(c, log_prob), log_prob};
+}
+
+/// ONNX Resize (opset >= 11; Upsample with scales) when kiln's ResizeOptions hold the case.
+Outputs resize(const Case& c) {
+  const Tensor& x = c.in(0);
+  const auto rank = x.ndim();
+  const bool upsample = c.opset < 11;
+  if (!upsample && c.i("antialias", 0) != 0) throw NotMapped("Resize antialias");
+  if (c.has_attr("keep_aspect_ratio_policy") && c.s("keep_aspect_ratio_policy", "") != "stretch")
+    throw NotMapped("Resize keep_aspect_ratio_policy");
+  kiln::ResizeOptions o;
+  const std::string mode = c.s("mode", "nearest");
+  if (mode == "nearest")
+    o.mode = kiln::ResizeMode::nearest;
+  else if (mode == "linear" || mode == "bilinear")
+    o.mode = kiln::ResizeMode::linear;
+  else
+    throw NotMapped("Resize mode " + mode);
+  const std::string coords =
+      c.s("coordinate_transformation_mode", upsample ? "asymmetric" : "half_pixel");
+  if (coords == "half_pixel")
+    o.coordinates = kiln::CoordinateMode::half_pixel;
+  else if (coords == "pytorch_half_pixel")
+    o.coordinates = kiln::CoordinateMode::pytorch_half_pixel;
+  else if (coords == "align_corners")
+    o.coordinates = kiln::CoordinateMode::align_corners;
+  else if (coords == "asymmetric")
+    o.coordinates = kiln::CoordinateMode::asymmetric;
+  else
+    throw NotMapped("Resize coordinate_transformation_mode " + coords);
+  const std::string nearest = c.s("nearest_mode", upsample ? "floor" : "round_prefer_floor");
+  if (nearest == "round_prefer_floor")
+    o.nearest = kiln::NearestRounding::round_prefer_floor;
+  else if (nearest == "round_prefer_ceil")
+    o.nearest = kiln::NearestRounding::round_prefer_ceil;
+  else if (nearest == "floor")
+    o.nearest = kiln::NearestRounding::floor;
+  else
+    o.nearest = kiln::NearestRounding::ceil;
+  std::vector<std::int64_t> axes = c.ints("axes");
+  if (axes.empty())
+    for (std::int64_t k = 0; k < rank; ++k) axes.push_back(k);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(rank));
+  for (std::int64_t k = 0; k < rank; ++k) out[static_cast<std::size_t>(k)] = x.dim(k);
+  const std::size_t scales_input = upsample ? 1 : 2;
+  if (!upsample && c.has(3)) {
+    const auto sizes = int_values(c.in(3));
+    for (std::size_t k = 0; k < axes.size(); ++k)
+      out[static_cast<std::size_t>(normalize_axis(axes[k], rank))] = sizes[k];
+  } else if (c.has(scales_input) && c.in(scales_input).size() > 0) {
+    const Tensor s = kiln::cast(c.in(scales_input), kiln::f64);
+    const auto scales = s.to_vector<double>();
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      const auto a = static_cast<std::size_t>(normalize_axis(axes[k], rank));
+      const auto size =
+          static_cast<std::int64_t>(std::floor(static_cast<double>(out[a]) * scales[k]));
+      // kiln maps coordinates with out / in; ONNX with the given scale.
+      if (static_cast<double>(size) != static_cast<double>(out[a]) * scales[k])
+        throw NotMapped("Resize scale that is not output size / input size");
+      out[a] = size;
+    }
+  } else {
+    throw NotMapped("Resize without scales or sizes");
+  }
+  return {kiln::resize(x, kiln::Shape(out), o)};
+}
+
+/// Hann, Hamming and Blackman windows of `size` (periodic or symmetric).
+OpFn window(int kind) {
+  return [kind](const Case& c) -> Outputs {
+    const auto n = static_cast<std::int64_t>(scalar_value(c.in(0)));
+    const auto dtype = dtype_from_onnx(c.i("output_datatype", 1));
+    const bool periodic = c.i("periodic", 1) != 0;
+    const double denom = static_cast<double>(periodic ? n : n - 1);
+    const Tensor i = kiln::arange(0.0, static_cast<double>(n), 1.0, kiln::f64);
+    const Tensor a = kiln::mul(i, 2 * std::numbers::pi / denom);
+    Tensor w;
+    if (kind == 0) {  // Hann
+      w = kiln::sub(0.5, kiln::mul(kiln::cos(a), 0.5));
+    } else if (kind == 1) {  // Hamming
+      const double alpha = 25.0 / 46.0;
+      w = kiln::sub(alpha, kiln::mul(kiln::cos(a), 1.0 - alpha));
+    } else {  // Blackman
+      w = kiln::add(kiln::sub(0.42, kiln::mul(kiln::cos(a), 0.5)),
+                    kiln::mul(kiln::cos(kiln::mul(a, 2.0)), 0.08));
+    }
+    return {kiln::cast(w, dtype)};
+  };
+}
+
+}  // namespace
+
+void add_nn_ops(OpTable& t) {
+  t["MatMul"] = [](const Case& c) -> Outputs { return {kiln::matmul(c.in(0), c.in(1))}; };
+  t["Gemm"] = gemm;
+  t["Einsum"] = [](const Case& c) -> Outputs {
+    std::vector<Tensor> xs;
+    for (std::size_t k = 0; k < c.inputs.size(); ++k) xs.push_back(c.in(k));
+    return {kiln::einsum(c.s("equation", ""), xs)};
+  };
+  t["Softmax"] = softmax_like(kiln::softmax);
+  t["LogSoftmax"] = softmax_like(kiln::log_softmax);
+  t["Hardmax"] = softmax_like(hardmax);
+  t["LpNormalization"] = lp_normalization;
+  t["Conv"] = conv;
+  t["ConvTranspose"] = conv_transpose;
+  t["MaxPool"] = [](const Case& c) { return pool(c, true); };
+  t["AveragePool"] = [](const Case& c) { return pool(c, false); };
+  t["GlobalAveragePool"] = [](const Case& c) -> Outputs {
+    return {kiln::global_avg_pool(c.in(0), kiln::DataLayout::channels_first, true)};
+  };
+  t["GlobalMaxPool"] = [](const Case& c) -> Outputs {
+    return {kiln::global_max_pool(c.in(0), kiln::DataLayout::channels_first, true)};
+  };
+  t["BatchNormalization"] = batch_norm;
+  t["InstanceNormalization"] = [](const Case& c) -> Outputs {
+    return {kiln::nn::instance_norm(c.in(0), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
+  };
+  t["LayerNormalization"] = layer_norm;
+  t["GroupNormalization"] = group_norm;
+  t["RMSNormalization"] = rms_norm;
+  t["MeanVarianceNormalization"] = mean_variance_normalization;
+  t["Dropout"] = dropout;
+  t["NegativeLogLikelihoodLoss"] = [](const Case& c) -> Outputs { return {nll(c, c.in(0))}; };
+  t["SoftmaxCrossEntropyLoss"] = softmax_cross_entropy;
+  t["Resize"] = resize;
+  t["Upsample"] = resize;
+  t["HannWindow"] = window(0);
+  t["HammingWindow"] = window(1);
+  t["BlackmanWindow"] = window(2);
+}
+
+}  // namespace onnx_conformance
