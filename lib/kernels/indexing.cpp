@@ -14,6 +14,7 @@
 
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
+#include "core/tensor_impl.hpp"
 #include "kernels/kernel.hpp"
 
 namespace kiln::detail {
@@ -191,17 +192,6 @@ class Walk {
   std::int64_t offset_ = 0;
 };
 
-Shape row_major_strides(const Shape& shape) {
-  Shape strides;
-  strides.resize(shape.size());
-  std::int64_t s = 1;
-  for (std::size_t i = shape.size(); i-- > 0;) {
-    strides[i] = s;
-    s *= shape[i];
-  }
-  return strides;
-}
-
 /// The sizes the front ends could not check while tracing (dynamic dims): indices no larger than
 /// x off the axis, and updates (if any) shaped as indices.
 void check_along(const ArrayRef& x, const ArrayRef& indices, const ArrayRef* updates,
@@ -220,7 +210,7 @@ void take_along(const ArrayRef& x, const ArrayRef& indices, const ArrayRef& out,
                 Prim p) {
   check_along(x, indices, nullptr, axis, p);
   const std::vector<std::int64_t> picked = index_values(indices);
-  const Shape x_strides = row_major_strides(x.shape);
+  const Shape x_strides = contiguous_strides(x.shape);
   const std::int64_t size = x.shape[axis], stride = x_strides[axis];
   const T* src = x.ptr<const T>();
   T* dst = out.ptr<T>();
@@ -234,7 +224,7 @@ void scatter_along(const ArrayRef& x, const ArrayRef& indices, const ArrayRef& u
                    const ArrayRef& out, std::size_t axis, Combine mode, Prim p) {
   check_along(x, indices, &updates, axis, p);
   const std::vector<std::int64_t> picked = index_values(indices);
-  const Shape x_strides = row_major_strides(x.shape);
+  const Shape x_strides = contiguous_strides(x.shape);
   const std::int64_t size = x.shape[axis], stride = x_strides[axis];
   T* dst = out.ptr<T>();
   std::copy_n(x.ptr<const T>(), x.numel(), dst);
@@ -270,7 +260,7 @@ TupleLayout tuple_layout(const ArrayRef& x, const ArrayRef& indices, std::int64_
   for (std::size_t d = t.batch_dims + static_cast<std::size_t>(t.m); d < x.shape.size(); ++d)
     t.slice *= x.shape[d];
   for (std::size_t d = t.batch_dims; d < x.shape.size(); ++d) t.batch_elements *= x.shape[d];
-  t.x_strides = row_major_strides(x.shape);
+  t.x_strides = contiguous_strides(x.shape);
   return t;
 }
 

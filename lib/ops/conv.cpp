@@ -71,17 +71,11 @@ void resolve_padding(ConvGeometry& g, ConvPadding padding,
   }
 }
 
-Tensor apply_conv(Prim p, const Tensor& a, const Tensor& b, const ConvGeometry& g, DType dtype,
-                  const Shape& out) {
-  detail::Attrs attrs;
-  g.store(attrs);
-  return detail::apply(p, {a, b}, attrs, dtype, out);
-}
-
-}  // namespace
-
-Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options) {
-  constexpr std::string_view op = "conv";
+/// The checks conv and conv_transpose share, and the geometry's layout, groups, strides and
+/// dilations (Options: ConvOptions or ConvTransposeOptions).
+template <class Options>
+ConvGeometry start_geometry(const Tensor& x, const Tensor& kernel, const Options& options,
+                            std::string_view op) {
   check_floating(x, op, 0);
   check_floating(kernel, op, 1);
   detail::check_same_dtype(x, kernel, op);
@@ -94,6 +88,21 @@ Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options) {
   detail::require_static_shape(kernel.shape(), op, "the kernel's shape");
   g.strides = per_axis(options.strides, g.spatial, 1, 1, "strides", op);
   g.dilations = per_axis(options.dilations, g.spatial, 1, 1, "dilations", op);
+  return g;
+}
+
+Tensor apply_conv(Prim p, const Tensor& a, const Tensor& b, const ConvGeometry& g, DType dtype,
+                  const Shape& out) {
+  detail::Attrs attrs;
+  g.store(attrs);
+  return detail::apply(p, {a, b}, attrs, dtype, out);
+}
+
+}  // namespace
+
+Tensor conv(const Tensor& x, const Tensor& kernel, const ConvOptions& options) {
+  constexpr std::string_view op = "conv";
+  ConvGeometry g = start_geometry(x, kernel, options, op);
   const std::int64_t c = g.channels(x.shape()), o = g.kernel_outputs(kernel.shape());
   detail::require_static_dim(c, op, "the channel axis");
   if (g.groups < 1 || c % g.groups != 0 || o % g.groups != 0)
@@ -141,18 +150,7 @@ Tensor conv3d(const Tensor& x, const Tensor& kernel, const ConvOptions& options)
 
 Tensor conv_transpose(const Tensor& x, const Tensor& kernel, const ConvTransposeOptions& options) {
   constexpr std::string_view op = "conv_transpose";
-  check_floating(x, op, 0);
-  check_floating(kernel, op, 1);
-  detail::check_same_dtype(x, kernel, op);
-  ConvGeometry g;
-  g.spatial = spatial_axes(x, op);
-  g.channels_last = options.layout == DataLayout::channels_last;
-  g.groups = options.groups;
-  if (kernel.ndim() != x.ndim())
-    fail(op, "kernel of shape {} needs the rank of x of shape {}", kernel.shape(), x.shape());
-  detail::require_static_shape(kernel.shape(), op, "the kernel's shape");
-  g.strides = per_axis(options.strides, g.spatial, 1, 1, "strides", op);
-  g.dilations = per_axis(options.dilations, g.spatial, 1, 1, "dilations", op);
+  ConvGeometry g = start_geometry(x, kernel, options, op);
   const std::vector<std::int64_t> extra =
       per_axis(options.output_padding, g.spatial, 0, 0, "output_padding", op);
   // The kernel in conv's layout: its "outputs" are x's channels.
