@@ -222,7 +222,8 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
   std::vector<std::int64_t> swap_last = axes_from(0, k.ndim());
   std::swap(swap_last[swap_last.size() - 1], swap_last[swap_last.size() - 2]);
-  Tensor scores = matmul(q, transpose(k, swap_last)) * scale;
+  // q scaled before the product: [.., Lq, E] elements instead of the scores' [.., Lq, Lk].
+  Tensor scores = matmul(q * scale, transpose(k, swap_last));
   Tensor allowed;  // undefined: every key may be attended to
   if (options.mask.defined()) {
     const Tensor& mask = options.mask;
