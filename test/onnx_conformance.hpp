@@ -69,8 +69,11 @@ using OpTable = std::map<std::string, OpFn>;
 void add_elementwise_ops(OpTable& table);
 /// Shape, data movement, indexing, scans, reductions.
 void add_shape_ops(OpTable& table);
-/// Linear algebra, convolution, pooling, normalization, softmax, losses, resize, attention.
+/// Linear algebra, convolution, pooling, normalization, softmax, losses, resize.
 void add_nn_ops(OpTable& table);
+
+/// Attention (opsets 23-25).
+void add_attention_ops(OpTable& table);
 
 /// The whole table.
 inline OpTable op_table() {
@@ -78,6 +81,7 @@ inline OpTable op_table() {
   add_elementwise_ops(table);
   add_shape_ops(table);
   add_nn_ops(table);
+  add_attention_ops(table);
   return table;
 }
 

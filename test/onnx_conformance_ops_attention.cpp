@@ -1,0 +1,146 @@
+// ONNX conformance mapping table: Attention (opsets 23-25), written with kiln's ops the way
+// ONNX's reference computes it: 3-D inputs split into heads, the past key and value cache,
+// boolean or additive masks padded to the keys, causal and sliding-window masks aligned to the
+// cache (bottom right), grouped key/value heads, softcap, the four qk_matmul_output modes, and
+// rows with nothing to attend to giving zeros.
+#include <cmath>
+#include <limits>
+
+#include "onnx_conformance.hpp"
+
+namespace onnx_conformance {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// [B, S, heads * size] -> [B, heads, S, size].
+Tensor split_heads(const Tensor& x, std::int64_t heads) {
+  return kiln::transpose(kiln::reshape(x, {x.dim(0), x.dim(1), heads, x.dim(2) / heads}),
+                         {0, 2, 1, 3});
+}
+
+/// The additive form of a mask: 0 where true (attend), -inf where false.
+Tensor additive(const Tensor& mask, const Tensor& like) {
+  if (mask.dtype() != kiln::boolean) return mask;
+  return kiln::where(mask, kiln::scalar(0.0, like.dtype()), kiln::scalar(-kInf, like.dtype()));
+}
+
+/// Whether key j may be seen from query i: j <= i + offset (causal), or within the window
+/// around i + offset; offset is a scalar or one per batch ([B]).
+Tensor window_allowed(std::int64_t q, std::int64_t kv, const Tensor& offset, std::int64_t left,
+                      std::int64_t right, bool causal) {
+  const Tensor i = kiln::reshape(kiln::arange(q, kiln::i64), {q, 1});
+  const Tensor j = kiln::reshape(kiln::arange(kv, kiln::i64), {1, kv});
+  // offset [B] -> [B, 1, 1, 1] (a batch axis before the heads); a scalar stays one.
+  const Tensor off = offset.ndim() == 0 ? offset : kiln::reshape(offset, {-1, 1, 1, 1});
+  const Tensor diff = kiln::sub(kiln::add(i, off), j);  // (i + offset) - j
+  Tensor allowed = causal ? kiln::greater_equal(diff, kiln::scalar(std::int64_t{0}))
+                          : kiln::cast(kiln::ones_like(diff), kiln::boolean);
+  if (left >= 0) allowed = kiln::logical_and(allowed, kiln::less_equal(diff, kiln::scalar(left)));
+  if (right >= 0)
+    allowed = kiln::logical_and(allowed, kiln::less_equal(kiln::neg(diff), kiln::scalar(right)));
+  return allowed;
+}
+
+Outputs attention(const Case& c) {
+  Tensor q = c.in(0), k = c.in(1), v = c.in(2);
+  const kiln::DType dtype = q.dtype();
+  const bool three_d = q.ndim() == 3;
+  std::int64_t q_heads = c.i("q_num_heads", 0), kv_heads = c.i("kv_num_heads", 0);
+  if (three_d) {
+    if (q_heads <= 0 || kv_heads <= 0) throw NotMapped("3-D Attention without head counts");
+    q = split_heads(q, q_heads);
+    k = split_heads(k, kv_heads);
+    v = split_heads(v, kv_heads);
+  }
+  if (c.i("softmax_precision", 0) != 0 && dtype_from_onnx(c.i("softmax_precision", 0)) != dtype)
+    throw NotMapped("softmax_precision other than the input dtype");
+  const double scale =
+      c.has_attr("scale") ? c.f("scale", 1.0) : 1.0 / std::sqrt(static_cast<double>(q.dim(3)));
+  const Tensor root = kiln::scalar(std::sqrt(scale), dtype);
+  const Tensor present_key = c.has(4) ? kiln::concat({c.in(4), k}, 2) : k;
+  const Tensor present_value = c.has(5) ? kiln::concat({c.in(5), v}, 2) : v;
+  k = present_key;
+  v = present_value;
+  const std::int64_t lq = q.dim(2), lk = k.dim(2);
+
+  Tensor mask;
+  if (c.has(3)) {
+    mask = c.in(3);
+    if (const std::int64_t short_by = lk - mask.dim(-1); short_by > 0) {
+      std::vector<std::pair<std::int64_t, std::int64_t>> widths(
+          static_cast<std::size_t>(mask.ndim()), {0, 0});
+      widths.back() = {0, short_by};
+      mask = kiln::pad(mask, widths, mask.dtype() == kiln::boolean ? 0.0 : -kInf);
+    }
+  }
+  // Where the query block starts among the keys: after the cache, or (a static cache)
+  // nonpad_kv_seqlen - Lq per batch.
+  Tensor offset = kiln::scalar(std::int64_t{c.has(4) ? c.in(4).dim(2) : 0});
+  const bool external_cache = !c.has(4) && c.has(6);
+  if (external_cache) offset = kiln::sub(kiln::cast(c.in(6), kiln::i64), kiln::scalar(lq));
+  Tensor bias = kiln::zeros({lq, lk}, dtype);
+  const bool causal = c.i("is_causal", 0) != 0;
+  if (causal) {
+    const Tensor base = mask.defined() ? additive(mask, q) : bias;
+    bias = kiln::add(base, additive(window_allowed(lq, lk, offset, -1, -1, true), q));
+  } else if (mask.defined()) {
+    bias = kiln::add(bias, additive(mask, q));
+  }
+  const std::int64_t left = c.i("left_window_size", -1), right = c.i("right_window_size", -1);
+  if (left >= 0 || right >= 0)
+    bias = kiln::add(bias, additive(window_allowed(lq, lk, offset, left, right, false), q));
+  if (c.has(6)) {  // keys past each batch's length are padding
+    const Tensor lengths = kiln::reshape(kiln::cast(c.in(6), kiln::i64), {-1, 1, 1, 1});
+    const Tensor keys = kiln::reshape(kiln::arange(lk, kiln::i64), {1, 1, 1, lk});
+    bias = kiln::add(bias, additive(kiln::less(keys, lengths), q));
+  }
+
+  // Grouped key/value heads: each repeated for its group of query heads (h0, h0, h1, h1, ..).
+  const std::int64_t qh = q.dim(1), kh = k.dim(1);
+  if (qh != kh && qh % kh == 0 && kh == v.dim(1)) {
+    std::vector<std::int64_t> heads;
+    for (std::int64_t h = 0; h < kh; ++h)
+      for (std::int64_t r = 0; r < qh / kh; ++r) heads.push_back(h);
+    const Tensor picked = kiln::tensor(heads, kiln::Shape{qh});
+    k = kiln::gather(k, picked, 1);
+    v = kiln::gather(v, picked, 1);
+  }
+  Tensor qk = kiln::matmul(kiln::mul(q, root), kiln::transpose(kiln::mul(k, root), {0, 1, 3, 2}));
+  const double softcap = c.f("softcap", 0.0);
+  if (softcap > 0) {
+    const Tensor cap = kiln::scalar(softcap, dtype);
+    qk = kiln::mul(kiln::tanh(kiln::div(qk, cap)), cap);
+  }
+  const Tensor with_bias = kiln::add(qk, bias);
+  // A row whose bias is -inf everywhere has nothing to attend to: zeros (decided on the bias,
+  // not the logits, as ONNX's reference does).
+  const Tensor none_allowed = kiln::equal(kiln::max(bias, {-1}, true), kiln::scalar(-kInf, dtype));
+  const Tensor zero = kiln::scalar(0.0, dtype);
+  const Tensor weights = kiln::where(none_allowed, zero, kiln::softmax(with_bias, -1));
+  Tensor y = kiln::matmul(weights, v);
+  if (three_d) y = kiln::reshape(kiln::transpose(y, {0, 2, 1, 3}), {y.dim(0), y.dim(2), -1});
+  Tensor qk_out;
+  switch (c.i("qk_matmul_output_mode", 0)) {
+    case 0:
+    case 1:
+      qk_out = qk;
+      break;
+    case 2:
+      qk_out = with_bias;
+      break;
+    case 3:
+      qk_out = weights;
+      break;
+    default:
+      throw NotMapped("an unknown qk_matmul_output_mode");
+  }
+  return {y, present_key, present_value, qk_out};
+}
+
+}  // namespace
+
+void add_attention_ops(OpTable& t) { t["Attention"] = attention; }
+
+}  // namespace onnx_conformance
