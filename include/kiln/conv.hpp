@@ -23,10 +23,10 @@ enum class DataLayout : std::uint8_t { channels_last, channels_first };
 enum class ConvPadding : std::uint8_t { valid, same, explicit_pads };
 
 struct ConvOptions {
-  std::vector<std::int64_t> strides;    ///< one per spatial axis; empty: all 1
-  std::vector<std::int64_t> dilations;  ///< one per spatial axis; empty: all 1
+  std::vector<std::int64_t> strides = {};    ///< one per spatial axis; empty: all 1
+  std::vector<std::int64_t> dilations = {};  ///< one per spatial axis; empty: all 1
   ConvPadding padding = ConvPadding::valid;
-  std::vector<std::pair<std::int64_t, std::int64_t>> pads;  ///< with explicit_pads
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads = {};  ///< with explicit_pads
   std::int64_t groups = 1;  ///< C and O divisible by it; groups == C is depthwise
   DataLayout layout = DataLayout::channels_last;
 };
@@ -40,13 +40,13 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const ConvOptions& options 
 Tensor conv3d(const Tensor& x, const Tensor& kernel, const ConvOptions& options = {});
 
 struct ConvTransposeOptions {
-  std::vector<std::int64_t> strides;
-  std::vector<std::int64_t> dilations;
+  std::vector<std::int64_t> strides = {};
+  std::vector<std::int64_t> dilations = {};
   /// same: the output has in * stride positions per axis.
   ConvPadding padding = ConvPadding::valid;
-  std::vector<std::pair<std::int64_t, std::int64_t>> pads;
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads = {};
   /// Extra positions at the end of each spatial axis (each below its stride or dilation).
-  std::vector<std::int64_t> output_padding;
+  std::vector<std::int64_t> output_padding = {};
   std::int64_t groups = 1;
   DataLayout layout = DataLayout::channels_last;
 };
@@ -61,10 +61,10 @@ Tensor conv_transpose(const Tensor& x, const Tensor& kernel,
                       const ConvTransposeOptions& options = {});
 
 struct PoolOptions {
-  std::vector<std::int64_t> window;   ///< one per spatial axis (required)
-  std::vector<std::int64_t> strides;  ///< empty: the window
+  std::vector<std::int64_t> window = {};   ///< one per spatial axis (required)
+  std::vector<std::int64_t> strides = {};  ///< empty: the window
   ConvPadding padding = ConvPadding::valid;
-  std::vector<std::pair<std::int64_t, std::int64_t>> pads;
+  std::vector<std::pair<std::int64_t, std::int64_t>> pads = {};
   DataLayout layout = DataLayout::channels_last;
   /// avg_pool: divide by the whole window, padding included (ONNX count_include_pad), instead
   /// of by the positions inside x.
