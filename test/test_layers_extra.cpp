@@ -604,3 +604,27 @@ TEST_CASE("a transformer block traced equals eager", "[layers_extra][function]")
   CHECK(block.variable("attention/query/kernel").name() == "block/attention/query/kernel");
   CHECK(max_diff(block(x), eager) > 1e-3);
 }
+
+TEST_CASE("train::fit trains a CNN with BatchNormalization and updates its moving statistics",
+          "[layers_extra][training]") {
+  kiln::clear_session();
+  nn::Sequential model(
+      {nn::Conv2D(4, {3}, {.padding = kiln::ConvPadding::same, .activation = nn::Activation::relu}),
+       nn::BatchNormalization(), nn::GlobalAveragePooling2D(), nn::Dense(1)});
+  const Tensor x = normal({16, 6, 6, 2}, 27);
+  const Tensor y = kiln::reshape(kiln::mean(x, {1, 2, 3}), {16, 1});
+  (void)model(x);
+  const Tensor before = model.variable("batch_normalization/moving_mean").value();
+  kiln::optim::Adam opt({.learning_rate = 1e-2});
+  const kiln::train::History history =
+      kiln::train::fit(model, opt, nn::losses::mean_squared_error, x, y,
+                       {.epochs = 5, .batch_size = 8, .verbose = 0});
+  REQUIRE(history.loss.size() == 5);
+  CHECK(std::isfinite(history.loss.back()));
+  CHECK(history.loss.back() < history.loss.front());
+  // Ten training steps moved the moving mean; inference calls leave it.
+  const Tensor after = model.variable("batch_normalization/moving_mean").value();
+  CHECK(max_diff(after, before) > 1e-3);
+  (void)model(x);
+  CHECK(max_diff(model.variable("batch_normalization/moving_mean").value(), after) == 0.0);
+}
