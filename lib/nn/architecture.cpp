@@ -11,12 +11,17 @@
 #include "io/atomic_file.hpp"
 #include "io/mapped_file.hpp"
 #include "jit/export_format.hpp"
+#include "kiln/nn/attention.hpp"
 #include "kiln/nn/bidirectional.hpp"
+#include "kiln/nn/conv.hpp"
 #include "kiln/nn/dense.hpp"
 #include "kiln/nn/dropout.hpp"
 #include "kiln/nn/fake_quant.hpp"
 #include "kiln/nn/masking.hpp"
+#include "kiln/nn/normalization.hpp"
+#include "kiln/nn/pooling.hpp"
 #include "kiln/nn/recurrent.hpp"
+#include "kiln/nn/reshaping.hpp"
 #include "kiln/nn/sequential.hpp"
 
 namespace kiln::nn {
@@ -77,6 +82,23 @@ ModuleRegistry& registry() {
     add_builtin<Dropout>(*r, "Dropout");
     add_builtin<Masking>(*r, "Masking");
     add_builtin<FakeQuant>(*r, "FakeQuant");
+    add_builtin<Conv1D>(*r, "Conv1D");
+    add_builtin<Conv2D>(*r, "Conv2D");
+    add_builtin<Conv2DTranspose>(*r, "Conv2DTranspose");
+    add_builtin<MaxPooling1D>(*r, "MaxPooling1D");
+    add_builtin<MaxPooling2D>(*r, "MaxPooling2D");
+    add_builtin<AveragePooling1D>(*r, "AveragePooling1D");
+    add_builtin<AveragePooling2D>(*r, "AveragePooling2D");
+    add_builtin<GlobalAveragePooling1D>(*r, "GlobalAveragePooling1D");
+    add_builtin<GlobalAveragePooling2D>(*r, "GlobalAveragePooling2D");
+    add_builtin<GlobalMaxPooling1D>(*r, "GlobalMaxPooling1D");
+    add_builtin<GlobalMaxPooling2D>(*r, "GlobalMaxPooling2D");
+    add_builtin<Flatten>(*r, "Flatten");
+    add_builtin<Reshape>(*r, "Reshape");
+    add_builtin<ActivationLayer>(*r, "Activation");
+    add_builtin<LayerNormalization>(*r, "LayerNormalization");
+    add_builtin<BatchNormalization>(*r, "BatchNormalization");
+    add_builtin<MultiHeadAttention>(*r, "MultiHeadAttention");
     add_builtin<Sequential>(*r, "Sequential");
     return r;
   }();
