@@ -141,6 +141,8 @@ for variant in release asan; do
   check "$variant-demo" "$dir/examples/demo"
   check "$variant-autodiff-example" "$dir/examples/autodiff"
   check "$variant-checkpoint-example" "$dir/examples/checkpoint"
+  check "$variant-cnn-example" "$dir/examples/cnn"
+  check "$variant-transformer-example" "$dir/examples/transformer"
   # A model saved as data by one program and loaded by others that have none of its code:
   # from its architecture and weights, and as an exported function.
   check "$variant-save-load-model-example" bash -c \
