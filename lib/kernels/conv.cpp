@@ -347,8 +347,8 @@ Tag kernel_tag(std::size_t spatial, bool channels_last, bool grouped) {
 /// oneDNN's primitives for one geometry: the forward pass (also the hint of the others) and the
 /// one that was asked for.
 struct DnnlConv {
-  memory::desc x, w, y;   // the user's layouts
-  memory::desc w_chosen;  // the kernel's layout in the primitive that runs
+  memory::desc x, w, y;                       // the user's layouts
+  memory::desc x_chosen, w_chosen, y_chosen;  // the layouts of the primitive that runs
   dnnl::primitive run;
 };
 
@@ -380,6 +380,14 @@ std::shared_ptr<const DnnlConv> dnnl_conv(Prim p, const ConvGeometry& g, const C
   for (std::size_t a = 3 - sp; a < 3; ++a) w_dims.push_back(s.k[a]);
   made->w = memory::desc(w_dims, memory::data_type::f32, kernel_tag(sp, g.channels_last, grouped));
   const memory::desc w_any(w_dims, memory::data_type::f32, Tag::any);
+  // The kernel's layout is oneDNN's choice (a plain HWIO or OIHW kernel would push it to slower
+  // code), and so are the activations' for channels first: oneDNN 2.6 has no direct kernels
+  // for plain NCHW tensors of many channels and falls back to its GEMM-based convolution, where
+  // a blocked layout and reorders around the call measure faster. Channels last it takes as is.
+  const auto activation_any = [&](const memory::desc& user) {
+    return g.channels_last ? user : memory::desc(user.dims(), memory::data_type::f32, Tag::any);
+  };
+  const memory::desc x_any = activation_any(made->x), y_any = activation_any(made->y);
   memory::dims strides, dilations, before, after;
   for (std::size_t a = 0; a < sp; ++a) {
     strides.push_back(g.strides[a]);
@@ -390,29 +398,35 @@ std::shared_ptr<const DnnlConv> dnnl_conv(Prim p, const ConvGeometry& g, const C
   // oneDNN wants the padding that reaches the last output position exactly.
   const auto algo = dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::primitive_desc forward(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, made->x, w_any,
-                                      made->y, strides, dilations, before, after),
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, algo, x_any, w_any, y_any,
+                                      strides, dilations, before, after),
       cpu_engine());
   switch (p) {
     case Prim::conv:
+      made->x_chosen = forward.src_desc();
       made->w_chosen = forward.weights_desc();
+      made->y_chosen = forward.dst_desc();
       made->run = dnnl::convolution_forward(forward);
       break;
     case Prim::conv_input_grad: {
       const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(algo, made->x, w_any, made->y, strides, dilations,
+          dnnl::convolution_backward_data::desc(algo, x_any, w_any, y_any, strides, dilations,
                                                 before, after),
           cpu_engine(), forward);
+      made->x_chosen = pd.diff_src_desc();
       made->w_chosen = pd.weights_desc();
+      made->y_chosen = pd.diff_dst_desc();
       made->run = dnnl::convolution_backward_data(pd);
       break;
     }
     default: {
       const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(algo, made->x, w_any, made->y, strides,
-                                                   dilations, before, after),
+          dnnl::convolution_backward_weights::desc(algo, x_any, w_any, y_any, strides, dilations,
+                                                   before, after),
           cpu_engine(), forward);
+      made->x_chosen = pd.src_desc();
       made->w_chosen = pd.diff_weights_desc();
+      made->y_chosen = pd.diff_dst_desc();
       made->run = dnnl::convolution_backward_weights(pd);
       break;
     }
@@ -432,34 +446,45 @@ void run_dnnl(Prim p, const ConvGeometry& g, const ConvSizes& s, const ArrayRef&
   if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   dnnl::engine& engine = cpu_engine();
   dnnl::stream stream(engine);
-  const bool reorder = conv->w_chosen != conv->w;
+  // An input in the primitive's layout: the user's buffer, or a reordered copy of it.
+  const auto input = [&](const memory::desc& user, const memory::desc& chosen, void* data) {
+    memory given(user, engine, data);
+    if (chosen == user) return given;
+    memory copy(chosen, engine);
+    dnnl::reorder(given, copy).execute(stream, given, copy);
+    return copy;
+  };
+  // The output: the user's buffer, or one in the primitive's layout reordered into it after.
+  struct Output {
+    memory user, chosen;
+  };
+  const auto output = [&](const memory::desc& user, const memory::desc& chosen, void* data) {
+    memory given(user, engine, data);
+    return Output{given, chosen == user ? given : memory(chosen, engine)};
+  };
+  Output result;
   switch (p) {
-    case Prim::conv:
-    case Prim::conv_input_grad: {
-      const bool forward = p == Prim::conv;
-      memory user_w(conv->w, engine, b.data);
-      memory w = user_w;
-      if (reorder) {
-        w = memory(conv->w_chosen, engine);
-        dnnl::reorder(user_w, w).execute(stream, user_w, w);
-      }
-      memory in(forward ? conv->x : conv->y, engine, a.data);
-      memory result(forward ? conv->y : conv->x, engine, out.data);
-      conv->run.execute(stream, {{forward ? DNNL_ARG_SRC : DNNL_ARG_DIFF_DST, in},
-                                 {DNNL_ARG_WEIGHTS, w},
-                                 {forward ? DNNL_ARG_DST : DNNL_ARG_DIFF_SRC, result}});
+    case Prim::conv:  // a = x, b = kernel
+      result = output(conv->y, conv->y_chosen, out.data);
+      conv->run.execute(stream, {{DNNL_ARG_SRC, input(conv->x, conv->x_chosen, a.data)},
+                                 {DNNL_ARG_WEIGHTS, input(conv->w, conv->w_chosen, b.data)},
+                                 {DNNL_ARG_DST, result.chosen}});
       break;
-    }
-    default: {
-      memory x(conv->x, engine, a.data), dy(conv->y, engine, b.data);
-      memory user_dw(conv->w, engine, out.data);
-      memory dw = reorder ? memory(conv->w_chosen, engine) : user_dw;
-      conv->run.execute(stream,
-                        {{DNNL_ARG_SRC, x}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
-      if (reorder) dnnl::reorder(dw, user_dw).execute(stream, dw, user_dw);
+    case Prim::conv_input_grad:  // a = dy, b = kernel
+      result = output(conv->x, conv->x_chosen, out.data);
+      conv->run.execute(stream, {{DNNL_ARG_DIFF_DST, input(conv->y, conv->y_chosen, a.data)},
+                                 {DNNL_ARG_WEIGHTS, input(conv->w, conv->w_chosen, b.data)},
+                                 {DNNL_ARG_DIFF_SRC, result.chosen}});
       break;
-    }
+    default:  // a = x, b = dy
+      result = output(conv->w, conv->w_chosen, out.data);
+      conv->run.execute(stream, {{DNNL_ARG_SRC, input(conv->x, conv->x_chosen, a.data)},
+                                 {DNNL_ARG_DIFF_DST, input(conv->y, conv->y_chosen, b.data)},
+                                 {DNNL_ARG_DIFF_WEIGHTS, result.chosen}});
+      break;
   }
+  if (result.chosen != result.user)
+    dnnl::reorder(result.chosen, result.user).execute(stream, result.chosen, result.user);
   stream.wait();
 }
 
