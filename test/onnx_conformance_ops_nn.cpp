@@ -196,6 +196,31 @@ Outputs pool(const Case& c, bool is_max) {
   return {is_max ? kiln::max_pool(x, o) : kiln::avg_pool(x, o)};
 }
 
+/// LpPool: the sum of |x|^p over each window's taps inside x (padding adds nothing), to the 1/p;
+/// the sum is the mean over the whole window times its size.
+Outputs lp_pool(const Case& c) {
+  const Tensor& x = c.in(0);
+  const auto in = spatial_dims(x);
+  const auto n = in.size();
+  for (const auto d : ones_or(c, "dilations", n))
+    if (d != 1) throw NotMapped("pooling with dilations");
+  if (c.i("ceil_mode", 0) != 0) throw NotMapped("LpPool ceil_mode");
+  kiln::PoolOptions o;
+  o.window = c.ints("kernel_shape");
+  o.strides = ones_or(c, "strides", n);
+  o.padding = kiln::ConvPadding::explicit_pads;
+  o.pads = spatial_pads(c, in, o.window, o.strides);
+  o.layout = kiln::DataLayout::channels_first;
+  o.count_padding = true;
+  const double p = static_cast<double>(c.i("p", 2));
+  std::int64_t taps = 1;
+  for (const auto k : o.window) taps *= k;
+  const Tensor powered = kiln::pow(kiln::abs(x), scalar_as(p, x));
+  const Tensor sums =
+      kiln::mul(kiln::avg_pool(powered, o), scalar_as(static_cast<double>(taps), x));
+  return {kiln::pow(sums, scalar_as(1.0 / p, x))};
+}
+
 Outputs batch_norm(const Case& c) {
   if (c.i("training_mode", 0) != 0 || c.wants(1)) throw NotMapped("BatchNormalization training");
   return {kiln::nn::batch_norm(c.in(0), c.in(3), c.in(4), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
@@ -376,6 +401,7 @@ void add_nn_ops(OpTable& t) {
   t["GlobalMaxPool"] = [](const Case& c) -> Outputs {
     return {kiln::global_max_pool(c.in(0), kiln::DataLayout::channels_first, true)};
   };
+  t["LpPool"] = lp_pool;
   t["BatchNormalization"] = batch_norm;
   t["InstanceNormalization"] = [](const Case& c) -> Outputs {
     return {kiln::nn::instance_norm(c.in(0), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
