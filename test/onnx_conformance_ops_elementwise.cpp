@@ -155,9 +155,72 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) {
   return kiln::not_equal(kiln::cast(a, kiln::boolean), kiln::cast(b, kiln::boolean));
 }
 
+// ------------------------------------------------------------------ quantization (u8, i8)
+
+/// A per-tensor, per-axis or blocked scale or zero point of QuantizeLinear / DequantizeLinear
+/// shaped to broadcast against x: a scalar stays; a 1-D one lies along `axis`; a blocked one
+/// (block_size > 0, x's rank) has each entry repeated block_size times along `axis`.
+Tensor spread(const Tensor& t, const Tensor& x, std::int64_t axis, std::int64_t block_size) {
+  if (t.ndim() == 0 || t.size() == 1) return kiln::reshape(t, {});
+  if (block_size > 0) {
+    std::vector<std::int64_t> rows;
+    for (std::int64_t i = 0; i < x.dim(axis); ++i) rows.push_back(i / block_size);
+    return kiln::gather(t, kiln::tensor(rows, kiln::Shape{x.dim(axis)}), axis);
+  }
+  kiln::Shape shape(std::vector<std::int64_t>(static_cast<std::size_t>(x.ndim()), 1));
+  shape[static_cast<std::size_t>(axis)] = t.size();
+  return kiln::reshape(t, shape);
+}
+
+/// round(x / scale) + zero_point (halves to even), saturated to the zero point's dtype.
+Tensor quantize_to(const Tensor& x, const Tensor& scale, const Tensor& zero_point,
+                   kiln::DType dtype) {
+  const Tensor levels =
+      kiln::add(kiln::round(kiln::div(x, scale)), kiln::cast(zero_point, x.dtype()));
+  return kiln::cast(levels, dtype);  // kiln's cast saturates out-of-range values
+}
+
+Outputs quantize_linear(const Case& c) {
+  const Tensor& x = c.in(0);
+  if (c.i("saturate", 1) != 1 || c.i("output_dtype", 0) != 0 || c.i("precision", 0) != 0)
+    throw NotMapped("QuantizeLinear output_dtype, precision or saturate");
+  const auto axis = normalize_axis(c.i("axis", 1), x.ndim());
+  const auto block = c.i("block_size", 0);
+  const Tensor scale = spread(c.in(1), x, axis, block);
+  if (!c.has(2)) return {quantize_to(x, scale, kiln::zeros({}, x.dtype()), kiln::u8)};
+  const Tensor& zero_point = c.in(2);
+  return {quantize_to(x, scale, spread(zero_point, x, axis, block), zero_point.dtype())};
+}
+
+Outputs dequantize_linear(const Case& c) {
+  const Tensor& x = c.in(0);
+  if (c.i("output_dtype", 0) != 0) throw NotMapped("DequantizeLinear output_dtype");
+  const Tensor& scale = c.in(1);
+  const auto axis = normalize_axis(c.i("axis", 1), x.ndim());
+  const auto block = c.i("block_size", 0);
+  Tensor levels = kiln::cast(x, scale.dtype());
+  if (c.has(2))
+    levels = kiln::sub(levels, kiln::cast(spread(c.in(2), x, axis, block), scale.dtype()));
+  return {kiln::mul(levels, spread(scale, x, axis, block))};
+}
+
+/// DynamicQuantizeLinear: u8 levels over [min(x, 0), max(x, 0)], with the scale and zero point.
+Outputs dynamic_quantize_linear(const Case& c) {
+  const Tensor& x = c.in(0);
+  const Tensor zero = scalar_as(0, x);
+  const Tensor low = kiln::minimum(kiln::min(x), zero), high = kiln::maximum(kiln::max(x), zero);
+  const Tensor scale = kiln::div(kiln::sub(high, low), scalar_as(255, x));
+  const Tensor zero_point =
+      kiln::cast(kiln::clip(kiln::round(kiln::div(kiln::neg(low), scale)), 0, 255), kiln::u8);
+  return {quantize_to(x, scale, zero_point, kiln::u8), scale, zero_point};
+}
+
 }  // namespace
 
 void add_elementwise_ops(OpTable& t) {
+  t["QuantizeLinear"] = quantize_linear;
+  t["DequantizeLinear"] = dequantize_linear;
+  t["DynamicQuantizeLinear"] = dynamic_quantize_linear;
   // Unary math.
   t["Abs"] = unary(kiln::abs);
   t["Neg"] = unary(kiln::neg);
