@@ -13,6 +13,7 @@
 #endif
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <type_traits>
 
@@ -615,28 +616,19 @@ struct LogicalOrOp : PredicateBinary {
     return a != 0 || b != 0 ? 1 : 0;
   }
 };
-/// Bitwise ops on the two's complement bits of i32 and i64.
-struct BitwiseAndOp : ScalarNumericBinary {
+/// Bitwise ops on the two's complement bits of i32 and i64: Bits is std::bit_and<> and the
+/// like.
+template <class Bits>
+struct BitwiseBinary : ScalarNumericBinary {
   template <class T>
   static T scalar(T a, T b) {
     static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
-    return static_cast<T>(a & b);
+    return static_cast<T>(Bits{}(a, b));
   }
 };
-struct BitwiseOrOp : ScalarNumericBinary {
-  template <class T>
-  static T scalar(T a, T b) {
-    static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
-    return static_cast<T>(a | b);
-  }
-};
-struct BitwiseXorOp : ScalarNumericBinary {
-  template <class T>
-  static T scalar(T a, T b) {
-    static_assert(std::is_integral_v<T>, "bitwise ops take integers only (primitives.def)");
-    return static_cast<T>(a ^ b);
-  }
-};
+using BitwiseAndOp = BitwiseBinary<std::bit_and<>>;
+using BitwiseOrOp = BitwiseBinary<std::bit_or<>>;
+using BitwiseXorOp = BitwiseBinary<std::bit_xor<>>;
 
 }  // namespace
 
