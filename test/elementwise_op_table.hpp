@@ -32,10 +32,8 @@ namespace kiln::test {
 enum class Accepts { floating, integer, numeric, any };
 
 inline bool accepts(Accepts a, DType d) {
-  if (is_storage_only(d)) return false;  // i8 and u8 are only cast, moved and selected
   return a == Accepts::any || (a == Accepts::numeric && d != DType::boolean) ||
-         (a == Accepts::floating && is_floating(d)) ||
-         (a == Accepts::integer && (d == DType::i32 || d == DType::i64));
+         (a == Accepts::floating && is_floating(d)) || (a == Accepts::integer && is_integer(d));
 }
 
 /// Where the gradient checks draw an op's f64 arguments (and the traced checks their random
@@ -121,16 +119,13 @@ struct ElementwiseOp {
   Reference reference;           // on values as stored in the dtype; NaN and infinities included
   Reference int_reference = {};  // for i32, i64 and bool, when it differs (floor division...)
   Accepts accepts;
-  bool bool_out = false;        // the result is bool, whatever the inputs' dtype
-  bool storage_dtypes = false;  // also takes i8 and u8 (it only selects elements)
-  bool differentiable = true;   // kiln records a gradient (false: the gradient is zero)
+  bool bool_out = false;       // the result is bool, whatever the inputs' dtype
+  bool differentiable = true;  // kiln records a gradient (false: the gradient is zero)
   Domain domain = Domain::real;
 };
 
 /// Whether `op` takes inputs of dtype d.
-inline bool accepts(const ElementwiseOp& op, DType d) {
-  return accepts(op.accepts, d) || (op.storage_dtypes && is_storage_only(d));
-}
+inline bool accepts(const ElementwiseOp& op, DType d) { return accepts(op.accepts, d); }
 
 namespace table_refs {
 constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
@@ -497,12 +492,26 @@ inline const std::vector<ElementwiseOp>& elementwise_ops() {
                        double b) { return r::bits(a, b, [](auto x, auto y) { return x ^ y; }); },
        .accepts = A::integer,
        .differentiable = false},
+      {.name = "left_shift",
+       .op = kiln::left_shift,
+       .reference = [](double a,
+                       double b) { return b < 0 ? 0.0 : a * std::ldexp(1.0, static_cast<int>(b)); },
+       .accepts = A::integer,
+       .differentiable = false},
+      {.name = "right_shift",
+       .op = kiln::right_shift,
+       .reference =
+           [](double a, double b) {
+             return b < 0 ? (a < 0 ? -1.0 : 0.0)
+                          : std::floor(a / std::ldexp(1.0, static_cast<int>(b)));
+           },
+       .accepts = A::integer,
+       .differentiable = false},
       // ------------------------------------------------------------------ ternary
       {.name = "where",
        .op = kiln::where,
        .reference = [](double c, double a, double b) { return c != 0 ? a : b; },
-       .accepts = A::any,
-       .storage_dtypes = true},
+       .accepts = A::any},
   };
   return ops;
 }
@@ -513,7 +522,8 @@ constexpr double table_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr double table_inf = std::numeric_limits<double>::infinity();
 
 inline const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> dtypes = {f32, f64, i32, i64, boolean, i8, u8};
+  static const std::vector<DType> dtypes = {f32, f64,  i32, i64, boolean, i8, u8,
+                                            f16, bf16, i16, u16, u32,     u64};
   return dtypes;
 }
 
@@ -535,6 +545,7 @@ inline std::vector<std::vector<std::vector<double>>> reference_inputs(const Elem
               {{nan, inf, -inf, -0.0, 1000.0, -1000.0, 89.0, -89.0, 710.0, -710.0, 30.0, -30.0,
                 1e-30, -1e-30}}};
     if (boolean) return {{{0, 1, 1, 0}}};
+    if (is_unsigned(dtype)) return {{{7, 3, 1, 0, 1, 2, 5, 100}}};
     return {{{-7, -3, -1, 0, 1, 2, 5, 100}}};
   }
   std::vector<double> a, b;
@@ -544,6 +555,9 @@ inline std::vector<std::vector<std::vector<double>>> reference_inputs(const Elem
   } else if (boolean) {
     a = {0, 0, 1, 1};
     b = {0, 1, 0, 1};
+  } else if (is_unsigned(dtype)) {  // the signed values' magnitudes: the references use double
+    a = {7, 3, 1, 0, 1, 2, 5, 6, 7, 7, 1, 1, 3, 0, 2, 9};
+    b = {2, 3, 4, 1, 1, 3, 0, 4, 2, 2, 3, 5, 2, 1, 3, 4};
   } else {
     a = {-7, -3, -1, 0, 1, 2, 5, 6, -7, 7, -1, 1, 3, 0, -2, 9};
     b = {2, -3, 4, 1, -1, 3, 0, -4, -2, -2, -3, -5, 2, -1, 3, 4};
@@ -557,80 +571,95 @@ inline std::vector<std::vector<std::vector<double>>> reference_inputs(const Elem
 // ------------------------------------------------------------------ tensors and values
 
 /// A tensor of `dtype` holding `values` (which must be representable in it).
-inline Tensor make(const std::vector<double>& values, DType dtype, Shape shape = {}) {
-  if (shape.empty() && values.size() != 1) shape = Shape{static_cast<std::int64_t>(values.size())};
-  auto convert = [&](auto tag) {
-    using T = decltype(tag);
-    std::vector<T> typed;
-    for (double v : values) typed.push_back(static_cast<T>(v));
-    return kiln::tensor(typed, shape);
-  };
+/// Calls fn(T{}) with the C++ element type of dtype.
+template <class Fn>
+decltype(auto) visit_element_type(DType dtype, Fn&& fn) {
   switch (dtype) {
     case DType::f32:
-      return convert(float{});
+      return fn(float{});
     case DType::f64:
-      return convert(double{});
+      return fn(double{});
     case DType::i32:
-      return convert(std::int32_t{});
+      return fn(std::int32_t{});
     case DType::i64:
-      return convert(std::int64_t{});
+      return fn(std::int64_t{});
     case DType::boolean:
-      return convert(bool{});
+      return fn(bool{});
     case DType::i8:
-      return convert(std::int8_t{});
+      return fn(std::int8_t{});
     case DType::u8:
-      return convert(std::uint8_t{});
+      return fn(std::uint8_t{});
+    case DType::f16:
+      return fn(kiln::float16{});
+    case DType::bf16:
+      return fn(kiln::bfloat16{});
+    case DType::i16:
+      return fn(std::int16_t{});
+    case DType::u16:
+      return fn(std::uint16_t{});
+    case DType::u32:
+      return fn(std::uint32_t{});
+    case DType::u64:
+      return fn(std::uint64_t{});
   }
-  return {};
+  throw std::logic_error("unknown dtype");
 }
 
-/// The elements of t as double (exact for every dtype but i64 beyond 2^53).
+template <class T>
+inline constexpr bool is_half_v =
+    std::is_same_v<T, kiln::float16> || std::is_same_v<T, kiln::bfloat16>;
+
+/// v stored as T: 16-bit floats round from float, integers wrap (through int64), bools are v != 0.
+template <class T>
+T stored_as(double v) {
+  if constexpr (is_half_v<T>)
+    return T(static_cast<float>(v));
+  else if constexpr (std::is_same_v<T, bool>)
+    return v != 0;
+  else if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<std::int64_t>(v));
+  else
+    return static_cast<T>(v);
+}
+
+/// An element as double (16-bit floats through float).
+template <class T>
+double as_double(T v) {
+  if constexpr (is_half_v<T>)
+    return static_cast<double>(static_cast<float>(v));
+  else
+    return static_cast<double>(v);
+}
+
+/// A tensor of dtype holding `values` as stored in it (see stored_as).
+inline Tensor make(const std::vector<double>& values, DType dtype, Shape shape = {}) {
+  if (shape.empty() && values.size() != 1) shape = Shape{static_cast<std::int64_t>(values.size())};
+  return visit_element_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> typed;
+    for (double v : values) typed.push_back(stored_as<T>(v));
+    return kiln::tensor(typed, shape);
+  });
+}
+
+/// The elements of t as double (exact for every dtype but i64 and u64 beyond 2^53).
 inline std::vector<double> values_of(const Tensor& t) {
   std::vector<double> out;
-  auto append = [&](auto tag) {
+  visit_element_type(t.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    for (auto v : t.to_vector<T>()) out.push_back(static_cast<double>(v));
-  };
-  switch (t.dtype()) {
-    case DType::f32:
-      append(float{});
-      break;
-    case DType::f64:
-      append(double{});
-      break;
-    case DType::i32:
-      append(std::int32_t{});
-      break;
-    case DType::i64:
-      append(std::int64_t{});
-      break;
-    case DType::boolean:
-      append(bool{});
-      break;
-    case DType::i8:
-      append(std::int8_t{});
-      break;
-    case DType::u8:
-      append(std::uint8_t{});
-      break;
-  }
+    for (auto v : t.to_vector<T>()) out.push_back(as_double(static_cast<T>(v)));
+  });
   return out;
 }
 
 /// `reference` (computed in double) as stored in dtype, then back to double.
 inline double as_dtype(double reference, DType dtype) {
-  switch (dtype) {
-    case DType::f32:
-      return static_cast<double>(static_cast<float>(reference));
-    case DType::boolean:
-      return reference != 0 ? 1.0 : 0.0;
-    case DType::i8:  // integer values, kept to their low 8 bits as make() stores them
-      return static_cast<std::int8_t>(static_cast<std::int64_t>(reference));
-    case DType::u8:
-      return static_cast<std::uint8_t>(static_cast<std::int64_t>(reference));
-    default:
-      return reference;
-  }
+  if (dtype == DType::f64) return reference;
+  if (!is_floating(dtype) && std::isnan(reference)) return reference;
+  return visit_element_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return as_double(stored_as<T>(reference));
+  });
 }
 
 /// What `op` gives, as stored, on the inputs xs (one per argument, not yet stored) in dtype.

@@ -149,6 +149,39 @@ inline kiln::Tensor sample(kiln::DType dtype, const kiln::Shape& shape) {
       for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint8_t>(251 - 13 * i);
       return kiln::tensor(v, shape);
     }
+    case kiln::DType::f16: {
+      std::vector<kiln::float16> v(n);
+      for (std::size_t i = 0; i < n; ++i)
+        v[i] = kiln::float16(static_cast<float>(i) * 0.375f - 2.f);
+      return kiln::tensor(v, shape);
+    }
+    case kiln::DType::bf16: {
+      std::vector<kiln::bfloat16> v(n);
+      for (std::size_t i = 0; i < n; ++i)
+        v[i] = kiln::bfloat16((static_cast<float>(i) - 7.3f) * 1000.f);
+      return kiln::tensor(v, shape);
+    }
+    case kiln::DType::i16: {
+      std::vector<std::int16_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int16_t>(4099 * i - 32768);
+      return kiln::tensor(v, shape);
+    }
+    case kiln::DType::u16: {
+      std::vector<std::uint16_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint16_t>(65535 - 2731 * i);
+      return kiln::tensor(v, shape);
+    }
+    case kiln::DType::u32: {
+      std::vector<std::uint32_t> v(n);
+      for (std::size_t i = 0; i < n; ++i)
+        v[i] = static_cast<std::uint32_t>(4000000000u - 123456789u * i);
+      return kiln::tensor(v, shape);
+    }
+    case kiln::DType::u64: {
+      std::vector<std::uint64_t> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = 18446744073709551615ULL - 1000000000007ULL * i;
+      return kiln::tensor(v, shape);
+    }
   }
   return {};
 }
@@ -165,8 +198,9 @@ inline bool same(const kiln::Tensor& a, const kiln::Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && bytes_of(a) == bytes_of(b);
 }
 
-inline const kiln::DType all_dtypes[] = {kiln::f32,     kiln::f64, kiln::i32, kiln::i64,
-                                         kiln::boolean, kiln::i8,  kiln::u8};
+inline const kiln::DType all_dtypes[] = {kiln::f32, kiln::f64, kiln::i32, kiln::i64,  kiln::boolean,
+                                         kiln::i8,  kiln::u8,  kiln::f16, kiln::bf16, kiln::i16,
+                                         kiln::u16, kiln::u32, kiln::u64};
 
 inline const kiln::Shape round_trip_shapes[] = {
     kiln::Shape{},        kiln::Shape{0},

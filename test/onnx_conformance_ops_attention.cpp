@@ -141,6 +141,92 @@ Outputs attention(const Case& c) {
 
 }  // namespace
 
-void add_attention_ops(OpTable& t) { t["Attention"] = attention; }
+namespace {
+
+/// ONNX RotaryEmbedding (opset 23): input [B, H, S, D] or [B, S, H * D] (num_heads given); the
+/// first rotary_embedding_dim features of each head rotated by the cached angles of their
+/// positions (position_ids picks rows of the caches, else the caches are [B, S, dim / 2]),
+/// pairing the two halves, or neighbours when interleaved.
+Outputs rotary_embedding(const Case& c) {
+  c.only({"interleaved", "rotary_embedding_dim", "num_heads"});
+  const Tensor& input = c.in(0);
+  Tensor x = input;  // as [B, S, H, D]
+  if (x.ndim() == 4) {
+    x = kiln::transpose(x, {0, 2, 1, 3});
+  } else {
+    const std::int64_t heads = c.i("num_heads", 0);
+    if (x.ndim() != 3 || heads <= 0) throw NotMapped("RotaryEmbedding input layout");
+    x = kiln::reshape(x, {x.dim(0), x.dim(1), heads, x.dim(2) / heads});
+  }
+  const std::int64_t head = x.dim(3);
+  std::int64_t dim = c.i("rotary_embedding_dim", 0);
+  if (dim == 0) dim = head;
+  const std::int64_t half = dim / 2;
+  Tensor cos = c.in(1), sin = c.in(2);
+  if (c.has(3)) {
+    cos = kiln::gather(cos, c.in(3), 0);
+    sin = kiln::gather(sin, c.in(3), 0);
+  }
+  cos = kiln::expand_dims(cos, 2);  // [B, S, 1, half]
+  sin = kiln::expand_dims(sin, 2);
+  const Tensor rotate = kiln::slice(x, 3, 0, dim);
+  const bool interleaved = c.i("interleaved", 0) != 0;
+  Tensor x1, x2;
+  if (interleaved) {
+    const Tensor pairs = kiln::reshape(rotate, {x.dim(0), x.dim(1), x.dim(2), half, 2});
+    x1 = kiln::squeeze(kiln::slice(pairs, 4, 0, 1), {4});
+    x2 = kiln::squeeze(kiln::slice(pairs, 4, 1, 2), {4});
+  } else {
+    x1 = kiln::slice(rotate, 3, 0, half);
+    x2 = kiln::slice(rotate, 3, half, dim);
+  }
+  const Tensor real = kiln::sub(kiln::mul(cos, x1), kiln::mul(sin, x2));
+  const Tensor imag = kiln::add(kiln::mul(sin, x1), kiln::mul(cos, x2));
+  Tensor rotated = interleaved ? kiln::reshape(kiln::stack({real, imag}, 4), rotate.shape())
+                               : kiln::concat({real, imag}, 3);
+  Tensor out = kiln::concat({rotated, kiln::slice(x, 3, dim, head)}, 3);
+  if (input.ndim() == 4) return {kiln::transpose(out, {0, 2, 1, 3})};
+  return {kiln::reshape(out, input.shape())};
+}
+
+/// ONNX SwiGLU: a * sigmoid(alpha * a) * b.
+Outputs swiglu(const Case& c) {
+  c.only({"alpha"});
+  const Tensor& a = c.in(0);
+  const Tensor alpha = kiln::scalar(c.f("alpha", 1.0), a.dtype());
+  return {kiln::mul(kiln::mul(a, kiln::sigmoid(kiln::mul(alpha, a))), c.in(1))};
+}
+
+/// ONNX TensorScatter (a KV-cache update): update written into past_cache along `axis`,
+/// batch entry b from position write_indices[b] on (wrapping around in circular mode).
+Outputs tensor_scatter(const Case& c) {
+  c.only({"mode", "axis"});
+  const Tensor& past = c.in(0);
+  const Tensor& update = c.in(1);
+  const std::int64_t rank = past.ndim();
+  const std::int64_t axis = normalize_axis(c.i("axis", -2), rank);
+  const std::string mode = c.s("mode", "linear");
+  if (mode != "linear" && mode != "circular") throw NotMapped("TensorScatter mode " + mode);
+  const Tensor write =
+      c.has(2) ? kiln::cast(c.in(2), kiln::i64) : kiln::zeros({past.dim(0)}, kiln::i64);
+  std::vector<std::int64_t> batch_dims(static_cast<std::size_t>(rank), 1);
+  std::vector<std::int64_t> step_dims = batch_dims;
+  batch_dims[0] = past.dim(0);
+  step_dims[static_cast<std::size_t>(axis)] = update.dim(axis);
+  Tensor index =
+      kiln::add(kiln::reshape(write, kiln::Shape(batch_dims)),
+                kiln::reshape(kiln::arange(update.dim(axis), kiln::i64), kiln::Shape(step_dims)));
+  if (mode == "circular") index = kiln::mod(index, kiln::scalar(past.dim(axis), kiln::i64));
+  return {kiln::scatter(past, kiln::broadcast_to(index, update.shape()), update, axis)};
+}
+
+}  // namespace
+
+void add_attention_ops(OpTable& t) {
+  t["TensorScatter"] = tensor_scatter;
+  t["Attention"] = attention;
+  t["RotaryEmbedding"] = rotary_embedding;
+  t["SwiGLU"] = swiglu;
+}
 
 }  // namespace onnx_conformance

@@ -276,6 +276,14 @@ void add_elementwise_ops(OpTable& t) {
   t["BitwiseAnd"] = binary(kiln::bitwise_and);
   t["BitwiseOr"] = binary(kiln::bitwise_or);
   t["BitwiseXor"] = binary(kiln::bitwise_xor);
+  t["BitShift"] = [](const Case& c) -> Outputs {
+    c.only({"direction"});
+    const std::string direction = c.s("direction", "");
+    if (direction != "LEFT" && direction != "RIGHT")
+      throw NotMapped("BitShift direction " + direction);
+    return {direction == "LEFT" ? kiln::left_shift(c.in(0), c.in(1))
+                                : kiln::right_shift(c.in(0), c.in(1))};
+  };
 
   // Casts.
   t["Cast"] = cast;

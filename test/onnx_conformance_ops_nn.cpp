@@ -100,9 +100,8 @@ Tensor add_channel_bias(const Tensor& y, const Tensor& bias) {
   return kiln::add(y, kiln::reshape(bias, kiln::Shape(dims)));
 }
 
-Outputs conv(const Case& c) {
-  const Tensor& x = c.in(0);
-  const Tensor& w = c.in(1);
+/// Conv's (and ConvInteger's, QLinearConv's) convolution of x with w, from the attributes.
+Tensor conv_of(const Case& c, const Tensor& x, const Tensor& w) {
   const auto in = spatial_dims(x);
   const auto n = in.size();
   const auto strides = ones_or(c, "strides", n);
@@ -117,9 +116,84 @@ Outputs conv(const Case& c) {
   o.pads = spatial_pads(c, in, k, strides);
   o.groups = c.i("group", 1);
   o.layout = kiln::DataLayout::channels_first;
-  Tensor y = kiln::conv(x, w, o);
+  return kiln::conv(x, w, o);
+}
+
+Outputs conv(const Case& c) {
+  Tensor y = conv_of(c, c.in(0), c.in(1));
   if (c.has(2)) y = add_channel_bias(y, c.in(2));
   return {y};
+}
+
+/// x - zero_point in i32. A 1-D zero point of several values runs along x's axis `axis`
+/// (MatMulInteger's a: its rows, ndim - 2; a kernel: its output channels, 0; MatMulInteger's b:
+/// its columns, the last axis, where it broadcasts as it is).
+Tensor centered(const Tensor& x, const Case& c, std::size_t zero_point_input, std::int64_t axis) {
+  const Tensor wide = kiln::cast(x, kiln::i32);
+  if (!c.has(zero_point_input)) return wide;
+  Tensor zp = kiln::cast(c.in(zero_point_input), kiln::i32);
+  if (zp.ndim() == 1 && zp.size() > 1 && axis != x.ndim() - 1) {
+    std::vector<std::int64_t> dims(static_cast<std::size_t>(x.ndim() - axis), 1);
+    dims[0] = zp.size();
+    zp = kiln::reshape(zp, kiln::Shape(dims));
+  }
+  return kiln::sub(wide, zp);
+}
+
+/// The integer convolution of ConvInteger / QLinearConv: exact in f64 (every sum of these
+/// 8-bit products is far below 2^53), as i32.
+Tensor integer_conv(const Case& c, const Tensor& x, const Tensor& w) {
+  return kiln::cast(conv_of(c, kiln::cast(x, kiln::f64), kiln::cast(w, kiln::f64)), kiln::i32);
+}
+
+Outputs conv_integer(const Case& c) {
+  return {integer_conv(c, centered(c.in(0), c, 2, c.in(0).ndim() - 1), centered(c.in(1), c, 3, 0))};
+}
+
+Outputs matmul_integer(const Case& c) {
+  const Tensor& a = c.in(0);
+  const Tensor& b = c.in(1);
+  return {kiln::matmul(centered(a, c, 2, a.ndim() - 2), centered(b, c, 3, b.ndim() - 1))};
+}
+
+/// QLinearMatMul / QLinearConv's requantization of an i32 accumulator, as ONNX's reference:
+/// acc * (a_scale * b_scale / y_scale) in f64 (the scales' product in their own dtype), plus
+/// the zero point, rounded half to even, clipped to the output dtype.
+Tensor requantize(const Tensor& acc, const Tensor& a_scale, const Tensor& b_scale,
+                  const Tensor& y_scale, const Tensor& y_zero_point, bool round_after_clip) {
+  const Tensor factor = kiln::cast(kiln::div(kiln::mul(a_scale, b_scale), y_scale), kiln::f64);
+  Tensor r =
+      kiln::add(kiln::mul(kiln::cast(acc, kiln::f64), factor), kiln::cast(y_zero_point, kiln::f64));
+  const kiln::DType out = y_zero_point.dtype();
+  const double lo = out == kiln::i8 ? -128 : 0, hi = out == kiln::i8 ? 127 : 255;
+  if (out != kiln::i8 && out != kiln::u8) throw NotMapped("requantizing to a non-8-bit dtype");
+  r = round_after_clip ? kiln::round(kiln::clip(r, lo, hi)) : kiln::clip(kiln::round(r), lo, hi);
+  return kiln::cast(r, out);
+}
+
+Outputs qlinear_matmul(const Case& c) {
+  // Inputs: a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point.
+  const Tensor a = kiln::sub(kiln::cast(c.in(0), kiln::i32), kiln::cast(c.in(2), kiln::i32));
+  const Tensor b = kiln::sub(kiln::cast(c.in(3), kiln::i32), kiln::cast(c.in(5), kiln::i32));
+  return {requantize(kiln::matmul(a, b), c.in(1), c.in(4), c.in(6), c.in(7), false)};
+}
+
+Outputs qlinear_conv(const Case& c) {
+  // Inputs: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B.
+  const Tensor x = kiln::sub(kiln::cast(c.in(0), kiln::i32), kiln::cast(c.in(2), kiln::i32));
+  Tensor wzp = kiln::cast(c.in(5), kiln::i32);
+  const Tensor& w_in = c.in(3);
+  if (wzp.ndim() == 1 && wzp.size() == w_in.dim(0) && wzp.size() > 1) {
+    std::vector<std::int64_t> dims(static_cast<std::size_t>(w_in.ndim()), 1);
+    dims[0] = wzp.size();
+    wzp = kiln::reshape(wzp, kiln::Shape(dims));
+  }
+  const Tensor w = kiln::sub(kiln::cast(w_in, kiln::i32), wzp);
+  Tensor acc = integer_conv(c, x, w);
+  if (c.has(8)) acc = add_channel_bias(acc, kiln::cast(c.in(8), kiln::i32));
+  Tensor w_scale = c.in(4);
+  if (w_scale.size() > 1) w_scale = kiln::reshape(w_scale, kiln::Shape{1, w_scale.size(), 1, 1});
+  return {requantize(acc, c.in(1), w_scale, c.in(6), c.in(7), true)};
 }
 
 Outputs conv_transpose(const Case& c) {
@@ -219,6 +293,26 @@ Outputs lp_pool(const Case& c) {
   const Tensor sums =
       kiln::mul(kiln::avg_pool(powered, o), scalar_as(static_cast<double>(taps), x));
   return {kiln::pow(sums, scalar_as(1.0 / p, x))};
+}
+
+/// ONNX LRN: x / (bias + alpha / size * (sum of x^2 over the `size` channels around each
+/// channel))^beta, the window floor((size - 1) / 2) channels before, the rest after.
+Outputs lrn(const Case& c) {
+  c.only({"alpha", "beta", "bias", "size"});
+  const Tensor& x = c.in(0);
+  const std::int64_t size = c.i("size", 1);
+  const std::int64_t before = (size - 1) / 2, after = size - 1 - before;
+  std::vector<std::pair<std::int64_t, std::int64_t>> widths(static_cast<std::size_t>(x.ndim()),
+                                                            {0, 0});
+  widths[1] = {before, after};
+  const Tensor squares = kiln::pad(kiln::square(x), widths, 0.0);
+  Tensor sum = kiln::slice(squares, 1, 0, x.dim(1));
+  for (std::int64_t k = 1; k < size; ++k)
+    sum = kiln::add(sum, kiln::slice(squares, 1, k, k + x.dim(1)));
+  const Tensor scale =
+      kiln::add(kiln::mul(sum, scalar_as(c.f("alpha", 1e-4) / static_cast<double>(size), x)),
+                scalar_as(c.f("bias", 1.0), x));
+  return {kiln::div(x, kiln::pow(scale, scalar_as(c.f("beta", 0.75), x)))};
 }
 
 Outputs batch_norm(const Case& c) {
@@ -392,6 +486,11 @@ void add_nn_ops(OpTable& t) {
   t["Hardmax"] = softmax_like(hardmax);
   t["LpNormalization"] = lp_normalization;
   t["Conv"] = conv;
+  t["LRN"] = lrn;
+  t["ConvInteger"] = conv_integer;
+  t["MatMulInteger"] = matmul_integer;
+  t["QLinearMatMul"] = qlinear_matmul;
+  t["QLinearConv"] = qlinear_conv;
   t["ConvTranspose"] = conv_transpose;
   t["MaxPool"] = [](const Case& c) { return pool(c, true); };
   t["AveragePool"] = [](const Case& c) { return pool(c, false); };

@@ -413,6 +413,28 @@ Outputs center_crop_pad(const Case& c) {
   return {kiln::pad(x, widths)};
 }
 
+/// ONNX ReverseSequence: along time_axis, the first sequence_lens[b] steps of each batch entry
+/// b reversed, the rest kept: one take_along_axis with positions len - 1 - t below len.
+Outputs reverse_sequence(const Case& c) {
+  c.only({"batch_axis", "time_axis"});
+  const Tensor& x = c.in(0);
+  const auto batch_axis = static_cast<std::size_t>(c.i("batch_axis", 1));
+  const auto time_axis = static_cast<std::size_t>(c.i("time_axis", 0));
+  std::vector<std::int64_t> time_dims(static_cast<std::size_t>(x.ndim()), 1);
+  std::vector<std::int64_t> batch_dims = time_dims;
+  time_dims[time_axis] = x.dim(static_cast<std::int64_t>(time_axis));
+  batch_dims[batch_axis] = x.dim(static_cast<std::int64_t>(batch_axis));
+  const Tensor t =
+      kiln::reshape(kiln::arange(0, static_cast<double>(time_dims[time_axis]), 1, kiln::i64),
+                    kiln::Shape(time_dims));
+  const Tensor len = kiln::reshape(kiln::cast(c.in(1), kiln::i64), kiln::Shape(batch_dims));
+  const Tensor reversed = kiln::sub(kiln::sub(len, kiln::scalar(std::int64_t{1})), t);
+  const Tensor index =
+      kiln::where(kiln::less(t, len), reversed, kiln::broadcast_to(t, reversed.shape()));
+  return {kiln::take_along_axis(x, kiln::broadcast_to(index, x.shape()),
+                                static_cast<std::int64_t>(time_axis))};
+}
+
 }  // namespace
 
 void add_shape_ops(OpTable& t) {
@@ -453,6 +475,7 @@ void add_shape_ops(OpTable& t) {
   t["ReduceLogSum"] = reduce(18, sum_axes, nullptr, log);
   t["ReduceLogSumExp"] = reduce(18, logsumexp_axes);
   t["Trilu"] = trilu;
+  t["ReverseSequence"] = reverse_sequence;
   t["Range"] = range;
   t["Shape"] = shape;
   t["Size"] = size;

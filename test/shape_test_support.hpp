@@ -71,6 +71,18 @@ inline std::vector<double> values(const Tensor& t) {
       return widen(t.to_vector<std::int8_t>());
     case kiln::DType::u8:
       return widen(t.to_vector<std::uint8_t>());
+    case kiln::DType::f16:
+      return widen(t.to_vector<kiln::float16>());
+    case kiln::DType::bf16:
+      return widen(t.to_vector<kiln::bfloat16>());
+    case kiln::DType::i16:
+      return widen(t.to_vector<std::int16_t>());
+    case kiln::DType::u16:
+      return widen(t.to_vector<std::uint16_t>());
+    case kiln::DType::u32:
+      return widen(t.to_vector<std::uint32_t>());
+    case kiln::DType::u64:
+      return widen(t.to_vector<std::uint64_t>());
   }
   return {};
 }

@@ -49,7 +49,12 @@ using kiln::test::values_of;
 bool close(double got, double want, DType dtype) {
   if (std::isnan(want)) return std::isnan(got);
   if (std::isinf(want)) return got == want;
-  const double rtol = dtype == DType::f32 ? 4e-6 : dtype == DType::f64 ? 1e-13 : 0.0;
+  // f16 and bf16 compute in f32 and round once: one unit in their last place at most.
+  const double rtol = dtype == DType::f32    ? 4e-6
+                      : dtype == DType::f64  ? 1e-13
+                      : dtype == DType::f16  ? 1e-3
+                      : dtype == DType::bf16 ? 8e-3
+                                             : 0.0;
   return std::abs(got - want) <= rtol * (1.0 + std::abs(want));
 }
 
@@ -242,7 +247,7 @@ TEST_CASE("cast converts between all dtypes", "[elementwise]") {
   SECTION("same dtype returns the input; unknown dtypes are an error") {
     const auto x = make({1, 2}, kiln::f32);
     CHECK(kiln::cast(x, kiln::f32).impl() == x.impl());
-    CHECK_KILN_ERROR(kiln::cast(x, static_cast<DType>(9)), "[cast] unknown dtype");
+    CHECK_KILN_ERROR(kiln::cast(x, static_cast<DType>(99)), "[cast] unknown dtype");
     CHECK_KILN_ERROR(kiln::cast(Tensor{}, kiln::f32), "[cast] argument 0 is an undefined");
   }
 }
@@ -619,8 +624,7 @@ TEST_CASE("elementwise errors name the op", "[elementwise]") {
   }
   CHECK_KILN_ERROR(kiln::exp(kiln::ones({2}, kiln::i32)), "[exp] needs a floating-point dtype");
   CHECK_KILN_ERROR(kiln::neg(b), "[neg] needs a numeric dtype");
-  CHECK_KILN_ERROR(kiln::bitwise_not(f),
-                   "[bitwise_not] needs an integer dtype (i32 or i64), got f32");
+  CHECK_KILN_ERROR(kiln::bitwise_not(f), "[bitwise_not] needs an integer dtype, got f32");
   CHECK_KILN_ERROR(kiln::add(b, b), "[add] needs a numeric dtype");
   CHECK_KILN_ERROR(f + 1.0 + d, "[add] dtypes differ");
   CHECK_KILN_ERROR(kiln::where(f, f, f), "[where] condition must have dtype bool, got f32");

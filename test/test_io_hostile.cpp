@@ -159,7 +159,7 @@ TEST_CASE("safetensors: valid oddities load", "[io]") {
   // element type kiln cannot load (listed by inspect, loadable around).
   const std::string header =
       R"({"z":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
-      R"("__metadata__":null,"u":{"dtype":"U16","shape":[2],"data_offsets":[4,8]},)"
+      R"("__metadata__":null,"u":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[4,8]},)"
       R"("e":{"dtype":"I64","shape":[0],"data_offsets":[4,4]},)"
       R"("a":{"shape":[],"data_offsets":[0,4],"dtype":"I32","extra":"ignored"}})"
       "        ";
@@ -171,12 +171,12 @@ TEST_CASE("safetensors: valid oddities load", "[io]") {
   CHECK(infos[0].name == "a");
   CHECK(infos[3].name == "u");
   CHECK_FALSE(infos[3].dtype.has_value());
-  CHECK(infos[3].stored_dtype == "U16");
+  CHECK(infos[3].stored_dtype == "F8_E4M3");
   const auto some = io::load_safetensors(path, {"a", "z", "e"});
   CHECK(some.at("a").item<std::int32_t>() == 7);
   CHECK(some.at("z").shape() == kiln::Shape{0, 5});
   CHECK_THROWS_WITH(io::load_safetensors(path),
-                    Catch::Contains("tensor 'u' has dtype U16, which kiln cannot load"));
+                    Catch::Contains("tensor 'u' has dtype F8_E4M3, which kiln cannot load"));
   CHECK(io::load_safetensors_metadata(path).empty());
   // BOOL bytes other than 0 and 1 load as true.
   io_test::write_bytes(
@@ -224,9 +224,9 @@ TEST_CASE("npy: header dicts are validated strictly", "[io]") {
   expect_error(npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", four),
                Loader::npy, "the key 'descr' appears twice");
   expect_error(
-      npy(dict("<u2", "(2,)"), four), Loader::npy,
-      ".npy dtype '<u2' is not supported (kiln reads f4, f8, i4, i8, i1, u1, b1, and f2 as "
-      "f32)");
+      npy(dict("<c8", "(2,)"), four), Loader::npy,
+      ".npy dtype '<c8' is not supported (kiln reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8, "
+      "b1, and V2 as bfloat16)");
   expect_error(npy(dict("|f4", "(1,)"), four), Loader::npy,
                "uses '|' (no byte order) for a multi-byte type");
   expect_error(npy(dict("f4", "(1,)"), four), Loader::npy, "is not a NumPy type string");
@@ -288,9 +288,12 @@ TEST_CASE("npy: big-endian, Fortran order, version 2.0 and odd spellings load co
   CHECK(load(npy("{\"descr\":\"<i8\",\"shape\":(2L,),\"fortran_order\":False}", v2, 2))
             .to_vector<std::int64_t>() == std::vector<std::int64_t>{-1, 5});
   CHECK(load(npy(dict("|b1", "()"), Bytes{3})).item<bool>());
-  CHECK(load(npy(dict("<f2", "(2,)"), Bytes{0x00, 0x3c, 0x00, 0xc0})).to_vector<float>() ==
-        std::vector<float>{1.f, -2.f});
-  CHECK(load(npy(dict(">f2", "(1,)"), Bytes{0x7b, 0xff})).item<float>() == 65504.f);
+  CHECK(kiln::cast(load(npy(dict("<f2", "(2,)"), Bytes{0x00, 0x3c, 0x00, 0xc0})), kiln::f32)
+            .to_vector<float>() == std::vector<float>{1.f, -2.f});
+  CHECK(kiln::cast(load(npy(dict(">f2", "(1,)"), Bytes{0x7b, 0xff})), kiln::f32).item<float>() ==
+        65504.f);
+  CHECK(load(npy(dict(">u8", "(1,)"), Bytes{0xff, 0, 0, 0, 0, 0, 0, 1})).item<std::uint64_t>() ==
+        0xff00000000000001ULL);
   CHECK(load(npy(dict("<f4", "(0, 3)", true))).shape() == kiln::Shape{0, 3});
   expect_error(
       npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), '\xff': 1}", zeros(4), 3),

@@ -32,6 +32,12 @@ void check_values(const Tensor& t, kiln::DType dtype, const Shape& shape,
 
 const float inf = std::numeric_limits<float>::infinity();
 
+/// t, which must have dtype `stored` (f16 or bf16: files keep them), cast to f32 to compare.
+Tensor widened(const Tensor& t, kiln::DType stored) {
+  CHECK(t.dtype() == stored);
+  return kiln::cast(t, kiln::f32);
+}
+
 }  // namespace
 
 TEST_CASE("NumPy's .npy files load", "[io]") {
@@ -46,7 +52,7 @@ TEST_CASE("NumPy's .npy files load", "[io]") {
                      {true, false, true, false, true});
   check_values<float>(io::load_npy(fixture("np_scalar.npy")), kiln::f32, {}, {3.5f});
   check_values<double>(io::load_npy(fixture("np_empty.npy")), kiln::f64, {0, 3}, {});
-  check_values<float>(io::load_npy(fixture("np_f16.npy")), kiln::f32, {5},
+  check_values<float>(widened(io::load_npy(fixture("np_f16.npy")), kiln::f16), kiln::f32, {5},
                       {.5f, -2.f, 65504.f, std::ldexp(1.f, -24), inf});
   check_values<float>(io::load_npy(fixture("np_f32_big_endian.npy")), kiln::f32, {4},
                       {.5f, 1.5f, 2.5f, 3.5f});
@@ -74,7 +80,7 @@ TEST_CASE("NumPy's .npz archives load: stored and deflated members", "[io]") {
   check_values<double>(mixed.at("layer1/kernel"), kiln::f64, {2, 2}, {0, 1, 2, 3});
   // Fortran order (decoded in place) and big-endian half (decoded through a copy) in members.
   check_values<float>(mixed.at("fortran"), kiln::f32, {2, 3}, {0, 1, 2, 3, 4, 5});
-  check_values<float>(mixed.at("half"), kiln::f32, {2}, {1.5f, -.25f});
+  check_values<float>(widened(mixed.at("half"), kiln::f16), kiln::f32, {2}, {1.5f, -.25f});
 
   const auto savez = io::load_npz(fixture("np_savez.npz"));
   check_values<float>(savez.at("a"), kiln::f32, {2, 3}, {-2.5f, -1.5f, -.5f, .5f, 1.5f, 2.5f});
@@ -86,7 +92,7 @@ TEST_CASE("NumPy's .npz archives load: stored and deflated members", "[io]") {
   CHECK(io::inspect(fixture("np_savez_compressed.npz")).size() == 3);
 }
 
-TEST_CASE("The reference safetensors package's files load, F16 and BF16 as f32", "[io]") {
+TEST_CASE("The reference safetensors package's files load, F16 and BF16 as f16 and bf16", "[io]") {
   const auto all = io::load_safetensors(fixture("st_all.safetensors"));
   REQUIRE(all.size() == 7);
   check_values<float>(all.at("f32"), kiln::f32, {2, 3}, {-2.5f, -1.5f, -.5f, .5f, 1.5f, 2.5f});
@@ -98,14 +104,15 @@ TEST_CASE("The reference safetensors package's files load, F16 and BF16 as f32",
         io::Metadata{{"format", "np"}, {"source", "make_fixtures.py"}});
 
   const auto half = io::load_safetensors(fixture("st_half.safetensors"));
-  check_values<float>(half.at("half"), kiln::f32, {2, 3},
+  check_values<float>(widened(half.at("half"), kiln::f16), kiln::f32, {2, 3},
                       {1.f, -.5f, 65504.f, std::ldexp(1.f, -24), -inf, 0.f});
-  check_values<float>(half.at("brain"), kiln::f32, {4}, {1.f, -3.5f, .15625f, 256.f});
+  check_values<float>(widened(half.at("brain"), kiln::bf16), kiln::f32, {4},
+                      {1.f, -3.5f, .15625f, 256.f});
   check_values<float>(half.at("weights"), kiln::f32, {4}, {0, 1, 2, 3});
   io::SafetensorsFile file(fixture("st_half.safetensors"));
   CHECK(file.metadata() == io::Metadata{{"dtype_note", "half and bfloat16"}});
   CHECK(file.info("half").stored_dtype == "F16");
-  CHECK(file.info("half").dtype == kiln::f32);
+  CHECK(file.info("half").dtype == kiln::f16);
   CHECK(file.info("half").size_bytes == 12);
   CHECK(file.info("brain").stored_dtype == "BF16");
 }
@@ -123,7 +130,7 @@ TEST_CASE("F16 and BF16 conversion covers every class of value", "[io]") {
                        R"("b":{"dtype":"BF16","shape":[5],"data_offsets":[18,28]}})";
   io_test::write_bytes(dir / "h.safetensors", io_test::safetensors_bytes(header, data));
   const auto loaded = io::load_safetensors(dir / "h.safetensors");
-  const auto h = loaded.at("h").to_vector<float>();
+  const auto h = widened(loaded.at("h"), kiln::f16).to_vector<float>();
   CHECK(h[0] == 0.f);
   CHECK(std::signbit(h[1]));
   CHECK(h[2] == std::ldexp(1.f, -24));
@@ -133,7 +140,7 @@ TEST_CASE("F16 and BF16 conversion covers every class of value", "[io]") {
   CHECK(h[6] == 65504.f);
   CHECK(h[7] == -inf);
   CHECK(std::isnan(h[8]));
-  const auto b = loaded.at("b").to_vector<float>();
+  const auto b = widened(loaded.at("b"), kiln::bf16).to_vector<float>();
   CHECK(b[0] == 1.f);
   CHECK(b[1] == -3.5f);
   CHECK(b[2] == std::ldexp(1.f, -133));
@@ -153,7 +160,8 @@ TEST_CASE("NumPy and the reference safetensors package read kiln's files", "[io]
   TempDir dir;
   std::map<std::string, Tensor> tensors;
   int dtype_index = 0;
-  const char* names[] = {"f32", "f64", "i32", "i64", "bool", "i8", "u8"};
+  const char* names[] = {"f32", "f64",  "i32", "i64", "bool", "i8", "u8",
+                         "f16", "bf16", "i16", "u16", "u32",  "u64"};
   for (auto dtype : io_test::all_dtypes) {
     int k = 0;
     for (const auto& shape : io_test::round_trip_shapes) {

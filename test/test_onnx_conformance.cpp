@@ -105,6 +105,18 @@ kiln::DType dtype_from_onnx(std::int64_t type) {
       return kiln::boolean;
     case 11:
       return kiln::f64;
+    case 4:
+      return kiln::u16;
+    case 5:
+      return kiln::i16;
+    case 10:
+      return kiln::f16;
+    case 12:
+      return kiln::u32;
+    case 13:
+      return kiln::u64;
+    case 16:
+      return kiln::bf16;
     default:
       throw NotMapped(fmt::format("ONNX element type {} has no kiln dtype", type));
   }

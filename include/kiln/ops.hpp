@@ -103,12 +103,17 @@ Tensor greater_equal(const Tensor& a, const Tensor& b);
 /// Boolean results; nonzero inputs count as true (any dtype, both the same).
 Tensor logical_and(const Tensor& a, const Tensor& b);
 Tensor logical_or(const Tensor& a, const Tensor& b);
-/// Bitwise and, or, xor of the two's complement bits of integer tensors (i32, i64), and the
+/// Bitwise and, or, xor of the two's complement bits of integer tensors, and the
 /// bitwise complement (~x, which is -x - 1).
 Tensor bitwise_and(const Tensor& a, const Tensor& b);
 Tensor bitwise_or(const Tensor& a, const Tensor& b);
 Tensor bitwise_xor(const Tensor& a, const Tensor& b);
 Tensor bitwise_not(const Tensor& x);
+/// a shifted left or right by b bits (integer tensors). Right shifts of signed integers are
+/// arithmetic. A count outside [0, bits of the dtype) gives 0 (a right shift of a negative a:
+/// -1). On narrow dtypes the result is the narrow type's (u8 200 << 1 is 144).
+Tensor left_shift(const Tensor& a, const Tensor& b);
+Tensor right_shift(const Tensor& a, const Tensor& b);
 
 /// Elementwise choice: cond (boolean) ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);

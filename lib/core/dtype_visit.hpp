@@ -7,9 +7,14 @@
 #include "kiln/dtype.hpp"
 
 namespace kiln::detail {
+/// Throws: a kernel that computes was given a dtype ops compute in a wider one.
+[[noreturn]] void fail_not_computed(DType dtype, const char* op);
+}  // namespace kiln::detail
+
+namespace kiln::detail {
 
 /// Calls fn(T{}) where T is dtype's C++ type (float, double, int32_t, int64_t, bool, int8_t,
-/// uint8_t).
+/// uint8_t, float16, bfloat16, int16_t, uint16_t, uint32_t, uint64_t).
 template <class Fn>
 void visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -34,6 +39,53 @@ void visit_dtype(DType dtype, Fn&& fn) {
     case DType::u8:
       fn(std::uint8_t{});
       break;
+    case DType::f16:
+      fn(float16{});
+      break;
+    case DType::bf16:
+      fn(bfloat16{});
+      break;
+    case DType::i16:
+      fn(std::int16_t{});
+      break;
+    case DType::u16:
+      fn(std::uint16_t{});
+      break;
+    case DType::u32:
+      fn(std::uint32_t{});
+      break;
+    case DType::u64:
+      fn(std::uint64_t{});
+      break;
+  }
+}
+
+/// Calls fn(T{}) for the dtypes kernels compute on (kiln::compute_dtype's results): float,
+/// double, int32_t, int64_t, uint64_t, and std::uint8_t for bool (its storage). Ops reach
+/// kernels with other dtypes only when they move elements; a compute kernel given one fails.
+template <class Fn>
+void visit_compute_type(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      fn(float{});
+      break;
+    case DType::f64:
+      fn(double{});
+      break;
+    case DType::i32:
+      fn(std::int32_t{});
+      break;
+    case DType::i64:
+      fn(std::int64_t{});
+      break;
+    case DType::u64:
+      fn(std::uint64_t{});
+      break;
+    case DType::boolean:
+      fn(std::uint8_t{});
+      break;
+    default:
+      fail_not_computed(dtype, op);
   }
 }
 

@@ -33,6 +33,18 @@ std::string float_text(T value) {
   return fmt::format("{}.{}", digits.substr(0, point), digits.substr(point));
 }
 
+/// The shortest decimal text that reads back as the same 16-bit float (as numpy prints them).
+template <class Half>
+std::string half_text(Half value) {
+  const auto f = static_cast<float>(value);
+  if (std::isnan(f) || std::isinf(f)) return float_text(f);
+  for (int digits = 1; digits < 9; ++digits) {
+    const std::string text = fmt::format("{:.{}g}", f, digits);
+    if (Half(std::stof(text)).bits == value.bits) return float_text(std::stof(text));
+  }
+  return float_text(f);
+}
+
 std::string element_text(const char* element, DType dtype) {
   switch (dtype) {
     case DType::f32:
@@ -49,6 +61,18 @@ std::string element_text(const char* element, DType dtype) {
       return fmt::format("{}", static_cast<int>(*reinterpret_cast<const std::int8_t*>(element)));
     case DType::u8:
       return fmt::format("{}", static_cast<int>(*reinterpret_cast<const std::uint8_t*>(element)));
+    case DType::f16:
+      return half_text(*reinterpret_cast<const float16*>(element));
+    case DType::bf16:
+      return half_text(*reinterpret_cast<const bfloat16*>(element));
+    case DType::i16:
+      return fmt::format("{}", *reinterpret_cast<const std::int16_t*>(element));
+    case DType::u16:
+      return fmt::format("{}", *reinterpret_cast<const std::uint16_t*>(element));
+    case DType::u32:
+      return fmt::format("{}", *reinterpret_cast<const std::uint32_t*>(element));
+    case DType::u64:
+      return fmt::format("{}", *reinterpret_cast<const std::uint64_t*>(element));
   }
   return "?";
 }

@@ -13,31 +13,16 @@ namespace kiln::io::detail {
 static_assert(std::endian::native == std::endian::little,
               "kiln's file readers assume a little-endian host");
 
-std::size_t stored_size(StoredKind kind) {
-  switch (kind) {
-    case StoredKind::boolean:
-    case StoredKind::i8:
-    case StoredKind::u8:
-      return 1;
-    case StoredKind::f16:
-    case StoredKind::bf16:
-      return 2;
-    case StoredKind::f32:
-    case StoredKind::i32:
-      return 4;
-    case StoredKind::f64:
-    case StoredKind::i64:
-      return 8;
-  }
-  return 0;
-}
+std::size_t stored_size(StoredKind kind) { return dtype_size(loaded_dtype(kind)); }
 
 DType loaded_dtype(StoredKind kind) {
   switch (kind) {
     case StoredKind::boolean:
       return DType::boolean;
     case StoredKind::f16:
+      return DType::f16;
     case StoredKind::bf16:
+      return DType::bf16;
     case StoredKind::f32:
       return DType::f32;
     case StoredKind::f64:
@@ -50,6 +35,14 @@ DType loaded_dtype(StoredKind kind) {
       return DType::i8;
     case StoredKind::u8:
       return DType::u8;
+    case StoredKind::i16:
+      return DType::i16;
+    case StoredKind::u16:
+      return DType::u16;
+    case StoredKind::u32:
+      return DType::u32;
+    case StoredKind::u64:
+      return DType::u64;
   }
   return DType::f32;
 }
@@ -70,25 +63,20 @@ StoredKind stored_kind_of(DType dtype) {
       return StoredKind::i8;
     case DType::u8:
       return StoredKind::u8;
+    case DType::f16:
+      return StoredKind::f16;
+    case DType::bf16:
+      return StoredKind::bf16;
+    case DType::i16:
+      return StoredKind::i16;
+    case DType::u16:
+      return StoredKind::u16;
+    case DType::u32:
+      return StoredKind::u32;
+    case DType::u64:
+      return StoredKind::u64;
   }
   return StoredKind::f32;
-}
-
-float half_to_float(std::uint16_t bits) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
-  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
-  const std::uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in f32.
-    const float magnitude = static_cast<float>(mantissa) * (1.0f / 16777216.0f);
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-float bfloat16_to_float(std::uint16_t bits) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
 }
 
 namespace {
@@ -132,21 +120,19 @@ void decode_elements(StoredType type, const std::byte* src, std::size_t count, v
       if (out != src) std::memcpy(out, src, count);
       return;
     case StoredKind::f16:
-    case StoredKind::bf16: {
-      const bool half = type.kind == StoredKind::f16;
-      for (std::size_t i = 0; i < count; ++i) {
-        const auto bits = load_word<std::uint16_t>(src + 2 * i, type.big_endian);
-        const float value = half ? half_to_float(bits) : bfloat16_to_float(bits);
-        std::memcpy(out + 4 * i, &value, 4);
-      }
+    case StoredKind::bf16:
+    case StoredKind::i16:
+    case StoredKind::u16:
+      copy_words<std::uint16_t>(src, count, dst, type.big_endian);
       return;
-    }
     case StoredKind::f32:
     case StoredKind::i32:
+    case StoredKind::u32:
       copy_words<std::uint32_t>(src, count, dst, type.big_endian);
       return;
     case StoredKind::f64:
     case StoredKind::i64:
+    case StoredKind::u64:
       copy_words<std::uint64_t>(src, count, dst, type.big_endian);
       return;
   }

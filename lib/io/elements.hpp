@@ -16,8 +16,22 @@
 
 namespace kiln::io::detail {
 
-/// The element types kiln can read (f16 and bf16 load as f32).
-enum class StoredKind : std::uint8_t { boolean, f16, bf16, f32, f64, i32, i64, i8, u8 };
+/// The element types kiln reads and writes: one per dtype.
+enum class StoredKind : std::uint8_t {
+  boolean,
+  f16,
+  bf16,
+  f32,
+  f64,
+  i32,
+  i64,
+  i8,
+  u8,
+  i16,
+  u16,
+  u32,
+  u64
+};
 
 /// One element type as a file stores it.
 struct StoredType {
@@ -30,9 +44,6 @@ std::size_t stored_size(StoredKind kind);
 DType loaded_dtype(StoredKind kind);
 /// The stored kind that writes `dtype` unchanged.
 StoredKind stored_kind_of(DType dtype);
-
-float half_to_float(std::uint16_t bits);
-float bfloat16_to_float(std::uint16_t bits);
 
 /// Converts `count` elements stored as `type` at `src` (any alignment) into kiln's layout
 /// for loaded_dtype(type.kind) at `dst`. Booleans become 0 or 1 (any non-zero byte is true).

@@ -193,15 +193,28 @@ std::optional<StoredType> parse_descr(std::string_view descr, std::string& probl
     kind = StoredKind::i8;
   } else if (code == "u1") {
     kind = StoredKind::u8;
+  } else if (code == "i2") {
+    kind = StoredKind::i16;
+  } else if (code == "u2") {
+    kind = StoredKind::u16;
+  } else if (code == "u4") {
+    kind = StoredKind::u32;
+  } else if (code == "u8") {
+    kind = StoredKind::u64;
+  } else if (code == "V2") {
+    kind = StoredKind::bf16;  // NumPy has no bfloat16: ml_dtypes saves it as 2-byte void
   } else {
-    problem = "is not supported (kiln reads f4, f8, i4, i8, i1, u1, b1, and f2 as f32)";
+    problem =
+        "is not supported (kiln reads f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, u8, b1, and V2 as "
+        "bfloat16)";
     return std::nullopt;
   }
-  if (order == '|' && stored_size(kind) != 1) {
+  const bool void_bytes = code == "V2";  // no byte order of its own: stored little-endian
+  if (order == '|' && stored_size(kind) != 1 && !void_bytes) {
     problem = "uses '|' (no byte order) for a multi-byte type";
     return std::nullopt;
   }
-  return StoredType{kind, order == '>' && stored_size(kind) > 1};
+  return StoredType{kind, order == '>' && stored_size(kind) > 1 && !void_bytes};
 }
 
 std::string shape_repr(const Shape& shape) {
@@ -231,6 +244,18 @@ const char* descr_of(DType dtype) {
       return "|i1";
     case DType::u8:
       return "|u1";
+    case DType::f16:
+      return "<f2";
+    case DType::bf16:
+      return "<V2";  // as NumPy with ml_dtypes writes bfloat16
+    case DType::i16:
+      return "<i2";
+    case DType::u16:
+      return "<u2";
+    case DType::u32:
+      return "<u4";
+    case DType::u64:
+      return "<u8";
   }
   return "<f4";
 }

@@ -31,12 +31,12 @@ constexpr SafetensorsDType safetensors_dtypes[] = {
     {"F6_E2M3", 6, 2, std::nullopt},     {"F6_E3M2", 6, 3, std::nullopt},
     {"U8", 8, 4, StoredKind::u8},        {"I8", 8, 5, StoredKind::i8},
     {"F8_E5M2", 8, 6, std::nullopt},     {"F8_E4M3", 8, 7, std::nullopt},
-    {"F8_E8M0", 8, 8, std::nullopt},     {"I16", 16, 9, std::nullopt},
-    {"U16", 16, 10, std::nullopt},       {"F16", 16, 11, StoredKind::f16},
+    {"F8_E8M0", 8, 8, std::nullopt},     {"I16", 16, 9, StoredKind::i16},
+    {"U16", 16, 10, StoredKind::u16},    {"F16", 16, 11, StoredKind::f16},
     {"BF16", 16, 12, StoredKind::bf16},  {"I32", 32, 13, StoredKind::i32},
-    {"U32", 32, 14, std::nullopt},       {"F32", 32, 15, StoredKind::f32},
+    {"U32", 32, 14, StoredKind::u32},    {"F32", 32, 15, StoredKind::f32},
     {"C64", 64, 16, std::nullopt},       {"F64", 64, 17, StoredKind::f64},
-    {"I64", 64, 18, StoredKind::i64},    {"U64", 64, 19, std::nullopt},
+    {"I64", 64, 18, StoredKind::i64},    {"U64", 64, 19, StoredKind::u64},
 };
 
 const SafetensorsDType* find_dtype(std::string_view name) {

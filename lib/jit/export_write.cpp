@@ -144,9 +144,8 @@ std::optional<Node::Kind> kind_named(std::string_view name) {
 }
 
 std::optional<DType> dtype_named(std::string_view name) {
-  for (DType d :
-       {DType::f32, DType::f64, DType::i32, DType::i64, DType::boolean, DType::i8, DType::u8})
-    if (dtype_name(d) == name) return d;
+  for (std::size_t i = 0; i < num_dtypes; ++i)
+    if (dtype_name(static_cast<DType>(i)) == name) return static_cast<DType>(i);
   return std::nullopt;
 }
 

@@ -139,6 +139,15 @@ std::string OnnxWriter::elementwise(Prim p, DType in, DType out,
     case Prim::bitwise_xor:
     case Prim::bitwise_not:
       unsupported("{} needs ONNX opset 18 (kiln writes {})", detail::name(p), onnx_opset);
+    case Prim::left_shift:
+    case Prim::right_shift: {
+      if (!is_unsigned(in))
+        unsupported("ONNX's BitShift takes unsigned integers only, got {}", dtype_name(in));
+      const std::string y = fresh("v");
+      attr(emit(graph_, "BitShift", x, {y}), "direction",
+           std::string(p == Prim::left_shift ? "LEFT" : "RIGHT"));
+      return y;
+    }
     default:
       unsupported("the primitive {} is not elementwise", detail::name(p));
   }

@@ -45,6 +45,18 @@ inline int onnx_type(DType dtype) {
       return onnx::TensorProto::INT8;
     case DType::u8:
       return onnx::TensorProto::UINT8;
+    case DType::f16:
+      return onnx::TensorProto::FLOAT16;
+    case DType::bf16:
+      return onnx::TensorProto::BFLOAT16;
+    case DType::i16:
+      return onnx::TensorProto::INT16;
+    case DType::u16:
+      return onnx::TensorProto::UINT16;
+    case DType::u32:
+      return onnx::TensorProto::UINT32;
+    case DType::u64:
+      return onnx::TensorProto::UINT64;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -189,6 +201,12 @@ class OnnxWriter {
     a->set_name(name);
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(value);
+  }
+  static void attr(onnx::NodeProto& n, const char* name, const std::string& value) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(value);
   }
   static void attr(onnx::NodeProto& n, const char* name, const std::vector<std::int64_t>& values) {
     auto* a = n.add_attribute();

@@ -500,11 +500,22 @@ void run_window(const KernelCall& call) {
       call.prim == Prim::max_pool_grad || call.prim == Prim::avg_pool_grad) {
     const ConvGeometry g = ConvGeometry::from(call.attrs);
     if (call.out.numel() == 0) return;
-    if (call.out.dtype == DType::f64)
-      pool_typed<double>(call.prim, g, call.attrs, call);
-    else
-      pool_typed<float>(call.prim, g, call.attrs, call);
-    return;
+    switch (call.out.dtype) {
+      case DType::f64:
+        pool_typed<double>(call.prim, g, call.attrs, call);
+        return;
+      case DType::f32:
+        pool_typed<float>(call.prim, g, call.attrs, call);
+        return;
+      case DType::i32:  // max_pool only (avg_pool takes floats)
+        pool_typed<std::int32_t>(call.prim, g, call.attrs, call);
+        return;
+      case DType::i64:
+        pool_typed<std::int64_t>(call.prim, g, call.attrs, call);
+        return;
+      default:
+        fail(name(call.prim), "has no {} kernel", dtype_name(call.out.dtype));
+    }
   }
   const ConvGeometry g = ConvGeometry::from(call.attrs);
   const ArrayRef& a = call.inputs[0];

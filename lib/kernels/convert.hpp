@@ -3,8 +3,10 @@
 // row kernels of each instruction set, pad's fill value, and the creation ops' values.
 //
 // float -> integer truncates toward zero, NaN gives 0, and values beyond the integer's range
-// saturate to its lowest or highest value (also for the 8-bit i8 and u8); any -> bool is x != 0
-// (NaN gives true); integer narrowing wraps; everything else is static_cast.
+// saturate to its lowest or highest value (for every integer dtype); any -> bool is x != 0
+// (NaN gives true); integer narrowing and signed <-> unsigned wrap; anything -> f16 or bf16
+// rounds to nearest even, once (f16 overflows to infinity beyond 65504), and f16 or bf16 ->
+// anything converts the exact float value; everything else is static_cast.
 //
 // The To of convert_element is the dtype's C++ type: `bool` converts as x != 0 and returns its
 // storage, a std::uint8_t holding 0 or 1; `std::uint8_t` is the u8 dtype, an integer. A From of
@@ -17,6 +19,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "core/half_bits.hpp"
+#include "kiln/dtype.hpp"
+
 namespace kiln::detail {
 
 namespace {
@@ -25,9 +30,44 @@ namespace {
 template <class T>
 using storage_t = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
 
+template <class T>
+inline constexpr bool is_half_v = std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>;
+
+/// The 16-bit float nearest to x (ties to even), rounded once: doubles and integers go through
+/// a round-to-odd float first (core/half_bits.hpp).
+template <class Half, class From>
+Half to_half(From x) {
+  float f;
+  if constexpr (std::is_same_v<From, float>)
+    f = x;
+  else if constexpr (std::is_same_v<From, double>)
+    f = round_to_odd_float(x);
+  else
+    f = round_to_odd_float(static_cast<long double>(x));
+  if constexpr (std::is_same_v<Half, float16>)
+    return float16::from_bits(f16_bits_from_float(f));
+  else
+    return bfloat16::from_bits(bf16_bits_from_float(f));
+}
+
+template <class Half>
+float from_half(Half h) {
+  if constexpr (std::is_same_v<Half, float16>)
+    return float_from_f16_bits(h.bits);
+  else
+    return float_from_bf16_bits(h.bits);
+}
+
 template <class To, class From>
 storage_t<To> convert_element(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (is_half_v<From>) {
+    if constexpr (std::is_same_v<To, From>)
+      return x;
+    else
+      return convert_element<To>(from_half(x));
+  } else if constexpr (is_half_v<To>) {
+    return to_half<To>(x);
+  } else if constexpr (std::is_same_v<To, bool>) {
     return x != 0 ? 1 : 0;
   } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
     constexpr To lowest = std::numeric_limits<To>::min();

@@ -67,6 +67,9 @@ void copy_strided(const ArrayRef& src, const ArrayRef& dst) {
     case 1:
       copy_rows<std::uint8_t>(src, dst);
       break;
+    case 2:
+      copy_rows<std::uint16_t>(src, dst);
+      break;
     case 4:
       copy_rows<std::uint32_t>(src, dst);
       break;

@@ -42,6 +42,11 @@ void gather(const char* src, std::int64_t stride, std::size_t element_size, void
       for (std::int64_t i = 0; i < n; ++i)
         static_cast<std::uint8_t*>(dst)[i] = reinterpret_cast<const std::uint8_t*>(src)[i * stride];
       break;
+    case 2:
+      for (std::int64_t i = 0; i < n; ++i)
+        static_cast<std::uint16_t*>(dst)[i] =
+            reinterpret_cast<const std::uint16_t*>(src)[i * stride];
+      break;
     case 4:
       for (std::int64_t i = 0; i < n; ++i)
         static_cast<std::uint32_t*>(dst)[i] =

@@ -14,8 +14,9 @@
 //   table is a constexpr variable), and nothing calls std algorithms or <cmath> inline
 //   functions; scalar math goes through __builtin_* (inlined or a libm call).
 //
-// Element types: f32 float, f64 double, i32 int32_t, i64 int64_t, bool uint8_t (0 or 1);
-// the storage-only i8 (int8_t) and u8 (uint8_t) have cast and where rows and nothing else.
+// Element types: f32 float, f64 double, i32 int32_t, i64 int64_t, u64 uint64_t, bool uint8_t
+// (0 or 1); the dtypes ops compute in a wider one (i8, u8, i16, u16, u32, f16, bf16; see
+// kiln::compute_dtype) have cast and where rows and nothing else.
 // Floating-point rows use xsimd batches (tails go through a zero-padded batch, so every
 // element gets the same code). Integer and boolean rows are plain loops the compiler
 // vectorizes for the TU's instruction set; integer arithmetic wraps through unsigned
@@ -178,6 +179,7 @@ constexpr void fill_by_dtype(auto* row) {
   row[dtype_index(DType::i32)] = Entry<std::int32_t>::value;
   row[dtype_index(DType::i64)] = Entry<std::int64_t>::value;
   row[dtype_index(DType::boolean)] = Entry<std::uint8_t>::value;
+  row[dtype_index(DType::u64)] = Entry<std::uint64_t>::value;
 }
 
 /// Fills row[dtype] with Entry<T>::value for every dtype, storage-only ones included, where T
@@ -191,6 +193,12 @@ constexpr void fill_by_cast_target(auto* row) {
   row[dtype_index(DType::boolean)] = Entry<bool>::value;
   row[dtype_index(DType::i8)] = Entry<std::int8_t>::value;
   row[dtype_index(DType::u8)] = Entry<std::uint8_t>::value;
+  row[dtype_index(DType::f16)] = Entry<float16>::value;
+  row[dtype_index(DType::bf16)] = Entry<bfloat16>::value;
+  row[dtype_index(DType::i16)] = Entry<std::int16_t>::value;
+  row[dtype_index(DType::u16)] = Entry<std::uint16_t>::value;
+  row[dtype_index(DType::u32)] = Entry<std::uint32_t>::value;
+  row[dtype_index(DType::u64)] = Entry<std::uint64_t>::value;
 }
 
 /// The dtype of element type T.
@@ -200,6 +208,7 @@ constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, double>) return DType::f64;
   if constexpr (std::is_same_v<T, std::int32_t>) return DType::i32;
   if constexpr (std::is_same_v<T, std::int64_t>) return DType::i64;
+  if constexpr (std::is_same_v<T, std::uint64_t>) return DType::u64;
   return DType::boolean;
 }
 
@@ -252,14 +261,6 @@ struct CastEntries {
   };
 };
 
-template <class Arch>
-struct WhereEntries {
-  template <class T>
-  struct Entry {
-    static constexpr WhereRowFn value = &where_row<Arch, T>;
-  };
-};
-
 template <class Arch, Prim P, class Op>
 constexpr void set_unary(ElementwiseRowTable& table) {
   fill_by_dtype<UnaryEntries<Arch, P, Op>::template Entry>(table.unary[unary_row_index(P)]);
@@ -293,10 +294,32 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
       t.cast[dtype_index(DType::i8)]);
   fill_by_cast_target<CastEntries<Arch, std::uint8_t>::template Entry>(
       t.cast[dtype_index(DType::u8)]);
+  fill_by_cast_target<CastEntries<Arch, float16>::template Entry>(t.cast[dtype_index(DType::f16)]);
+  fill_by_cast_target<CastEntries<Arch, bfloat16>::template Entry>(
+      t.cast[dtype_index(DType::bf16)]);
+  fill_by_cast_target<CastEntries<Arch, std::int16_t>::template Entry>(
+      t.cast[dtype_index(DType::i16)]);
+  fill_by_cast_target<CastEntries<Arch, std::uint16_t>::template Entry>(
+      t.cast[dtype_index(DType::u16)]);
+  fill_by_cast_target<CastEntries<Arch, std::uint32_t>::template Entry>(
+      t.cast[dtype_index(DType::u32)]);
+  fill_by_cast_target<CastEntries<Arch, std::uint64_t>::template Entry>(
+      t.cast[dtype_index(DType::u64)]);
 
-  fill_by_dtype<WhereEntries<Arch>::template Entry>(t.where);
-  t.where[dtype_index(DType::i8)] = &where_row<Arch, std::int8_t>;
+  // where moves elements: one row per element size serves every dtype of that size.
+  t.where[dtype_index(DType::f32)] = &where_row<Arch, std::uint32_t>;
+  t.where[dtype_index(DType::f64)] = &where_row<Arch, std::uint64_t>;
+  t.where[dtype_index(DType::i32)] = &where_row<Arch, std::uint32_t>;
+  t.where[dtype_index(DType::i64)] = &where_row<Arch, std::uint64_t>;
+  t.where[dtype_index(DType::boolean)] = &where_row<Arch, std::uint8_t>;
+  t.where[dtype_index(DType::i8)] = &where_row<Arch, std::uint8_t>;
   t.where[dtype_index(DType::u8)] = &where_row<Arch, std::uint8_t>;
+  t.where[dtype_index(DType::f16)] = &where_row<Arch, std::uint16_t>;
+  t.where[dtype_index(DType::bf16)] = &where_row<Arch, std::uint16_t>;
+  t.where[dtype_index(DType::i16)] = &where_row<Arch, std::uint16_t>;
+  t.where[dtype_index(DType::u16)] = &where_row<Arch, std::uint16_t>;
+  t.where[dtype_index(DType::u32)] = &where_row<Arch, std::uint32_t>;
+  t.where[dtype_index(DType::u64)] = &where_row<Arch, std::uint64_t>;
   t.copy_rows = &copy_rows<Arch>;
   t.stream_copy = &stream_copy<Arch>;
   t.max_row[dtype_index(DType::f32)] = &max_row<Arch, float>;

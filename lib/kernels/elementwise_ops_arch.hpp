@@ -24,7 +24,9 @@ namespace {
 template <class T>
 inline constexpr bool is_float_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
 template <class T>
-inline constexpr bool is_int_v = std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t>;
+inline constexpr bool is_int_v =
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::int64_t> ||
+    std::is_same_v<T, std::uint64_t>;
 template <class T>
 inline constexpr bool is_numeric_v = is_float_v<T> || is_int_v<T>;
 template <class T>
@@ -57,20 +59,28 @@ T wrap_mul(T a, T b) {
 template <class T>
 T floor_div(T a, T b) {
   if (b == 0) return 0;
-  if (b == -1) return wrap_neg(a);
-  T q = a / b;
-  const T r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) --q;
-  return q;
+  if constexpr (std::is_unsigned_v<T>) {
+    return a / b;
+  } else {
+    if (b == -1) return wrap_neg(a);
+    T q = a / b;
+    const T r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) --q;
+    return q;
+  }
 }
 
 /// Remainder with the sign of the divisor; x mod 0 is 0.
 template <class T>
 T floor_mod(T a, T b) {
-  if (b == 0 || b == -1) return 0;
-  T r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
+  if constexpr (std::is_unsigned_v<T>) {
+    return b == 0 ? 0 : a % b;
+  } else {
+    if (b == 0 || b == -1) return 0;
+    T r = a % b;
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r;
+  }
 }
 
 /// base ** exponent by squaring, wrapping on overflow; negative exponents give 0 unless
@@ -78,10 +88,12 @@ T floor_mod(T a, T b) {
 template <class T>
 T int_pow(T base, T exponent) {
   using U = std::make_unsigned_t<T>;
-  if (exponent < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (exponent & 1) != 0 ? -1 : 1;
-    return 0;
+  if constexpr (std::is_signed_v<T>) {
+    if (exponent < 0) {
+      if (base == 1) return 1;
+      if (base == -1) return (exponent & 1) != 0 ? -1 : 1;
+      return 0;
+    }
   }
   U result = 1;
   U factor = static_cast<U>(base);
@@ -186,7 +198,10 @@ struct AbsOp : NumericUnary {
   }
   template <class T>
   static T scalar(T x) {
-    return x < 0 ? wrap_neg(x) : x;
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < 0 ? wrap_neg(x) : x;
   }
 };
 struct SignOp : NumericUnary {
@@ -198,7 +213,10 @@ struct SignOp : NumericUnary {
   }
   template <class T>
   static T scalar(T x) {
-    return static_cast<T>((x > 0 ? 1 : 0) - (x < 0 ? 1 : 0));
+    if constexpr (std::is_unsigned_v<T>)
+      return x > 0 ? 1 : 0;
+    else
+      return static_cast<T>((x > 0 ? 1 : 0) - (x < 0 ? 1 : 0));
   }
 };
 struct SquareOp : NumericUnary {
@@ -218,7 +236,10 @@ struct ReluOp : NumericUnary {
   }
   template <class T>
   static T scalar(T x) {
-    return x < 0 ? 0 : x;
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else
+      return x < 0 ? 0 : x;
   }
 };
 struct FloorOp : NumericUnary {
@@ -536,6 +557,8 @@ struct FmodOp : ScalarNumericBinary {
       return __builtin_fmodf(a, b);
     else if constexpr (std::is_same_v<T, double>)
       return __builtin_fmod(a, b);
+    else if constexpr (std::is_unsigned_v<T>)
+      return b == 0 ? 0 : a % b;
     else
       return b == 0 || b == -1 ? 0 : a % b;
   }
@@ -551,6 +574,8 @@ struct TruncDivOp : ScalarNumericBinary {
       return __builtin_trunc(a / b);
     else if (b == 0)
       return 0;
+    else if constexpr (std::is_unsigned_v<T>)
+      return a / b;
     else if (b == -1)
       return wrap_neg(a);
     else
@@ -629,6 +654,35 @@ struct BitwiseBinary : ScalarNumericBinary {
 using BitwiseAndOp = BitwiseBinary<std::bit_and<>>;
 using BitwiseOrOp = BitwiseBinary<std::bit_or<>>;
 using BitwiseXorOp = BitwiseBinary<std::bit_xor<>>;
+
+/// Whether b is a shift count below T's width (and not negative).
+template <class T>
+bool shift_in_range(T b) {
+  constexpr auto width = static_cast<T>(sizeof(T) * 8);
+  if constexpr (std::is_signed_v<T>)
+    return b >= 0 && b < width;
+  else
+    return b < width;
+}
+/// a << b on the two's complement bits; 0 when b is out of range.
+struct LeftShiftOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    using U = std::make_unsigned_t<T>;
+    return shift_in_range(b) ? static_cast<T>(static_cast<U>(a) << b) : T{0};
+  }
+};
+/// a >> b, arithmetic for signed a; out of range b gives 0, or -1 for a negative a.
+struct RightShiftOp : ScalarNumericBinary {
+  template <class T>
+  static T scalar(T a, T b) {
+    if (shift_in_range(b)) return static_cast<T>(a >> b);
+    if constexpr (std::is_signed_v<T>)
+      return a < 0 ? T{-1} : T{0};
+    else
+      return T{0};
+  }
+};
 
 }  // namespace
 

@@ -11,7 +11,6 @@
 
 namespace kiln::detail {
 
-inline constexpr std::size_t num_dtypes = 7;
 /// The row of each KILN_UNARY and each KILN_BINARY primitive in the row tables, in the order
 /// of primitives.def (cast and where have tables of their own).
 enum class UnaryRow : std::uint8_t {

@@ -320,7 +320,7 @@ void run_indexing(const KernelCall& call) {
   const auto axis = static_cast<std::size_t>(attrs.axis);
   const Prim p = call.prim;
   const auto mode = [&attrs] { return static_cast<Combine>(attrs.ints.at(0)); };
-  visit_storage_type(x.dtype, [&](auto tag) {
+  visit_compute_type(x.dtype, name(p).data(), [&](auto tag) {
     using T = decltype(tag);
     switch (p) {
       case Prim::cumsum:

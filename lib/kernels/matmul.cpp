@@ -235,9 +235,7 @@ void run_linalg(const KernelCall& call) {
     case DType::i64:
       matmul_integer<std::int64_t>(a, b, out, BatchWalk(a, b, out), m, n, k);
       break;
-    case DType::boolean:
-    case DType::i8:
-    case DType::u8:
+    default:
       fail("matmul", "{} operands are not supported", dtype_name(out.dtype));
       break;
   }

@@ -165,6 +165,9 @@ void gather(const ArrayRef& x, const ArrayRef& indices, const ArrayRef& out, con
     case 1:
       gather_rows<std::uint8_t>(x, picked, attrs.axis, out);
       break;
+    case 2:
+      gather_rows<std::uint16_t>(x, picked, attrs.axis, out);
+      break;
     case 4:
       gather_rows<std::uint32_t>(x, picked, attrs.axis, out);
       break;

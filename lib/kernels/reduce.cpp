@@ -605,7 +605,7 @@ void run_reduce(const KernelCall& call) {
     default:
       break;
   }
-  visit_storage_type(dtype, [&](auto tag) {
+  visit_compute_type(dtype, name(call.prim).data(), [&](auto tag) {
     using T = decltype(tag);
     switch (call.prim) {
       case Prim::reduce_sum:

@@ -152,13 +152,25 @@ void update_rows(T* table, std::int64_t width, const std::vector<std::int64_t>& 
   }
 }
 
-/// Calls fn(T{}) for the numeric dtypes the row kernels take (booleans are refused).
-template <class Fn>
-void visit_numeric(DType dtype, const char* op, Fn&& fn) {
+/// Calls fn(T{}) for the dtypes the row kernels take (booleans are refused): every other dtype
+/// when the rows are only moved, the compute dtypes when they are added.
+template <bool MovesOnly, class Fn>
+void visit_row_type(DType dtype, const char* op, Fn&& fn) {
   if (dtype == DType::boolean) fail(op, "does not take bool values");
-  visit_dtype(dtype, [&](auto tag) {
-    if constexpr (!std::is_same_v<decltype(tag), bool>) fn(tag);
-  });
+  auto numeric = [&](auto tag) {
+    if constexpr (!std::is_same_v<decltype(tag), bool> &&
+                  !std::is_same_v<decltype(tag), std::uint8_t>)
+      fn(tag);
+  };
+  if constexpr (MovesOnly)
+    visit_dtype(dtype, [&](auto tag) {
+      if constexpr (std::is_same_v<decltype(tag), std::uint8_t>)
+        fn(tag);  // u8 (bool was refused above)
+      else
+        numeric(tag);
+    });
+  else
+    visit_compute_type(dtype, op, numeric);
 }
 
 }  // namespace
@@ -170,7 +182,18 @@ void check_rows(const ArrayRef& rows, std::int64_t count, bool padded, const cha
 void update_rows_in_place(const ArrayRef& table, const ArrayRef& rows, const ArrayRef& values,
                           RowUpdate mode, bool padded, const char* op) {
   const std::vector<std::int64_t> list = read_rows(rows, table.shape[0], padded, false, op);
-  visit_numeric(table.dtype, op, [&](auto tag) {
+  if (mode == RowUpdate::assign && compute_dtype(table.dtype) != table.dtype) {
+    // A dtype ops compute in a wider one (f16, u8...): its rows are only ever stored.
+    const auto row_bytes = static_cast<std::size_t>(row_elements(table)) * dtype_size(table.dtype);
+    auto* dst = static_cast<unsigned char*>(table.data);
+    const auto* src = static_cast<const unsigned char*>(values.data);
+    for (std::size_t i = 0; i < list.size(); ++i)
+      if (list[i] >= 0)
+        std::memcpy(dst + static_cast<std::size_t>(list[i]) * row_bytes, src + i * row_bytes,
+                    row_bytes);
+    return;
+  }
+  visit_row_type<false>(table.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     update_rows(table.ptr<T>(), row_elements(table), list, values.ptr<const T>(), mode);
   });
@@ -183,10 +206,11 @@ void run_rows(const KernelCall& call) {
       unique_rows(call);
       return;
     case Prim::segment_rows:
-      visit_numeric(call.out.dtype, op, [&](auto tag) { segment_rows<decltype(tag)>(call); });
+      visit_row_type<false>(call.out.dtype, op,
+                            [&](auto tag) { segment_rows<decltype(tag)>(call); });
       return;
     case Prim::take_rows:
-      visit_numeric(call.out.dtype, op, [&](auto tag) { take_rows<decltype(tag)>(call); });
+      visit_row_type<true>(call.out.dtype, op, [&](auto tag) { take_rows<decltype(tag)>(call); });
       return;
     case Prim::scatter_rows: {
       // A copy of the base, then the update in place.

@@ -32,8 +32,11 @@ Tensor collective_start(CollectiveKind kind, std::span<const Tensor> inputs,
       fail(op, "joins tensors of one dtype, got {} and {}", dtype_name(dtype),
            dtype_name(t.dtype()));
   }
-  if (kind != CollectiveKind::gather && !is_floating(dtype))
-    fail(op, "sums f32 or f64 tensors, got {}", dtype_name(dtype));
+  if (kind != CollectiveKind::gather && dtype != f32 && dtype != f64)
+    fail(op, "sums f32 or f64 tensors, got {} (kiln::cast to f32 first)", dtype_name(dtype));
+  if (compute_dtype(dtype) != dtype)
+    fail(op, "gathers tensors of kiln's compute dtypes, got {} (kiln::cast to {} first)",
+         dtype_name(dtype), dtype_name(compute_dtype(dtype)));
   if (kind == CollectiveKind::gather && (inputs.size() != 1 || inputs[0].ndim() == 0))
     fail(op, "gathers one tensor with a first dim");
   if (kind == CollectiveKind::replicas && (params.replicas < 1 || params.max_lag_rounds < 1))

@@ -201,7 +201,12 @@ Tensor conv_transpose(const Tensor& x, const Tensor& kernel, const ConvTranspose
 namespace {
 
 Tensor pool(Prim p, const Tensor& x, const PoolOptions& options, std::string_view op) {
-  check_floating(x, op, 0);
+  if (p == Prim::max_pool) {
+    detail::check_defined(x, op, 0);
+    detail::check_accepts(x.dtype(), detail::Accepts::numeric, op);  // a maximum needs no float
+  } else {
+    check_floating(x, op, 0);
+  }
   ConvGeometry g;
   g.spatial = spatial_axes(x, op);
   g.channels_last = options.layout == DataLayout::channels_last;

@@ -3,6 +3,7 @@
 #include "core/hooks.hpp"
 #include "kernels/lowering.hpp"
 #include "kernels/rows.hpp"
+#include "kiln/ops.hpp"
 
 #include <array>
 #include <new>
@@ -108,43 +109,73 @@ Tensor apply_ready(Prim p, std::span<const Tensor* const> inputs, const Attrs& a
   return out;
 }
 
-/// Whether p takes storage-only inputs (i8, u8): cast, where, the ops that only move elements,
-/// and the row ops that read or store rows as they are (a variable's scatter_update, read back
-/// in a trace).
-bool takes_storage_dtypes(Prim p, const Attrs& attrs) {
+/// Whether p works on every dtype as it is: cast, where, the ops that only move elements, and
+/// the row ops that read or store rows as they are (embedding lookups, a variable's
+/// scatter_update, read back in a trace).
+bool moves_elements(Prim p, const Attrs& attrs) {
   if (p == Prim::cast || p == Prim::where || p == Prim::take_rows) return true;
   if (p == Prim::scatter_rows)
     return !attrs.ints.empty() && attrs.ints[0] == static_cast<std::int64_t>(RowUpdate::assign);
   return info(p).family == Family::movement;
 }
 
-/// apply() for the rare inputs: storage-only dtypes (refused unless p only moves or casts them)
-/// and indexed-slices values (made dense first: ops read dense tensors only).
+/// Whether p's kernels compute on u64 (the elementwise rows, reductions and indexing ops).
+bool computes_u64(Prim p) {
+  switch (info(p).family) {
+    case Family::unary:
+    case Family::binary:
+    case Family::ternary:
+    case Family::reduce:
+    case Family::indexing:
+      return p != Prim::softmax;
+    default:
+      return false;
+  }
+}
+
+/// Whether dtype sends apply() down apply_unusual: one computed in a wider dtype, or u64.
+constexpr bool unusual_dtype(DType dtype) {
+  return compute_dtype(dtype) != dtype || dtype == DType::u64;
+}
+
+/// apply() for the rare inputs: dtypes computed in a wider one (cast to it, computed, and the
+/// result cast back), u64 where p has no u64 kernel (refused), and indexed-slices values (made
+/// dense first: ops read dense tensors only).
 [[gnu::noinline]] Tensor apply_unusual(Prim p, std::span<const Tensor* const> inputs,
                                        const Attrs& attrs, DType out_dtype,
                                        const Shape& out_shape) {
-  bool slices = false;
+  const bool moves = moves_elements(p, attrs);
+  bool changed = false;
+  std::vector<Tensor> ready;
+  ready.reserve(inputs.size());
   for (const Tensor* t : inputs) {
-    slices = slices || t->impl()->is_slices();
-    if (is_storage_only(t->dtype()) && !takes_storage_dtypes(p, attrs))
-      fail(name(p), "does not compute on {} (a storage dtype): kiln::cast it first",
-           dtype_name(t->dtype()));
+    Tensor x = t->impl()->is_slices() ? densify_slices(*t) : *t;
+    if (!moves && x.dtype() == DType::u64 && !computes_u64(p))
+      fail(name(p), "has no u64 kernel: kiln::cast to i64 or f64 first");
+    if (!moves && compute_dtype(x.dtype()) != x.dtype()) x = cast(x, compute_dtype(x.dtype()));
+    changed = changed || x.impl() != t->impl();
+    ready.push_back(std::move(x));
   }
-  if (!slices) return apply_ready(p, inputs, attrs, out_dtype, out_shape);
-  std::vector<Tensor> dense;
+  const DType computed_out = moves ? out_dtype : compute_dtype(out_dtype);
+  if (!moves && out_dtype == DType::u64 && !computes_u64(p))
+    fail(name(p), "has no u64 kernel: kiln::cast to i64 or f64 first");
+  if (!changed && computed_out == out_dtype)
+    return apply_ready(p, inputs, attrs, out_dtype, out_shape);
   std::vector<const Tensor*> ptrs;
-  dense.reserve(inputs.size());
-  for (const Tensor* t : inputs) dense.push_back(t->impl()->is_slices() ? densify_slices(*t) : *t);
-  for (const Tensor& t : dense) ptrs.push_back(&t);
-  return apply_ready(p, std::span<const Tensor* const>(ptrs), attrs, out_dtype, out_shape);
+  ptrs.reserve(ready.size());
+  for (const Tensor& t : ready) ptrs.push_back(&t);
+  Tensor out = apply_ready(p, std::span<const Tensor* const>(ptrs), attrs, computed_out, out_shape);
+  return computed_out == out_dtype ? out : cast(out, out_dtype);
 }
 
 }  // namespace
 
 Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape) {
+  if (unusual_dtype(out_dtype)) [[unlikely]]
+    return apply_unusual(p, inputs, attrs, out_dtype, out_shape);
   for (const Tensor* t : inputs)
-    if (t->impl()->is_slices() || is_storage_only(t->impl()->dtype)) [[unlikely]]
+    if (t->impl()->is_slices() || unusual_dtype(t->impl()->dtype)) [[unlikely]]
       return apply_unusual(p, inputs, attrs, out_dtype, out_shape);
   return apply_ready(p, inputs, attrs, out_dtype, out_shape);
 }
@@ -162,15 +193,12 @@ void check_defined(const Tensor& t, std::string_view op, int index) {
 }
 
 void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
-  if (accepts_dtype(accepts, dtype)) return;
-  if (is_storage_only(dtype))
-    fail(op, "does not compute on {} (a storage dtype): kiln::cast it first", dtype_name(dtype));
+  if (accepts_dtype(accepts, compute_dtype(dtype))) return;
   if (accepts == Accepts::floating)
-    fail(op, "needs a floating-point dtype (f32 or f64), got {} (use kiln::cast)",
+    fail(op, "needs a floating-point dtype (f32, f64, f16 or bf16), got {} (use kiln::cast)",
          dtype_name(dtype));
-  if (accepts == Accepts::integer)
-    fail(op, "needs an integer dtype (i32 or i64), got {}", dtype_name(dtype));
-  fail(op, "needs a numeric dtype (f32, f64, i32 or i64), got bool");
+  if (accepts == Accepts::integer) fail(op, "needs an integer dtype, got {}", dtype_name(dtype));
+  fail(op, "needs a numeric dtype, got bool");
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, std::string_view op) {

@@ -99,11 +99,7 @@ Tensor argsort_positions(const Tensor& x, std::int64_t axis, std::int64_t k, boo
   return apply(Prim::argsort, {x}, attrs, DType::i64, out);
 }
 
-void check_sortable(const Tensor& x, std::string_view op) {
-  check_defined(x, op);
-  if (is_storage_only(x.dtype()))
-    fail(op, "does not compute on {} (a storage dtype): kiln::cast it first", x.dtype());
-}
+void check_sortable(const Tensor& x, std::string_view op) { check_defined(x, op); }
 
 }  // namespace
 

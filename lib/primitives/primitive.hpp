@@ -118,17 +118,19 @@ constexpr bool is_elementwise(Prim p) {
 /// same collectives in the same order, once per time the program reaches them.
 constexpr bool is_collective(Prim p) { return info(p).family == Family::collective; }
 
-/// Whether `accepts` admits dtype. No elementwise row admits the storage-only dtypes (i8, u8).
+/// Whether the row kernels of class `accepts` take dtype, one of the compute dtypes (kernels see
+/// no other: the front ends check compute_dtype(x) against this, and dispatch computes the
+/// others in it; see kiln::compute_dtype).
 constexpr bool accepts_dtype(Accepts accepts, DType dtype) {
   switch (accepts) {
     case Accepts::floating:
       return dtype == DType::f32 || dtype == DType::f64;
     case Accepts::integer:
-      return dtype == DType::i32 || dtype == DType::i64;
+      return dtype == DType::i32 || dtype == DType::i64 || dtype == DType::u64;
     case Accepts::numeric:
-      return dtype != DType::boolean && !is_storage_only(dtype);
+      return dtype != DType::boolean && compute_dtype(dtype) == dtype;
     case Accepts::any:
-      return !is_storage_only(dtype);
+      return compute_dtype(dtype) == dtype;
     case Accepts::custom:
       return true;
   }

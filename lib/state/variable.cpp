@@ -171,11 +171,12 @@ void update_rows(const std::shared_ptr<detail::VariableImpl>& impl, const Tensor
   if (v.shape.empty()) detail::fail(op, "variable '{}' is a scalar; it has no rows", v.name);
   if (v.dtype == DType::boolean)
     detail::fail(op, "variable '{}' is bool; row updates need a numeric variable", v.name);
-  if (is_storage_only(v.dtype) && mode != detail::RowUpdate::assign)
+  if (compute_dtype(v.dtype) != v.dtype && mode != detail::RowUpdate::assign)
     detail::fail(op,
-                 "variable '{}' is {}, a storage dtype: adding rows computes on it (cast first; "
-                 "scatter_update stores rows as they are)",
-                 v.name, dtype_name(v.dtype));
+                 "variable '{}' is {}, which ops compute in {}: adding rows in place needs one "
+                 "of the compute dtypes f32, f64, i32, i64 or u64 (scatter_update stores rows "
+                 "as they are)",
+                 v.name, dtype_name(v.dtype), dtype_name(compute_dtype(v.dtype)));
   if (rows.dtype() != DType::i32 && rows.dtype() != DType::i64)
     detail::fail(op, "indices must be i32 or i64, got {}", dtype_name(rows.dtype()));
   if (values.dtype() != v.dtype)

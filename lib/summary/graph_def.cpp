@@ -39,6 +39,18 @@ int tf_dtype(DType t) {
       return 6;  // DT_INT8
     case DType::u8:
       return 4;  // DT_UINT8
+    case DType::f16:
+      return 19;  // DT_HALF
+    case DType::bf16:
+      return 14;  // DT_BFLOAT16
+    case DType::i16:
+      return 5;  // DT_INT16
+    case DType::u16:
+      return 17;  // DT_UINT16
+    case DType::u32:
+      return 22;  // DT_UINT32
+    case DType::u64:
+      return 23;  // DT_UINT64
   }
   return 0;
 }

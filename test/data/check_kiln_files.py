@@ -8,12 +8,13 @@ with the values of io_test::sample (test/io_test_support.hpp). Exits non-zero on
 import os
 import sys
 
+import ml_dtypes
 import numpy as np
 import safetensors
 import safetensors.numpy
 
 SHAPES = [(), (0,), (5,), (2, 3), (0, 4), (2, 0, 3), (2, 3, 4), (1, 2, 1, 2, 1, 2, 1, 2)]
-DTYPES = ["f32", "f64", "i32", "i64", "bool", "i8", "u8"]
+DTYPES = ["f32", "f64", "i32", "i64", "bool", "i8", "u8", "f16", "bf16", "i16", "u16", "u32", "u64"]
 
 
 def sample(dtype, shape):
@@ -31,6 +32,18 @@ def sample(dtype, shape):
         v = ((37 * i - 128) % 256).astype(np.uint8).view(np.int8)
     elif dtype == "u8":
         v = ((251 - 13 * i) % 256).astype(np.uint8)
+    elif dtype == "f16":
+        v = (i.astype(np.float32) * np.float32(0.375) - np.float32(2)).astype(np.float16)
+    elif dtype == "bf16":
+        v = ((i.astype(np.float32) - np.float32(7.3)) * np.float32(1000)).astype(ml_dtypes.bfloat16)
+    elif dtype == "i16":
+        v = ((4099 * i - 32768) % 65536).astype(np.uint16).view(np.int16)
+    elif dtype == "u16":
+        v = ((65535 - 2731 * i) % 65536).astype(np.uint16)
+    elif dtype == "u32":
+        v = ((4000000000 - 123456789 * i) % 2**32).astype(np.uint32)
+    elif dtype == "u64":
+        v = np.array([(2**64 - 1 - 1000000000007 * int(k)) % 2**64 for k in i], dtype=np.uint64)
     else:
         v = i % 3 == 0
     return v.reshape(shape)
@@ -41,6 +54,8 @@ def expected():
 
 
 def same(name, got, want):
+    if want.dtype == ml_dtypes.bfloat16 and got.dtype == np.dtype("V2"):
+        got = got.view(ml_dtypes.bfloat16)  # NumPy reads ml_dtypes' bfloat16 .npy as 2-byte void
     if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
         raise SystemExit(f"{name}: got {got.dtype} {got.shape} {got!r}, want {want.dtype} "
                          f"{want.shape} {want!r}")

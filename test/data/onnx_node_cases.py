@@ -18,8 +18,8 @@ OUTDIR/<case>/ plus OUTDIR/manifest.json, a list of:
    "outputs": ["<case>/output_0.npy" | null (omitted optional output)],
    "unsupported": null | "reason"}    # why kiln cannot read this case's tensors
 
-A case whose tensors kiln cannot read (a dtype kiln lacks: f16, bf16, i16, u16, u32, u64,
-strings, complex, float8, ...; sequences, optionals) is still listed, with "unsupported" saying
+A case whose tensors kiln cannot read (a dtype kiln lacks: strings, complex, float8, 4-bit and
+2-bit integers, ...; sequences, optionals) is still listed, with "unsupported" saying
 why and no files for its tensors. The summary line on stderr gives the counts.
 """
 
@@ -31,7 +31,9 @@ import warnings
 
 import numpy as np
 
-# NumPy dtypes kiln's load_npy reads as the same dtype ('<f2' would load as f32: not the same).
+import ml_dtypes  # onnx's own dependency: its numpy_helper returns bfloat16 arrays of it
+
+# NumPy dtypes kiln's load_npy reads as the same dtype (bfloat16 as ml_dtypes saves it, '<V2').
 KILN_DTYPES = {
     np.dtype("float32"): "f32",
     np.dtype("float64"): "f64",
@@ -40,6 +42,12 @@ KILN_DTYPES = {
     np.dtype("bool"): "bool",
     np.dtype("int8"): "i8",
     np.dtype("uint8"): "u8",
+    np.dtype("float16"): "f16",
+    np.dtype(ml_dtypes.bfloat16): "bf16",
+    np.dtype("int16"): "i16",
+    np.dtype("uint16"): "u16",
+    np.dtype("uint32"): "u32",
+    np.dtype("uint64"): "u64",
 }
 
 # ONNX tensor element types by number, for the reason strings of types NumPy cannot hold.
