@@ -72,8 +72,10 @@ void add_shape_ops(OpTable& table);
 /// Linear algebra, convolution, pooling, normalization, softmax, losses, resize.
 void add_nn_ops(OpTable& table);
 
-/// Attention (opsets 23-25).
+/// Attention (opsets 23-25), RotaryEmbedding, SwiGLU, TensorScatter.
 void add_attention_ops(OpTable& table);
+/// RNN, GRU, LSTM.
+void add_recurrent_ops(OpTable& table);
 
 /// The whole table.
 inline OpTable op_table() {
@@ -82,6 +84,7 @@ inline OpTable op_table() {
   add_shape_ops(table);
   add_nn_ops(table);
   add_attention_ops(table);
+  add_recurrent_ops(table);
   return table;
 }
 

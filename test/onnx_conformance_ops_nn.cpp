@@ -244,23 +244,24 @@ Outputs pool(const Case& c, bool is_max) {
   const auto in = spatial_dims(x);
   const auto n = in.size();
   const auto window = c.ints("kernel_shape");
-  for (const auto d : ones_or(c, "dilations", n))
-    if (d != 1) throw NotMapped("pooling with dilations");
   if (c.i("storage_order", 0) != 0) throw NotMapped("MaxPool storage_order");
   kiln::PoolOptions o;
   o.window = window;
   o.strides = ones_or(c, "strides", n);
+  o.dilations = ones_or(c, "dilations", n);
+  std::vector<std::int64_t> span;  // the windows' extents, dilation included
+  for (std::size_t d = 0; d < n; ++d) span.push_back((window[d] - 1) * o.dilations[d] + 1);
   o.padding = kiln::ConvPadding::explicit_pads;
-  o.pads = spatial_pads(c, in, window, o.strides);
+  o.pads = spatial_pads(c, in, span, o.strides);
   o.layout = kiln::DataLayout::channels_first;
   o.count_padding = c.i("count_include_pad", 0) != 0;
   if (c.i("ceil_mode", 0) != 0) {
     for (std::size_t d = 0; d < n; ++d) {
       auto& [before, after] = o.pads[d];
-      const auto span = in[d] + before + after - window[d];
-      auto out = (span + o.strides[d] - 1) / o.strides[d] + 1;
+      const auto room = in[d] + before + after - span[d];
+      auto out = (room + o.strides[d] - 1) / o.strides[d] + 1;
       if ((out - 1) * o.strides[d] >= in[d] + before) --out;  // window must start inside
-      const auto extra = (out - 1) * o.strides[d] + window[d] - (in[d] + before + after);
+      const auto extra = (out - 1) * o.strides[d] + span[d] - (in[d] + before + after);
       if (extra > 0) {
         if (o.count_padding) throw NotMapped("ceil_mode with count_include_pad");
         after += extra;
@@ -276,14 +277,15 @@ Outputs lp_pool(const Case& c) {
   const Tensor& x = c.in(0);
   const auto in = spatial_dims(x);
   const auto n = in.size();
-  for (const auto d : ones_or(c, "dilations", n))
-    if (d != 1) throw NotMapped("pooling with dilations");
   if (c.i("ceil_mode", 0) != 0) throw NotMapped("LpPool ceil_mode");
   kiln::PoolOptions o;
   o.window = c.ints("kernel_shape");
   o.strides = ones_or(c, "strides", n);
+  o.dilations = ones_or(c, "dilations", n);
+  std::vector<std::int64_t> span;
+  for (std::size_t d = 0; d < n; ++d) span.push_back((o.window[d] - 1) * o.dilations[d] + 1);
   o.padding = kiln::ConvPadding::explicit_pads;
-  o.pads = spatial_pads(c, in, o.window, o.strides);
+  o.pads = spatial_pads(c, in, span, o.strides);
   o.layout = kiln::DataLayout::channels_first;
   o.count_padding = true;
   const double p = static_cast<double>(c.i("p", 2));

@@ -269,7 +269,17 @@ TEST_CASE("pooling matches loop references", "[conv][pool]") {
     CHECK(m.shape() == Shape{1, 2, 2, 2});
     CHECK(kiln::cast(m, kiln::f64).to_vector<double>() ==
           std::vector<double>{8, 7, 6, 9, -1, 0, 1, 2});
+    // Dilation 2: each 2x2 window takes every other row and column.
+    const kiln::PoolOptions dilated{.window = {2, 2}, .strides = {1, 1}, .dilations = {2, 2}};
+    CHECK(kiln::cast(kiln::max_pool(x, dilated), kiln::f64).to_vector<double>() ==
+          std::vector<double>{9, 5, 7, 8});  // {1,2,6,9}, {5,0,-1,2}, {3,7,0,-2}, {8,4,3,5}
+    CHECK(kiln::cast(kiln::avg_pool(x, dilated), kiln::f64).to_vector<double>() ==
+          std::vector<double>{4.5, 1.5, 2, 5});
   }
+  // max_pool takes integers too (a maximum needs no float).
+  const Tensor ints = kiln::tensor(std::vector<std::uint8_t>{1, 200, 3, 4}, {1, 2, 2, 1});
+  CHECK(kiln::max_pool(ints, {.window = {2, 2}}).to_vector<std::uint8_t>() ==
+        std::vector<std::uint8_t>{200});
   const Tensor nan =
       kiln::tensor({1.f, std::numeric_limits<float>::quiet_NaN(), 3.f, 2.f}, {1, 4, 1});
   CHECK(std::isnan(kiln::max_pool(nan, {.window = {2}}).to_vector<float>()[0]));
@@ -289,6 +299,10 @@ TEST_CASE("pooling gradients match finite differences", "[conv][pool][autodiff]"
        .strides = {2, 2},
        .padding = kiln::ConvPadding::same,
        .count_padding = true},
+      {.window = {2, 2},
+       .strides = {1, 2},
+       .dilations = {2, 3},
+       .padding = kiln::ConvPadding::same},
   };
   for (const kiln::PoolOptions& o : cases)
     for (bool is_max : {false, true}) {

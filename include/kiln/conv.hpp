@@ -63,6 +63,8 @@ Tensor conv_transpose(const Tensor& x, const Tensor& kernel,
 struct PoolOptions {
   std::vector<std::int64_t> window = {};   ///< one per spatial axis (required)
   std::vector<std::int64_t> strides = {};  ///< empty: the window
+  /// One per spatial axis: the window's taps are this far apart (empty: all 1, adjacent).
+  std::vector<std::int64_t> dilations = {};
   ConvPadding padding = ConvPadding::valid;
   std::vector<std::pair<std::int64_t, std::int64_t>> pads = {};
   DataLayout layout = DataLayout::channels_last;

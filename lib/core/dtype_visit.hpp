@@ -60,42 +60,23 @@ void visit_dtype(DType dtype, Fn&& fn) {
   }
 }
 
+/// Whether kernels compute on element type T (kiln::compute_dtype's results but bool).
+template <class T>
+inline constexpr bool is_compute_type_v =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t> ||
+    std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t>;
+
 /// Calls fn(T{}) for the dtypes kernels compute on (kiln::compute_dtype's results): float,
 /// double, int32_t, int64_t, uint64_t, and std::uint8_t for bool (its storage). Ops reach
 /// kernels with other dtypes only when they move elements; a compute kernel given one fails.
 template <class Fn>
 void visit_compute_type(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      fn(float{});
-      break;
-    case DType::f64:
-      fn(double{});
-      break;
-    case DType::i32:
-      fn(std::int32_t{});
-      break;
-    case DType::i64:
-      fn(std::int64_t{});
-      break;
-    case DType::u64:
-      fn(std::uint64_t{});
-      break;
-    case DType::boolean:
-      fn(std::uint8_t{});
-      break;
-    default:
-      fail_not_computed(dtype, op);
-  }
-}
-
-/// Like visit_dtype, but with the storage type: booleans are stored as std::uint8_t.
-template <class Fn>
-void visit_storage_type(DType dtype, Fn&& fn) {
+  if (compute_dtype(dtype) != dtype) fail_not_computed(dtype, op);
   visit_dtype(dtype, [&](auto tag) {
-    if constexpr (std::is_same_v<decltype(tag), bool>)
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>)
       fn(std::uint8_t{});
-    else
+    else if constexpr (is_compute_type_v<T>)
       fn(tag);
   });
 }

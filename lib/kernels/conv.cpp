@@ -190,6 +190,7 @@ ConvSizes pool_sizes(const ConvGeometry& g, const Attrs& attrs, const Shape& x, 
     s.out[lead + a] = g.extent(y, a);
     s.k[lead + a] = attrs.ints.at(window_at + a);
     s.stride[lead + a] = g.strides[a];
+    s.dilation[lead + a] = g.dilations[a];
     s.before[lead + a] = g.pads_before[a];
   }
   return s;
@@ -205,13 +206,13 @@ void for_each_window_of(const ConvSizes& s, const Strides5& xs, const Strides5& 
         for (std::int64_t ow = 0; ow < s.out[2]; ++ow) {
           taps.clear();
           for (std::int64_t kd = 0; kd < s.k[0]; ++kd) {
-            const std::int64_t id = od * s.stride[0] - s.before[0] + kd;
+            const std::int64_t id = od * s.stride[0] - s.before[0] + kd * s.dilation[0];
             if (id < 0 || id >= s.in[0]) continue;
             for (std::int64_t kh = 0; kh < s.k[1]; ++kh) {
-              const std::int64_t ih = oh * s.stride[1] - s.before[1] + kh;
+              const std::int64_t ih = oh * s.stride[1] - s.before[1] + kh * s.dilation[1];
               if (ih < 0 || ih >= s.in[1]) continue;
               for (std::int64_t kw = 0; kw < s.k[2]; ++kw) {
-                const std::int64_t iw = ow * s.stride[2] - s.before[2] + kw;
+                const std::int64_t iw = ow * s.stride[2] - s.before[2] + kw * s.dilation[2];
                 if (iw < 0 || iw >= s.in[2]) continue;
                 taps.push_back(n * xs.v[0] + c * xs.v[1] + id * xs.v[2] + ih * xs.v[3] +
                                iw * xs.v[4]);

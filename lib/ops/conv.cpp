@@ -214,7 +214,7 @@ Tensor pool(Prim p, const Tensor& x, const PoolOptions& options, std::string_vie
   if (options.window.empty()) fail(op, "the window is not given");
   g.strides = per_axis(options.strides, g.spatial, 0, 1, "strides", op);
   if (options.strides.empty()) g.strides = window;
-  g.dilations.assign(g.spatial, 1);
+  g.dilations = per_axis(options.dilations, g.spatial, 1, 1, "dilations", op);
   std::vector<std::int64_t> in, out;
   for (std::size_t a = 0; a < g.spatial; ++a) {
     in.push_back(g.extent(x.shape(), a));
