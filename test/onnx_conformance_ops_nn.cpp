@@ -317,6 +317,122 @@ Outputs lrn(const Case& c) {
   return {kiln::div(x, kiln::pow(scale, scalar_as(c.f("beta", 0.75), x)))};
 }
 
+/// ONNX DFT as matrix products: the signal axis moved last, the real and imaginary parts
+/// multiplied by the cosine and sine matrices of the transform (forward, inverse, one-sided
+/// forward, and the one-sided inverse whose conjugate-symmetric half counts twice).
+Outputs dft(const Case& c) {
+  c.only({"axis", "inverse", "onesided"});
+  if (c.has(1)) throw NotMapped("DFT dft_length");
+  const Tensor& x = c.in(0);  // [..., signal..., 1 or 2]
+  const std::int64_t rank = x.ndim();
+  const std::int64_t axis = normalize_axis(
+      c.opset >= 20 ? (c.has(2) ? int_values(c.in(2))[0] : -2) : c.i("axis", 1), rank);
+  const bool inverse = c.i("inverse", 0) != 0, onesided = c.i("onesided", 0) != 0;
+  std::vector<std::int64_t> to_last;  // the signal axis last, over the rank - 1 data axes
+  for (std::int64_t a = 0; a < rank - 1; ++a)
+    if (a != axis) to_last.push_back(a);
+  to_last.push_back(axis);
+  std::vector<std::int64_t> back(to_last.size());
+  for (std::size_t a = 0; a < to_last.size(); ++a)
+    back[static_cast<std::size_t>(to_last[a])] = static_cast<std::int64_t>(a);
+  const auto part = [&](std::int64_t k) {  // in f64, as ONNX's reference (numpy.fft) computes
+    return kiln::cast(
+        kiln::transpose(kiln::squeeze(kiln::slice(x, rank - 1, k, k + 1), {rank - 1}), to_last),
+        kiln::f64);
+  };
+  const Tensor re = part(0);
+  const Tensor im = x.dim(-1) == 2 ? part(1) : kiln::zeros_like(re);
+  const std::int64_t n_in = re.dim(-1);
+  const std::int64_t length = inverse && onesided ? 2 * (n_in - 1) : n_in;
+  const std::int64_t n_out = !inverse && onesided ? length / 2 + 1 : length;
+  std::vector<double> cosines, sines;
+  for (std::int64_t j = 0; j < n_in; ++j)
+    for (std::int64_t k = 0; k < n_out; ++k) {
+      double weight = inverse ? 1.0 / static_cast<double>(length) : 1.0;
+      if (inverse && onesided && j != 0 && 2 * j != length) weight *= 2;  // the mirrored half
+      const double angle = 2 * std::numbers::pi * static_cast<double>((j * k) % length) /
+                           static_cast<double>(length);
+      cosines.push_back(weight * std::cos(angle));
+      sines.push_back(weight * std::sin(angle));
+    }
+  const Tensor cm = kiln::tensor(cosines, {n_in, n_out});
+  const Tensor sm = kiln::tensor(sines, {n_in, n_out});
+  Tensor out_re, out_im;
+  if (!inverse) {  // x e^{-i angle}
+    out_re = kiln::add(kiln::matmul(re, cm), kiln::matmul(im, sm));
+    out_im = kiln::sub(kiln::matmul(im, cm), kiln::matmul(re, sm));
+  } else {  // X e^{+i angle} / N
+    out_re = kiln::sub(kiln::matmul(re, cm), kiln::matmul(im, sm));
+    out_im = kiln::add(kiln::matmul(re, sm), kiln::matmul(im, cm));
+  }
+  std::vector<Tensor> parts = {kiln::transpose(out_re, back)};
+  if (!(inverse && onesided)) parts.push_back(kiln::transpose(out_im, back));
+  return {kiln::cast(kiln::stack(parts, rank - 1), x.dtype())};
+}
+
+/// ONNX MaxUnpool: each value of x written at its index (flat over the unpooled shape: what a
+/// pool of this kernel, stride and padding undoes) into zeros; a larger output_shape pads the
+/// end of each axis with zeros.
+Outputs max_unpool(const Case& c) {
+  c.only({"kernel_shape", "strides", "pads"});
+  const Tensor& x = c.in(0);
+  const auto in = spatial_dims(x);
+  const auto n = in.size();
+  const auto k = c.ints("kernel_shape");
+  const auto strides = ones_or(c, "strides", n);
+  const auto pads = c.ints("pads", std::vector<std::int64_t>(2 * n, 0));
+  std::vector<std::int64_t> unpooled = {x.dim(0), x.dim(1)};
+  for (std::size_t d = 0; d < n; ++d)
+    unpooled.push_back((in[d] - 1) * strides[d] - pads[d] - pads[d + n] + k[d]);
+  const kiln::Shape shape(unpooled);
+  Tensor y = kiln::reshape(kiln::scatter(kiln::zeros({shape.numel()}, x.dtype()),
+                                         kiln::reshape(c.in(1), {-1}), kiln::reshape(x, {-1}), 0),
+                           shape);
+  if (c.has(2)) {
+    const auto wanted = int_values(c.in(2));
+    std::vector<std::pair<std::int64_t, std::int64_t>> widths;
+    for (std::size_t d = 0; d < wanted.size(); ++d) widths.push_back({0, wanted[d] - unpooled[d]});
+    y = kiln::pad(y, widths, 0.0);
+  }
+  return {y};
+}
+
+/// ONNX AffineGrid: the sampling grid [N, (D,) H, W, 2 or 3] of theta [N, 2, 3] or [N, 3, 4]
+/// applied to the normalized coordinates (x fastest) of an output of `size`.
+Outputs affine_grid(const Case& c) {
+  c.only({"align_corners"});
+  const Tensor& theta = c.in(0);
+  const auto size = int_values(c.in(1));
+  const bool align = c.i("align_corners", 0) != 0;
+  const std::size_t spatial = size.size() - 2;
+  const auto coordinate = [&](std::int64_t i, std::int64_t n) {
+    if (align)
+      return n == 1 ? 0.0 : -1.0 + 2.0 * static_cast<double>(i) / static_cast<double>(n - 1);
+    return (2.0 * static_cast<double>(i) + 1.0) / static_cast<double>(n) - 1.0;
+  };
+  // Rows (x, y[, z], 1) in row-major order of the spatial dims (D, H, W), W fastest.
+  std::vector<double> base;
+  std::int64_t points = 1;
+  for (std::size_t a = 0; a < spatial; ++a) points *= size[2 + a];
+  for (std::int64_t p = 0; p < points; ++p) {
+    std::vector<double> row(spatial + 1, 1.0);
+    std::int64_t rest = p;
+    for (std::size_t a = spatial; a-- > 0;) {  // W, then H, then D
+      const std::int64_t n = size[2 + a];
+      row[spatial - 1 - a] = coordinate(rest % n, n);
+      rest /= n;
+    }
+    base.insert(base.end(), row.begin(), row.end());
+  }
+  const auto columns = static_cast<std::int64_t>(spatial + 1);
+  const Tensor grid = kiln::cast(kiln::tensor(base, {1, points, columns}), theta.dtype());
+  const Tensor out = kiln::matmul(grid, kiln::transpose(theta, {0, 2, 1}));  // [N, P, spatial]
+  std::vector<std::int64_t> dims = {size[0]};
+  for (std::size_t a = 0; a < spatial; ++a) dims.push_back(size[2 + a]);
+  dims.push_back(static_cast<std::int64_t>(spatial));
+  return {kiln::reshape(out, kiln::Shape(dims))};
+}
+
 Outputs batch_norm(const Case& c) {
   if (c.i("training_mode", 0) != 0 || c.wants(1)) throw NotMapped("BatchNormalization training");
   return {kiln::nn::batch_norm(c.in(0), c.in(3), c.in(4), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
@@ -488,6 +604,9 @@ void add_nn_ops(OpTable& t) {
   t["Hardmax"] = softmax_like(hardmax);
   t["LpNormalization"] = lp_normalization;
   t["Conv"] = conv;
+  t["MaxUnpool"] = max_unpool;
+  t["AffineGrid"] = affine_grid;
+  t["DFT"] = dft;
   t["LRN"] = lrn;
   t["ConvInteger"] = conv_integer;
   t["MatMulInteger"] = matmul_integer;
