@@ -76,6 +76,8 @@ void add_nn_ops(OpTable& table);
 void add_attention_ops(OpTable& table);
 /// RNN, GRU, LSTM.
 void add_recurrent_ops(OpTable& table);
+/// GridSample.
+void add_sampling_ops(OpTable& table);
 
 /// The whole table.
 inline OpTable op_table() {
@@ -85,6 +87,7 @@ inline OpTable op_table() {
   add_nn_ops(table);
   add_attention_ops(table);
   add_recurrent_ops(table);
+  add_sampling_ops(table);
   return table;
 }
 
