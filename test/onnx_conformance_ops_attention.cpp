@@ -220,9 +220,74 @@ Outputs tensor_scatter(const Case& c) {
   return {kiln::scatter(past, kiln::broadcast_to(index, update.shape()), update, axis)};
 }
 
+/// (B, T, H * D) -> (B, H, T, D).
+Tensor heads_first(const Tensor& x, std::int64_t heads) {
+  return kiln::transpose(kiln::reshape(x, {x.dim(0), x.dim(1), heads, x.dim(2) / heads}),
+                         {0, 2, 1, 3});
+}
+
+/// ONNX LinearAttention (opset 27): a recurrent state S [B, Hkv, Dk, Dv] per step t decayed by
+/// exp(decay) (gated rules), corrected toward v by beta (delta rules), plus k v^T; the output
+/// is scale * q S, each group of query heads reading its key/value head. In f32, as ONNX's
+/// reference computes.
+Outputs linear_attention(const Case& c) {
+  c.only({"chunk_size", "kv_num_heads", "q_num_heads", "scale", "update_rule"});
+  const std::string rule = c.s("update_rule", "gated_delta");
+  const bool gating = rule == "gated" || rule == "gated_delta";
+  const bool delta = rule == "delta" || rule == "gated_delta";
+  if (!gating && !delta && rule != "linear") throw NotMapped("update_rule " + rule);
+  const std::int64_t hq = c.i("q_num_heads", 0), hkv = c.i("kv_num_heads", 0);
+  const kiln::DType out_dtype = c.in(0).dtype();
+  const auto f32 = [](const Tensor& t) { return kiln::cast(t, kiln::f32); };
+  const Tensor q = f32(heads_first(c.in(0), hq));  // [B, Hq, T, Dk]
+  const Tensor k = f32(heads_first(c.in(1), hkv));
+  const Tensor v = f32(heads_first(c.in(2), hkv));  // [B, Hkv, T, Dv]
+  const std::int64_t b = q.dim(0), steps = q.dim(2), dk = q.dim(3), dv = v.dim(3);
+  Tensor decay, beta;
+  if (gating) {
+    const Tensor& d = c.in(4);
+    decay =
+        f32(d.dim(2) == hkv ? kiln::transpose(kiln::reshape(d, {b, steps, hkv, 1}), {0, 2, 1, 3})
+                            : heads_first(d, hkv));  // [B, Hkv, T, 1 or Dk]
+  }
+  if (delta) {
+    const Tensor& bt = c.in(5);
+    beta = f32(kiln::transpose(kiln::reshape(bt, {b, steps, bt.dim(2), 1}), {0, 2, 1, 3}));
+  }
+  const kiln::DType state_dtype = c.has(3) ? c.in(3).dtype() : out_dtype;
+  Tensor state = c.has(3) ? f32(c.in(3)) : kiln::zeros({b, hkv, dk, dv}, kiln::f32);
+  const double given = c.f("scale", 0.0);
+  const double scale = given == 0.0 ? 1.0 / std::sqrt(static_cast<double>(dk)) : given;
+  const auto at = [](const Tensor& x, std::int64_t t) {  // [B, H, T, D] -> [B, H, D]
+    return kiln::squeeze(kiln::slice(x, 2, t, t + 1), {2});
+  };
+  std::vector<Tensor> outputs;
+  for (std::int64_t t = 0; t < steps; ++t) {
+    const Tensor kt = at(k, t);
+    Tensor vt = at(v, t);
+    if (gating) state = kiln::mul(state, kiln::expand_dims(kiln::exp(at(decay, t)), 3));
+    if (delta) {
+      const Tensor retrieved =
+          kiln::squeeze(kiln::matmul(kiln::expand_dims(kt, 2), state), {2});  // [B, H, Dv]
+      vt = kiln::mul(at(beta, t), kiln::sub(vt, retrieved));
+    }
+    state = kiln::add(state, kiln::mul(kiln::expand_dims(kt, 3), kiln::expand_dims(vt, 2)));
+    Tensor read = state;  // each key/value head serves hq / hkv query heads, in order
+    if (hq != hkv)
+      read =
+          kiln::reshape(kiln::broadcast_to(kiln::expand_dims(state, 2), {b, hkv, hq / hkv, dk, dv}),
+                        {b, hq, dk, dv});
+    const Tensor out = kiln::squeeze(kiln::matmul(kiln::expand_dims(at(q, t), 2), read), {2});
+    outputs.push_back(kiln::mul(out, kiln::scalar(scale, kiln::f32)));  // [B, Hq, Dv]
+  }
+  const Tensor y = kiln::reshape(kiln::stack(outputs, 1), {b, steps, hq * dv});
+  return {kiln::cast(y, out_dtype), kiln::cast(state, state_dtype)};
+}
+
 }  // namespace
 
 void add_attention_ops(OpTable& t) {
+  t["LinearAttention"] = linear_attention;
   t["TensorScatter"] = tensor_scatter;
   t["Attention"] = attention;
   t["RotaryEmbedding"] = rotary_embedding;

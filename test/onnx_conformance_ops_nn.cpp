@@ -433,6 +433,29 @@ Outputs affine_grid(const Case& c) {
   return {kiln::reshape(out, kiln::Shape(dims))};
 }
 
+/// ONNX CausalConvWithState (opset 27): a depthwise causal conv1d over [B, C, L], left-padded
+/// with past_state (or zeros), plus bias, optionally through SiLU; present_state is the last
+/// k - 1 positions of the padded input.
+Outputs causal_conv_with_state(const Case& c) {
+  c.only({"activation"});
+  const Tensor& x = c.in(0);
+  const Tensor& w = c.in(1);  // [C, 1, k]
+  const std::int64_t k = w.dim(2);
+  const Tensor past = c.has(3) ? c.in(3) : kiln::zeros({x.dim(0), x.dim(1), k - 1}, x.dtype());
+  const Tensor padded = kiln::concat({past, x}, 2);
+  kiln::ConvOptions o;
+  o.groups = x.dim(1);
+  o.layout = kiln::DataLayout::channels_first;
+  Tensor y = kiln::conv(padded, w, o);
+  if (c.has(2)) y = add_channel_bias(y, c.in(2));
+  const std::string activation = c.s("activation", "none");
+  if (activation == "silu" || activation == "swish")
+    y = kiln::cast(kiln::silu(kiln::cast(y, kiln::f32)), x.dtype());
+  else if (activation != "none")
+    throw NotMapped("CausalConvWithState activation " + activation);
+  return {y, kiln::slice(padded, 2, padded.dim(2) - (k - 1), padded.dim(2))};
+}
+
 Outputs batch_norm(const Case& c) {
   if (c.i("training_mode", 0) != 0 || c.wants(1)) throw NotMapped("BatchNormalization training");
   return {kiln::nn::batch_norm(c.in(0), c.in(3), c.in(4), c.in(1), c.in(2), c.f("epsilon", 1e-5))};
@@ -604,6 +627,7 @@ void add_nn_ops(OpTable& t) {
   t["Hardmax"] = softmax_like(hardmax);
   t["LpNormalization"] = lp_normalization;
   t["Conv"] = conv;
+  t["CausalConvWithState"] = causal_conv_with_state;
   t["MaxUnpool"] = max_unpool;
   t["AffineGrid"] = affine_grid;
   t["DFT"] = dft;
