@@ -78,6 +78,8 @@ void add_attention_ops(OpTable& table);
 void add_recurrent_ops(OpTable& table);
 /// GridSample.
 void add_sampling_ops(OpTable& table);
+/// The preview domains' ops, keyed "domain.OpType": Adagrad, Adam, Momentum, FlexAttention.
+void add_preview_ops(OpTable& table);
 
 /// The whole table.
 inline OpTable op_table() {
@@ -88,6 +90,7 @@ inline OpTable op_table() {
   add_attention_ops(table);
   add_recurrent_ops(table);
   add_sampling_ops(table);
+  add_preview_ops(table);
   return table;
 }
 

@@ -226,9 +226,10 @@ TEST_CASE("ONNX backend node tests run on kiln", "[onnx_conformance]") {
     const auto name = entry["name"].get<std::string>();
     const auto op = entry["op_type"].get<std::string>();
     const auto domain = entry["domain"].get<std::string>();
-    const auto it = table.find(op);
-    if (domain != "ai.onnx" || it == table.end()) {
-      ++unmapped_ops[domain == "ai.onnx" ? op : domain + "." + op];
+    const std::string key = domain == "ai.onnx" ? op : domain + "." + op;
+    const auto it = table.find(key);
+    if (it == table.end()) {
+      ++unmapped_ops[key];
       continue;
     }
     if (!entry["unsupported"].is_null()) {
