@@ -317,17 +317,11 @@ Outputs lrn(const Case& c) {
   return {kiln::div(x, kiln::pow(scale, scalar_as(c.f("beta", 0.75), x)))};
 }
 
-/// ONNX DFT as matrix products: the signal axis moved last, the real and imaginary parts
-/// multiplied by the cosine and sine matrices of the transform (forward, inverse, one-sided
-/// forward, and the one-sided inverse whose conjugate-symmetric half counts twice).
-Outputs dft(const Case& c) {
-  c.only({"axis", "inverse", "onesided"});
-  if (c.has(1)) throw NotMapped("DFT dft_length");
-  const Tensor& x = c.in(0);  // [..., signal..., 1 or 2]
+/// ONNX DFT of x along `axis` as matrix products: the signal axis moved last, the real and
+/// imaginary parts multiplied by the cosine and sine matrices of the transform (forward, inverse,
+/// one-sided forward, and the one-sided inverse whose conjugate-symmetric half counts twice).
+Tensor transform(const Tensor& x, std::int64_t axis, bool inverse, bool onesided) {
   const std::int64_t rank = x.ndim();
-  const std::int64_t axis = normalize_axis(
-      c.opset >= 20 ? (c.has(2) ? int_values(c.in(2))[0] : -2) : c.i("axis", 1), rank);
-  const bool inverse = c.i("inverse", 0) != 0, onesided = c.i("onesided", 0) != 0;
   std::vector<std::int64_t> to_last;  // the signal axis last, over the rank - 1 data axes
   for (std::int64_t a = 0; a < rank - 1; ++a)
     if (a != axis) to_last.push_back(a);
@@ -367,7 +361,33 @@ Outputs dft(const Case& c) {
   }
   std::vector<Tensor> parts = {kiln::transpose(out_re, back)};
   if (!(inverse && onesided)) parts.push_back(kiln::transpose(out_im, back));
-  return {kiln::cast(kiln::stack(parts, rank - 1), x.dtype())};
+  return kiln::cast(kiln::stack(parts, rank - 1), x.dtype());
+}
+
+Outputs dft(const Case& c) {
+  c.only({"axis", "inverse", "onesided"});
+  if (c.has(1)) throw NotMapped("DFT dft_length");
+  const Tensor& x = c.in(0);  // [..., signal..., 1 or 2]
+  const std::int64_t axis = normalize_axis(
+      c.opset >= 20 ? (c.has(2) ? int_values(c.in(2))[0] : -2) : c.i("axis", 1), x.ndim());
+  return {transform(x, axis, c.i("inverse", 0) != 0, c.i("onesided", 0) != 0)};
+}
+
+/// ONNX STFT: frames of frame_length every frame_step along the signal [B, S, 1 or 2] (gathered),
+/// each times the window, transformed (one-sided by default): [B, frames, bins, 2].
+Outputs stft(const Case& c) {
+  c.only({"onesided"});
+  const Tensor& x = c.in(0);
+  const std::int64_t step = int_values(c.in(1))[0];
+  const std::int64_t length = c.has(3) ? int_values(c.in(3))[0] : c.in(2).dim(0);
+  const std::int64_t frames = (x.dim(1) - length) / step + 1;
+  std::vector<std::int64_t> at;
+  for (std::int64_t f = 0; f < frames; ++f)
+    for (std::int64_t j = 0; j < length; ++j) at.push_back(f * step + j);
+  Tensor framed = kiln::reshape(kiln::gather(x, kiln::tensor(at, {frames * length}), 1),
+                                {x.dim(0), frames, length, x.dim(2)});
+  if (c.has(2)) framed = kiln::mul(framed, kiln::reshape(c.in(2), {1, 1, length, 1}));
+  return {transform(framed, 2, false, c.i("onesided", 1) != 0)};
 }
 
 /// ONNX MaxUnpool: each value of x written at its index (flat over the unpooled shape: what a
@@ -631,6 +651,7 @@ void add_nn_ops(OpTable& t) {
   t["MaxUnpool"] = max_unpool;
   t["AffineGrid"] = affine_grid;
   t["DFT"] = dft;
+  t["STFT"] = stft;
   t["LRN"] = lrn;
   t["ConvInteger"] = conv_integer;
   t["MatMulInteger"] = matmul_integer;

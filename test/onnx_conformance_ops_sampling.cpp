@@ -150,8 +150,69 @@ Outputs grid_sample(const Case& c) {
   return {kiln::cast(kiln::reshape(sum, kiln::Shape(out_dims)), x.dtype())};
 }
 
+/// ONNX Col2Im: the blocks of input [N, C * prod(block), L] summed back into an image
+/// [N, C, image...]: each block entry added at its position (block origin * stride - pad +
+/// offset * dilation) when that lies inside the image. One scatter_add.
+Outputs col2im(const Case& c) {
+  c.only({"dilations", "pads", "strides"});
+  const Tensor& x = c.in(0);
+  const auto image = int_values(c.in(1));
+  const auto block = int_values(c.in(2));
+  const std::size_t rank = image.size();
+  const auto dilations = c.ints("dilations", std::vector<std::int64_t>(rank, 1));
+  const auto strides = c.ints("strides", std::vector<std::int64_t>(rank, 1));
+  const auto pads = c.ints("pads", std::vector<std::int64_t>(2 * rank, 0));
+  std::vector<std::int64_t> blocks;  // block positions per axis
+  std::int64_t block_size = 1, positions = 1, pixels = 1;
+  for (std::size_t d = 0; d < rank; ++d) {
+    blocks.push_back(
+        (image[d] + pads[d] + pads[d + rank] - dilations[d] * (block[d] - 1) - 1) / strides[d] + 1);
+    block_size *= block[d];
+    positions *= blocks[d];
+    pixels *= image[d];
+  }
+  const std::int64_t n = x.dim(0), channels = x.dim(1) / block_size;
+  if (x.dim(2) != positions) throw NotMapped("Col2Im block count");
+  // Target pixel (flat) of every (offset k, position l), k-major as the input's rows; -1 outside.
+  std::vector<std::int64_t> target;
+  std::vector<bool> inside;
+  for (std::int64_t k = 0; k < block_size; ++k)
+    for (std::int64_t l = 0; l < positions; ++l) {
+      std::int64_t flat = 0, krest = k, lrest = l;
+      bool ok = true;
+      std::vector<std::int64_t> kd(rank), ld(rank);
+      for (std::size_t d = rank; d-- > 0;) {
+        kd[d] = krest % block[d];
+        krest /= block[d];
+        ld[d] = lrest % blocks[d];
+        lrest /= blocks[d];
+      }
+      for (std::size_t d = 0; d < rank; ++d) {
+        const std::int64_t p = ld[d] * strides[d] - pads[d] + kd[d] * dilations[d];
+        ok = ok && p >= 0 && p < image[d];
+        flat = flat * image[d] + p;
+      }
+      target.push_back(ok ? flat : 0);
+      inside.push_back(ok);
+    }
+  const std::int64_t entries = block_size * positions;
+  const Tensor index =
+      kiln::broadcast_to(kiln::tensor(target, {1, 1, entries}), {n, channels, entries});
+  const Tensor keep = kiln::tensor(inside, {1, 1, entries});
+  const Tensor values = kiln::reshape(x, {n, channels, entries});
+  const Tensor kept = kiln::where(keep, values, kiln::zeros_like(values));
+  std::vector<std::int64_t> out_dims = {n, channels};
+  out_dims.insert(out_dims.end(), image.begin(), image.end());
+  return {kiln::reshape(
+      kiln::scatter_add(kiln::zeros({n, channels, pixels}, x.dtype()), index, kept, 2),
+      kiln::Shape(out_dims))};
+}
+
 }  // namespace
 
-void add_sampling_ops(OpTable& t) { t["GridSample"] = grid_sample; }
+void add_sampling_ops(OpTable& t) {
+  t["GridSample"] = grid_sample;
+  t["Col2Im"] = col2im;
+}
 
 }  // namespace onnx_conformance
