@@ -157,20 +157,14 @@ void update_rows(T* table, std::int64_t width, const std::vector<std::int64_t>& 
 template <bool MovesOnly, class Fn>
 void visit_row_type(DType dtype, const char* op, Fn&& fn) {
   if (dtype == DType::boolean) fail(op, "does not take bool values");
-  auto numeric = [&](auto tag) {
-    if constexpr (!std::is_same_v<decltype(tag), bool> &&
-                  !std::is_same_v<decltype(tag), std::uint8_t>)
-      fn(tag);
-  };
   if constexpr (MovesOnly)
     visit_dtype(dtype, [&](auto tag) {
-      if constexpr (std::is_same_v<decltype(tag), std::uint8_t>)
-        fn(tag);  // u8 (bool was refused above)
-      else
-        numeric(tag);
+      if constexpr (!std::is_same_v<decltype(tag), bool>) fn(tag);
     });
   else
-    visit_compute_type(dtype, op, numeric);
+    visit_compute_type(dtype, op, [&](auto tag) {
+      if constexpr (!std::is_same_v<decltype(tag), std::uint8_t>) fn(tag);  // bool's storage
+    });
 }
 
 }  // namespace

@@ -99,8 +99,6 @@ Tensor argsort_positions(const Tensor& x, std::int64_t axis, std::int64_t k, boo
   return apply(Prim::argsort, {x}, attrs, DType::i64, out);
 }
 
-void check_sortable(const Tensor& x, std::string_view op) { check_defined(x, op); }
-
 }  // namespace
 
 namespace detail {
@@ -168,20 +166,20 @@ Tensor cumprod(const Tensor& x, std::int64_t axis, bool exclusive, bool reverse)
 }
 
 Tensor argsort(const Tensor& x, std::int64_t axis, bool descending) {
-  check_sortable(x, "argsort");
+  check_defined(x, "argsort");
   const std::int64_t a = detail::normalize_axis(axis, x.ndim(), "argsort");
   return argsort_positions(x, a, -1, descending);
 }
 
 Tensor sort(const Tensor& x, std::int64_t axis, bool descending) {
-  check_sortable(x, "sort");
+  check_defined(x, "sort");
   const std::int64_t a = detail::normalize_axis(axis, x.ndim(), "sort");
   const Tensor order = argsort_positions(x, a, -1, descending);
   return detail::take_along_exact(x, order, a);
 }
 
 TopK top_k(const Tensor& x, std::int64_t k, std::int64_t axis, bool largest) {
-  check_sortable(x, "top_k");
+  check_defined(x, "top_k");
   const std::int64_t a = detail::normalize_axis(axis, x.ndim(), "top_k");
   const std::int64_t n = x.shape()[static_cast<std::size_t>(a)];
   if (k < 0) fail("top_k", "k {} is negative", k);
@@ -225,7 +223,6 @@ Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& updates, st
   check_defined(indices, "scatter", 1);
   check_defined(updates, "scatter", 2);
   check_indices(indices, "scatter");
-  check_sortable(x, "scatter");
   detail::check_same_dtype(x, updates, "scatter");
   check_mode(x.dtype(), mode, "scatter");
   if (x.ndim() != indices.ndim())
@@ -279,7 +276,6 @@ Tensor scatter_nd(const Tensor& x, const Tensor& indices, const Tensor& updates,
   check_defined(x, "scatter_nd", 0);
   check_defined(indices, "scatter_nd", 1);
   check_defined(updates, "scatter_nd", 2);
-  check_sortable(x, "scatter_nd");
   detail::check_same_dtype(x, updates, "scatter_nd");
   check_mode(x.dtype(), mode, "scatter_nd");
   const std::size_t m = check_tuples(x, indices, 0, "scatter_nd");
