@@ -292,6 +292,18 @@ TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
   CHECK(int8_initializer);
   manifest.push_back({{"model", "int8_dense.onnx"},
                       {"runs", {{{"inputs", {save(x8)}}, {"outputs", {save(int8(x8))}}}}}});
+  // f16 and u16 inputs: the exported graph casts to the compute dtype (f32, i32) and back, as
+  // kiln computes; products, sums and quotients round once per op, so the outputs are exact.
+  auto half = kiln::function([](const Tensor& t) { return (t * t + t) / 4.0; }, {.name = "f16"});
+  const Tensor xh = kiln::cast(normal({3, 4}, 10), kiln::f16);
+  kiln::export_onnx(half.get_concrete_function(xh), dir / "f16.onnx");
+  manifest.push_back(
+      {{"model", "f16.onnx"}, {"runs", {{{"inputs", {save(xh)}}, {"outputs", {save(half(xh))}}}}}});
+  auto narrow = kiln::function([](const Tensor& t) { return t * t + 7.0; }, {.name = "u16"});
+  const Tensor xu = kiln::tensor<std::uint16_t>({0, 3, 199, 42, 7, 100}, {2, 3});
+  kiln::export_onnx(narrow.get_concrete_function(xu), dir / "u16.onnx");
+  manifest.push_back({{"model", "u16.onnx"},
+                      {"runs", {{{"inputs", {save(xu)}}, {"outputs", {save(narrow(xu))}}}}}});
   std::ofstream(dir / "manifest.json") << manifest.dump(1);
 
   const std::string command =

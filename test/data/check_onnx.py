@@ -34,8 +34,8 @@ def main(folder):
             for k, (out, want_path) in enumerate(zip(got, run["outputs"])):
                 want = np.load(os.path.join(folder, want_path))
                 diff = float(np.max(np.abs(out.astype(np.float64) - want))) if want.size else 0.0
-                ok = out.shape == want.shape and diff <= TOLERANCE
-                print(f"{entry['model']} {run['inputs'][0]} output {k}: shape {out.shape}, "
+                ok = out.dtype == want.dtype and out.shape == want.shape and diff <= TOLERANCE
+                print(f"{entry['model']} {run['inputs'][0]} output {k}: {out.dtype} {out.shape}, "
                       f"max |onnxruntime - kiln| = {diff:.2e} {'ok' if ok else 'FAILED'}")
                 failures += 0 if ok else 1
     print(f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}: "
