@@ -6,6 +6,7 @@
 #include "kiln/ops.hpp"
 
 #include <array>
+#include <cstdint>
 #include <new>
 #include <type_traits>
 #include <vector>
@@ -133,9 +134,18 @@ bool computes_u64(Prim p) {
   }
 }
 
-/// Whether dtype sends apply() down apply_unusual: one computed in a wider dtype, or u64.
+/// The dtypes that send apply() down apply_unusual, one bit each: those computed in a wider
+/// dtype, and u64. A mask, so the check on every call is one shift and test.
+constexpr std::uint32_t unusual_dtypes = [] {
+  std::uint32_t mask = 0;
+  for (std::size_t i = 0; i < num_dtypes; ++i) {
+    const auto d = static_cast<DType>(i);
+    if (compute_dtype(d) != d || d == DType::u64) mask |= std::uint32_t{1} << i;
+  }
+  return mask;
+}();
 constexpr bool unusual_dtype(DType dtype) {
-  return compute_dtype(dtype) != dtype || dtype == DType::u64;
+  return ((unusual_dtypes >> static_cast<unsigned>(dtype)) & 1U) != 0;
 }
 
 /// apply() for the rare inputs: dtypes computed in a wider one (cast to it, computed, and the
