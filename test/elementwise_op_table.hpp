@@ -522,8 +522,9 @@ constexpr double table_nan = std::numeric_limits<double>::quiet_NaN();
 constexpr double table_inf = std::numeric_limits<double>::infinity();
 
 inline const std::vector<DType>& all_dtypes() {
-  static const std::vector<DType> dtypes = {f32, f64,  i32, i64, boolean, i8, u8,
-                                            f16, bf16, i16, u16, u32,     u64};
+  static const std::vector<DType> dtypes = {
+      f32, f64, i32,      i64,        boolean, i8,         u8,       f16, bf16, i16, u16,
+      u32, u64, f8e4m3fn, f8e4m3fnuz, f8e5m2,  f8e5m2fnuz, f4e2m1fn, i4,  u4,   i2,  u2};
   return dtypes;
 }
 
@@ -601,32 +602,62 @@ decltype(auto) visit_element_type(DType dtype, Fn&& fn) {
       return fn(std::uint32_t{});
     case DType::u64:
       return fn(std::uint64_t{});
+    case DType::f8e4m3fn:
+      return fn(kiln::float8_e4m3fn{});
+    case DType::f8e4m3fnuz:
+      return fn(kiln::float8_e4m3fnuz{});
+    case DType::f8e5m2:
+      return fn(kiln::float8_e5m2{});
+    case DType::f8e5m2fnuz:
+      return fn(kiln::float8_e5m2fnuz{});
+    case DType::f4e2m1fn:
+      return fn(kiln::float4_e2m1fn{});
+    case DType::i4:
+      return fn(kiln::int4{});
+    case DType::u4:
+      return fn(kiln::uint4{});
+    case DType::i2:
+      return fn(kiln::int2{});
+    case DType::u2:
+      return fn(kiln::uint2{});
   }
   throw std::logic_error("unknown dtype");
 }
 
+/// The 16-, 8- and 4-bit floats: they convert from float (explicitly) and to float.
 template <class T>
 inline constexpr bool is_half_v =
-    std::is_same_v<T, kiln::float16> || std::is_same_v<T, kiln::bfloat16>;
+    std::is_same_v<T, kiln::float16> || std::is_same_v<T, kiln::bfloat16> ||
+    std::is_same_v<T, kiln::float8_e4m3fn> || std::is_same_v<T, kiln::float8_e4m3fnuz> ||
+    std::is_same_v<T, kiln::float8_e5m2> || std::is_same_v<T, kiln::float8_e5m2fnuz> ||
+    std::is_same_v<T, kiln::float4_e2m1fn>;
 
-/// v stored as T: 16-bit floats round from float, integers wrap (through int64), bools are v != 0.
+template <class T>
+inline constexpr bool is_narrow_int_v =
+    std::is_same_v<T, kiln::int4> || std::is_same_v<T, kiln::uint4> ||
+    std::is_same_v<T, kiln::int2> || std::is_same_v<T, kiln::uint2>;
+
+/// v stored as T: narrow floats round from float, integers wrap (through int64), bools are
+/// v != 0.
 template <class T>
 T stored_as(double v) {
   if constexpr (is_half_v<T>)
     return T(static_cast<float>(v));
   else if constexpr (std::is_same_v<T, bool>)
     return v != 0;
-  else if constexpr (std::is_integral_v<T>)
+  else if constexpr (std::is_integral_v<T> || is_narrow_int_v<T>)
     return static_cast<T>(static_cast<std::int64_t>(v));
   else
     return static_cast<T>(v);
 }
 
-/// An element as double (16-bit floats through float).
+/// An element as double (narrow floats through float, narrow integers through int).
 template <class T>
 double as_double(T v) {
   if constexpr (is_half_v<T>)
     return static_cast<double>(static_cast<float>(v));
+  else if constexpr (is_narrow_int_v<T>)
+    return static_cast<double>(static_cast<int>(v));
   else
     return static_cast<double>(v);
 }

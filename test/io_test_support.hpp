@@ -182,6 +182,17 @@ inline kiln::Tensor sample(kiln::DType dtype, const kiln::Shape& shape) {
       for (std::size_t i = 0; i < n; ++i) v[i] = 18446744073709551615ULL - 1000000000007ULL * i;
       return kiln::tensor(v, shape);
     }
+    case kiln::DType::f8e4m3fn:
+    case kiln::DType::f8e4m3fnuz:
+    case kiln::DType::f8e5m2:
+    case kiln::DType::f8e5m2fnuz:
+    case kiln::DType::f4e2m1fn:
+      return kiln::cast(sample(kiln::f32, shape), dtype);
+    case kiln::DType::i4:
+    case kiln::DType::u4:
+    case kiln::DType::i2:
+    case kiln::DType::u2:
+      return kiln::cast(sample(kiln::i32, shape), dtype);
   }
   return {};
 }

@@ -38,6 +38,10 @@ struct Case {
   std::vector<Tensor> inputs;
   /// Which outputs the case checks (false for an omitted optional output).
   std::vector<bool> outputs;
+  /// Per output, set by a mapping where ONNX's spec leaves some results undefined (Cast from a
+  /// float to an integer out of its range, or NaN to a float without NaN): a bool tensor of
+  /// the output's shape, true where the element is not compared. Undefined for the others.
+  mutable std::vector<Tensor> unspecified;
 
   bool has(std::size_t i) const { return i < inputs.size() && inputs[i].defined(); }
   const Tensor& in(std::size_t i) const {

@@ -88,10 +88,97 @@ Outputs clip(const Case& c) {
   return {x};
 }
 
+/// The largest finite value of an 8-bit float dtype.
+double largest_float8(kiln::DType dtype) {
+  switch (dtype) {
+    case kiln::f8e4m3fn:
+      return float(kiln::float8_e4m3fn::from_bits(0x7e));
+    case kiln::f8e4m3fnuz:
+      return float(kiln::float8_e4m3fnuz::from_bits(0x7f));
+    case kiln::f8e5m2:
+      return float(kiln::float8_e5m2::from_bits(0x7b));
+    case kiln::f8e5m2fnuz:
+      return float(kiln::float8_e5m2fnuz::from_bits(0x7f));
+    default:
+      throw NotMapped("not an 8-bit float");
+  }
+}
+
+bool is_float8(kiln::DType d) { return kiln::is_minifloat(d) && d != kiln::f4e2m1fn; }
+
+/// x cast to an 8-bit float `to` as ONNX's saturate=1 does: values beyond the largest finite
+/// one (infinities too) become it, NaN stays NaN; kiln's cast itself overflows to NaN or
+/// infinity, as ml_dtypes and PyTorch do.
+Tensor saturating_cast(const Tensor& x, kiln::DType to) {
+  const double top = largest_float8(to);
+  return kiln::cast(kiln::clip(x, -top, top), to);
+}
+
+/// Where ONNX's Cast of float x to `to` is undefined: for an integer `to`, where x (truncated)
+/// is outside its range or NaN ("fixed point: undefined if OOR"); for f4e2m1fn, which has no
+/// NaN, where x is NaN. Undefined (no mask) for every other pair.
+Tensor undefined_cast_elements(const Tensor& x, kiln::DType to) {
+  if (!kiln::is_floating(x.dtype())) return Tensor();
+  const Tensor wide = kiln::cast(x, kiln::f64);
+  const Tensor nan = kiln::isnan(wide);
+  if (to == kiln::f4e2m1fn) return nan;
+  if (!kiln::is_integer(to)) return Tensor();
+  double lowest = 0, highest = 0;
+  switch (to) {
+    case kiln::i2:
+      lowest = -2, highest = 1;
+      break;
+    case kiln::u2:
+      highest = 3;
+      break;
+    case kiln::i4:
+      lowest = -8, highest = 7;
+      break;
+    case kiln::u4:
+      highest = 15;
+      break;
+    case kiln::i8:
+      lowest = -128, highest = 127;
+      break;
+    case kiln::u8:
+      highest = 255;
+      break;
+    case kiln::i16:
+      lowest = -32768, highest = 32767;
+      break;
+    case kiln::u16:
+      highest = 65535;
+      break;
+    case kiln::i32:
+      lowest = -2147483648.0, highest = 2147483647.0;
+      break;
+    case kiln::u32:
+      highest = 4294967295.0;
+      break;
+    case kiln::i64:
+      lowest = -0x1p63, highest = 0x1p63 - 1024;
+      break;  // the doubles in range
+    default:
+      highest = 0x1p64 - 2048;
+      break;  // u64
+  }
+  // Truncated below lowest means x <= lowest - 1; above highest, x >= highest + 1.
+  return kiln::logical_or(
+      nan, kiln::logical_or(kiln::less_equal(wide, kiln::scalar(lowest - 1, kiln::f64)),
+                            kiln::greater_equal(wide, kiln::scalar(highest + 1, kiln::f64))));
+}
+
+/// Cast or CastLike of x to `to` with ONNX's `saturate` (8-bit floats only).
+Outputs onnx_cast(const Case& c, const Tensor& x, kiln::DType to) {
+  c.unspecified = {undefined_cast_elements(x, to)};
+  if (is_float8(to) && c.i("saturate", 1) == 1) return {saturating_cast(x, to)};
+  return {kiln::cast(x, to)};
+}
+
 Outputs cast(const Case& c) {
   c.only({"to", "saturate", "round_mode"});
-  if (c.s("round_mode", "up") != "up") throw NotMapped("Cast round_mode (float8 only)");
-  return {kiln::cast(c.in(0), dtype_from_onnx(c.i("to", 1)))};
+  if (c.s("round_mode", "up") != "up") throw NotMapped("Cast round_mode (float8e8m0 only)");
+  return onnx_cast(c, c.in(0), dtype_from_onnx(c.i("to", 1)));
 }
 
 Outputs elu(const Case& c) { return {kiln::elu(c.in(0), c.f("alpha", 1.0))}; }
@@ -155,7 +242,8 @@ Tensor logical_xor(const Tensor& a, const Tensor& b) {
   return kiln::not_equal(kiln::cast(a, kiln::boolean), kiln::cast(b, kiln::boolean));
 }
 
-// ------------------------------------------------------------------ quantization (u8, i8)
+// ------------------------------------------------------------------ quantization (8-, 4- and
+// 2-bit)
 
 /// A per-tensor, per-axis or blocked scale or zero point of QuantizeLinear / DequantizeLinear
 /// shaped to broadcast against x: a scalar stays; a 1-D one lies along `axis`; a blocked one
@@ -182,14 +270,23 @@ Tensor quantize_to(const Tensor& x, const Tensor& scale, const Tensor& zero_poin
 
 Outputs quantize_linear(const Case& c) {
   const Tensor& x = c.in(0);
-  if (c.i("saturate", 1) != 1 || c.i("output_dtype", 0) != 0 || c.i("precision", 0) != 0)
-    throw NotMapped("QuantizeLinear output_dtype, precision or saturate");
+  if (c.i("output_dtype", 0) != 0 || c.i("precision", 0) != 0)
+    throw NotMapped("QuantizeLinear output_dtype or precision");
   const auto axis = normalize_axis(c.i("axis", 1), x.ndim());
   const auto block = c.i("block_size", 0);
   const Tensor scale = spread(c.in(1), x, axis, block);
   if (!c.has(2)) return {quantize_to(x, scale, kiln::zeros({}, x.dtype()), kiln::u8)};
   const Tensor& zero_point = c.in(2);
-  return {quantize_to(x, scale, spread(zero_point, x, axis, block), zero_point.dtype())};
+  const kiln::DType to = zero_point.dtype();
+  if (is_float8(to)) {  // x / scale rounded to the 8-bit float; the zero point is 0
+    const Tensor y = kiln::div(x, scale);
+    return {c.i("saturate", 1) == 1 ? saturating_cast(y, to) : kiln::cast(y, to)};
+  }
+  if (to == kiln::f4e2m1fn) {  // x / scale + zero point, rounded (and saturated) to the float
+    const Tensor zp = kiln::cast(spread(zero_point, x, axis, block), x.dtype());
+    return {kiln::cast(kiln::add(kiln::div(x, scale), zp), to)};
+  }
+  return {quantize_to(x, scale, spread(zero_point, x, axis, block), to)};
 }
 
 Outputs dequantize_linear(const Case& c) {
@@ -287,7 +384,14 @@ void add_elementwise_ops(OpTable& t) {
 
   // Casts.
   t["Cast"] = cast;
-  t["CastLike"] = [](const Case& c) -> Outputs { return {kiln::cast(c.in(0), c.in(1).dtype())}; };
+  t["BitCast"] = [](const Case& c) -> Outputs {
+    c.only({"to"});
+    return {kiln::bitcast(c.in(0), dtype_from_onnx(c.i("to", 1)))};
+  };
+  t["CastLike"] = [](const Case& c) -> Outputs {
+    c.only({"saturate", "round_mode"});
+    return onnx_cast(c, c.in(0), c.in(1).dtype());
+  };
 
   // Activations.
   t["Relu"] = unary(kiln::relu);

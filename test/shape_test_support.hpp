@@ -83,6 +83,16 @@ inline std::vector<double> values(const Tensor& t) {
       return widen(t.to_vector<std::uint32_t>());
     case kiln::DType::u64:
       return widen(t.to_vector<std::uint64_t>());
+    case kiln::DType::f8e4m3fn:
+    case kiln::DType::f8e4m3fnuz:
+    case kiln::DType::f8e5m2:
+    case kiln::DType::f8e5m2fnuz:
+    case kiln::DType::f4e2m1fn:
+    case kiln::DType::i4:
+    case kiln::DType::u4:
+    case kiln::DType::i2:
+    case kiln::DType::u2:
+      return kiln::cast(t, kiln::f64).to_vector<double>();
   }
   return {};
 }

@@ -159,7 +159,7 @@ TEST_CASE("safetensors: valid oddities load", "[io]") {
   // element type kiln cannot load (listed by inspect, loadable around).
   const std::string header =
       R"({"z":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]},)"
-      R"("__metadata__":null,"u":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[4,8]},)"
+      R"("__metadata__":null,"u":{"dtype":"F8_E8M0","shape":[4],"data_offsets":[4,8]},)"
       R"("e":{"dtype":"I64","shape":[0],"data_offsets":[4,4]},)"
       R"("a":{"shape":[],"data_offsets":[0,4],"dtype":"I32","extra":"ignored"}})"
       "        ";
@@ -171,12 +171,12 @@ TEST_CASE("safetensors: valid oddities load", "[io]") {
   CHECK(infos[0].name == "a");
   CHECK(infos[3].name == "u");
   CHECK_FALSE(infos[3].dtype.has_value());
-  CHECK(infos[3].stored_dtype == "F8_E4M3");
+  CHECK(infos[3].stored_dtype == "F8_E8M0");
   const auto some = io::load_safetensors(path, {"a", "z", "e"});
   CHECK(some.at("a").item<std::int32_t>() == 7);
   CHECK(some.at("z").shape() == kiln::Shape{0, 5});
   CHECK_THROWS_WITH(io::load_safetensors(path),
-                    Catch::Contains("tensor 'u' has dtype F8_E4M3, which kiln cannot load"));
+                    Catch::Contains("tensor 'u' has dtype F8_E8M0, which kiln cannot load"));
   CHECK(io::load_safetensors_metadata(path).empty());
   // BOOL bytes other than 0 and 1 load as true.
   io_test::write_bytes(

@@ -73,6 +73,10 @@ Tensor isfinite(const Tensor& x);
 /// Converts to dtype. Float → integer truncates toward zero; NaN becomes 0 and values
 /// out of range saturate. Anything → bool is x != 0.
 Tensor cast(const Tensor& x, DType dtype);
+/// The same bytes read as dtype (NumPy's view, tf.bitcast, ONNX BitCast): the two dtypes must
+/// have the same size. bool may be read as u8 but nothing as bool, and the 4- and 2-bit dtypes
+/// (stored one value per byte) are refused: use cast. Not differentiable.
+Tensor bitcast(const Tensor& x, DType dtype);
 
 // ---------------------------------------------------------------- binary elementwise
 Tensor add(const Tensor& a, const Tensor& b);

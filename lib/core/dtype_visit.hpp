@@ -14,7 +14,8 @@ namespace kiln::detail {
 namespace kiln::detail {
 
 /// Calls fn(T{}) where T is dtype's C++ type (float, double, int32_t, int64_t, bool, int8_t,
-/// uint8_t, float16, bfloat16, int16_t, uint16_t, uint32_t, uint64_t).
+/// uint8_t, float16, bfloat16, int16_t, uint16_t, uint32_t, uint64_t, the minifloats and the
+/// narrow_ints).
 template <class Fn>
 void visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -56,6 +57,33 @@ void visit_dtype(DType dtype, Fn&& fn) {
       break;
     case DType::u64:
       fn(std::uint64_t{});
+      break;
+    case DType::f8e4m3fn:
+      fn(float8_e4m3fn{});
+      break;
+    case DType::f8e4m3fnuz:
+      fn(float8_e4m3fnuz{});
+      break;
+    case DType::f8e5m2:
+      fn(float8_e5m2{});
+      break;
+    case DType::f8e5m2fnuz:
+      fn(float8_e5m2fnuz{});
+      break;
+    case DType::f4e2m1fn:
+      fn(float4_e2m1fn{});
+      break;
+    case DType::i4:
+      fn(int4{});
+      break;
+    case DType::u4:
+      fn(uint4{});
+      break;
+    case DType::i2:
+      fn(int2{});
+      break;
+    case DType::u2:
+      fn(uint2{});
       break;
   }
 }

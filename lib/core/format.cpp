@@ -34,6 +34,8 @@ std::string float_text(T value) {
 }
 
 /// The shortest decimal text that reads back as the same 16-bit float (as numpy prints them).
+/// The 8- and 4-bit floats print their exact value instead, as ml_dtypes does: the shortest
+/// text of a 3-bit mantissa would show 448 as "450.".
 template <class Half>
 std::string half_text(Half value) {
   const auto f = static_cast<float>(value);
@@ -73,6 +75,22 @@ std::string element_text(const char* element, DType dtype) {
       return fmt::format("{}", *reinterpret_cast<const std::uint32_t*>(element));
     case DType::u64:
       return fmt::format("{}", *reinterpret_cast<const std::uint64_t*>(element));
+    case DType::f8e4m3fn:
+      return float_text(static_cast<float>(*reinterpret_cast<const float8_e4m3fn*>(element)));
+    case DType::f8e4m3fnuz:
+      return float_text(static_cast<float>(*reinterpret_cast<const float8_e4m3fnuz*>(element)));
+    case DType::f8e5m2:
+      return float_text(static_cast<float>(*reinterpret_cast<const float8_e5m2*>(element)));
+    case DType::f8e5m2fnuz:
+      return float_text(static_cast<float>(*reinterpret_cast<const float8_e5m2fnuz*>(element)));
+    case DType::f4e2m1fn:
+      return float_text(static_cast<float>(*reinterpret_cast<const float4_e2m1fn*>(element)));
+    case DType::i4:
+    case DType::i2:
+      return fmt::format("{}", static_cast<int>(*reinterpret_cast<const std::int8_t*>(element)));
+    case DType::u4:
+    case DType::u2:
+      return fmt::format("{}", static_cast<int>(*reinterpret_cast<const std::uint8_t*>(element)));
   }
   return "?";
 }

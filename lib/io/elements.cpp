@@ -43,11 +43,15 @@ DType loaded_dtype(StoredKind kind) {
       return DType::u32;
     case StoredKind::u64:
       return DType::u64;
+    case StoredKind::f8e4m3fn:
+      return DType::f8e4m3fn;
+    case StoredKind::f8e5m2:
+      return DType::f8e5m2;
   }
   return DType::f32;
 }
 
-StoredKind stored_kind_of(DType dtype) {
+std::optional<StoredKind> stored_kind_of(DType dtype) {
   switch (dtype) {
     case DType::f32:
       return StoredKind::f32;
@@ -75,8 +79,20 @@ StoredKind stored_kind_of(DType dtype) {
       return StoredKind::u32;
     case DType::u64:
       return StoredKind::u64;
+    case DType::f8e4m3fn:
+      return StoredKind::f8e4m3fn;
+    case DType::f8e5m2:
+      return StoredKind::f8e5m2;
+    case DType::f8e4m3fnuz:
+    case DType::f8e5m2fnuz:
+    case DType::f4e2m1fn:
+    case DType::i4:
+    case DType::u4:
+    case DType::i2:
+    case DType::u2:
+      return std::nullopt;
   }
-  return StoredKind::f32;
+  return std::nullopt;
 }
 
 namespace {
@@ -117,6 +133,8 @@ void decode_elements(StoredType type, const std::byte* src, std::size_t count, v
       return;
     case StoredKind::i8:
     case StoredKind::u8:
+    case StoredKind::f8e4m3fn:
+    case StoredKind::f8e5m2:
       if (out != src) std::memcpy(out, src, count);
       return;
     case StoredKind::f16:

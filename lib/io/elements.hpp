@@ -16,7 +16,7 @@
 
 namespace kiln::io::detail {
 
-/// The element types kiln reads and writes: one per dtype.
+/// The element types kiln reads and writes: one per dtype that some file format names.
 enum class StoredKind : std::uint8_t {
   boolean,
   f16,
@@ -30,7 +30,9 @@ enum class StoredKind : std::uint8_t {
   i16,
   u16,
   u32,
-  u64
+  u64,
+  f8e4m3fn,
+  f8e5m2
 };
 
 /// One element type as a file stores it.
@@ -42,8 +44,8 @@ struct StoredType {
 std::size_t stored_size(StoredKind kind);
 /// The dtype a stored element loads as.
 DType loaded_dtype(StoredKind kind);
-/// The stored kind that writes `dtype` unchanged.
-StoredKind stored_kind_of(DType dtype);
+/// The stored kind that writes `dtype` unchanged, if a file format has one.
+std::optional<StoredKind> stored_kind_of(DType dtype);
 
 /// Converts `count` elements stored as `type` at `src` (any alignment) into kiln's layout
 /// for loaded_dtype(type.kind) at `dst`. Booleans become 0 or 1 (any non-zero byte is true).

@@ -256,8 +256,19 @@ const char* descr_of(DType dtype) {
       return "<u4";
     case DType::u64:
       return "<u8";
+    case DType::f8e4m3fn:
+    case DType::f8e4m3fnuz:
+    case DType::f8e5m2:
+    case DType::f8e5m2fnuz:
+    case DType::f4e2m1fn:
+    case DType::i4:
+    case DType::u4:
+    case DType::i2:
+    case DType::u2:
+      // ml_dtypes saves all of them as 1-byte void, '|V1', which does not say which it is.
+      return nullptr;
   }
-  return "<f4";
+  return nullptr;
 }
 
 }  // namespace
@@ -333,7 +344,14 @@ TensorInfo npy_tensor_info(const NpyHeader& header, std::string name) {
   return info;
 }
 
-std::vector<std::byte> encode_npy_header(DType dtype, const Shape& shape) {
+std::vector<std::byte> encode_npy_header(DType dtype, const Shape& shape, const std::string& op,
+                                         const std::string& source) {
+  if (descr_of(dtype) == nullptr)
+    kiln::detail::fail(op,
+                       "{}: .npy has no type for {} (NumPy with ml_dtypes saves every 8-, 4- and "
+                       "2-bit type as 1-byte void, which does not say which): kiln::cast it to a "
+                       "wider dtype, kiln::bitcast an 8-bit float to u8, or use safetensors",
+                       source, dtype_name(dtype));
   const std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}",
                                        descr_of(dtype), shape_repr(shape));
   // Version 1.0 has a 2-byte length field; 2.0 (4 bytes) only when the header needs it.
@@ -370,8 +388,9 @@ void save_npy(const std::filesystem::path& path, const Tensor& tensor) {
   if (!tensor.defined()) kiln::detail::fail(op, "{}: the tensor is undefined", path.string());
   kiln::detail::check_concrete(*tensor.impl(), op.c_str());
   const Tensor data = tensor.contiguous();
+  const auto header = detail::encode_npy_header(data.dtype(), data.shape(), op, path.string());
   detail::AtomicFile file(path, op);
-  file.write(detail::encode_npy_header(data.dtype(), data.shape()));
+  file.write(header);
   file.write(data.data(), static_cast<std::size_t>(data.size()) * dtype_size(data.dtype()));
   file.commit();
 }

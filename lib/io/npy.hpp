@@ -46,7 +46,9 @@ Tensor read_npy(std::span<const std::byte> file, const std::string& op, const st
 TensorInfo npy_tensor_info(const NpyHeader& header, std::string name);
 
 /// The header (magic through the newline) of a little-endian C-order .npy file for `dtype`
-/// and `shape`, padded so that the data starts at a multiple of 64 bytes.
-std::vector<std::byte> encode_npy_header(DType dtype, const Shape& shape);
+/// and `shape`, padded so that the data starts at a multiple of 64 bytes. `op` and `source`
+/// name the error for a dtype .npy cannot say (the 8-, 4- and 2-bit dtypes).
+std::vector<std::byte> encode_npy_header(DType dtype, const Shape& shape, const std::string& op,
+                                         const std::string& source);
 
 }  // namespace kiln::io::detail

@@ -300,7 +300,9 @@ void save_npz(const std::filesystem::path& path, const std::map<std::string, Ten
       fail(op, "{}: tensor '{}' is undefined", source, detail::printable(name));
     kiln::detail::check_concrete(*tensor.impl(), op.c_str());
     Tensor data = tensor.contiguous();
-    entries.push_back({name + ".npy", data, detail::encode_npy_header(data.dtype(), data.shape())});
+    entries.push_back({name + ".npy", data,
+                       detail::encode_npy_header(data.dtype(), data.shape(), op,
+                                                 source + ": '" + detail::printable(name) + "'")});
   }
 
   if (entries.empty()) {

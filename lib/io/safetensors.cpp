@@ -27,16 +27,16 @@ struct SafetensorsDType {
 };
 
 constexpr SafetensorsDType safetensors_dtypes[] = {
-    {"BOOL", 8, 0, StoredKind::boolean}, {"F4", 4, 1, std::nullopt},
-    {"F6_E2M3", 6, 2, std::nullopt},     {"F6_E3M2", 6, 3, std::nullopt},
-    {"U8", 8, 4, StoredKind::u8},        {"I8", 8, 5, StoredKind::i8},
-    {"F8_E5M2", 8, 6, std::nullopt},     {"F8_E4M3", 8, 7, std::nullopt},
-    {"F8_E8M0", 8, 8, std::nullopt},     {"I16", 16, 9, StoredKind::i16},
-    {"U16", 16, 10, StoredKind::u16},    {"F16", 16, 11, StoredKind::f16},
-    {"BF16", 16, 12, StoredKind::bf16},  {"I32", 32, 13, StoredKind::i32},
-    {"U32", 32, 14, StoredKind::u32},    {"F32", 32, 15, StoredKind::f32},
-    {"C64", 64, 16, std::nullopt},       {"F64", 64, 17, StoredKind::f64},
-    {"I64", 64, 18, StoredKind::i64},    {"U64", 64, 19, StoredKind::u64},
+    {"BOOL", 8, 0, StoredKind::boolean},   {"F4", 4, 1, std::nullopt},
+    {"F6_E2M3", 6, 2, std::nullopt},       {"F6_E3M2", 6, 3, std::nullopt},
+    {"U8", 8, 4, StoredKind::u8},          {"I8", 8, 5, StoredKind::i8},
+    {"F8_E5M2", 8, 6, StoredKind::f8e5m2}, {"F8_E4M3", 8, 7, StoredKind::f8e4m3fn},
+    {"F8_E8M0", 8, 8, std::nullopt},       {"I16", 16, 9, StoredKind::i16},
+    {"U16", 16, 10, StoredKind::u16},      {"F16", 16, 11, StoredKind::f16},
+    {"BF16", 16, 12, StoredKind::bf16},    {"I32", 32, 13, StoredKind::i32},
+    {"U32", 32, 14, StoredKind::u32},      {"F32", 32, 15, StoredKind::f32},
+    {"C64", 64, 16, std::nullopt},         {"F64", 64, 17, StoredKind::f64},
+    {"I64", 64, 18, StoredKind::i64},      {"U64", 64, 19, StoredKind::u64},
 };
 
 const SafetensorsDType* find_dtype(std::string_view name) {
@@ -45,11 +45,16 @@ const SafetensorsDType* find_dtype(std::string_view name) {
   return nullptr;
 }
 
-const SafetensorsDType& dtype_entry(DType dtype) {
-  const StoredKind kind = stored_kind_of(dtype);
+const SafetensorsDType& dtype_entry(DType dtype, const std::string& op, const std::string& source,
+                                    const std::string& name) {
+  const std::optional<StoredKind> kind = stored_kind_of(dtype);
   for (const auto& d : safetensors_dtypes)
-    if (d.kind == kind) return d;
-  return *find_dtype("F32");  // unreachable: every dtype has a stored kind listed above
+    if (kind && d.kind == kind) return d;
+  kiln::detail::fail(op,
+                     "{}: tensor '{}' is {}, which safetensors has no dtype for (it has F8_E4M3 "
+                     "and F8_E5M2 of the 8-bit floats, and no 4- or 2-bit integers): kiln::cast "
+                     "it to a wider dtype",
+                     source, printable(name), dtype_name(dtype));
 }
 
 std::string describe_dims(const nlohmann::json& shape) {
@@ -376,7 +381,8 @@ void save_safetensors(const std::filesystem::path& path,
     if (!tensor.defined())
       kiln::detail::fail(op, "{}: tensor '{}' is undefined", source, detail::printable(name));
     kiln::detail::check_concrete(*tensor.impl(), op.c_str());
-    items.push_back({&name, tensor.contiguous(), &detail::dtype_entry(tensor.dtype())});
+    items.push_back(
+        {&name, tensor.contiguous(), &detail::dtype_entry(tensor.dtype(), op, source, name)});
   }
   // The reference layout: descending dtype alignment, then name.
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {

@@ -30,6 +30,7 @@ std::string attrs_text(const Node& n) {
         parts.push_back(fmt::format("axis={}", a.axis));
       if (!a.ints.empty()) parts.push_back(fmt::format("ints=[{}]", fmt::join(a.ints, ",")));
       if (n.prim == Prim::pad) parts.push_back(fmt::format("value={}", a.value));
+      if (n.prim == Prim::bitcast) parts.push_back(fmt::format("to={}", dtype_name(a.dtype)));
       break;
     case Family::window:
       parts.push_back(fmt::format("geometry=[{}]", fmt::join(a.ints, ",")));

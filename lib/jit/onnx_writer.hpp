@@ -57,8 +57,21 @@ inline int onnx_type(DType dtype) {
       return onnx::TensorProto::UINT32;
     case DType::u64:
       return onnx::TensorProto::UINT64;
+    case DType::f8e4m3fn:
+    case DType::f8e4m3fnuz:
+    case DType::f8e5m2:
+    case DType::f8e5m2fnuz:
+    case DType::f4e2m1fn:
+    case DType::i4:
+    case DType::u4:
+    case DType::i2:
+    case DType::u2:
+      break;
   }
-  return onnx::TensorProto::UNDEFINED;
+  kiln::detail::fail(onnx_op.data(),
+                     "ONNX opset 17, which kiln writes, has no {} (the 8-, 4- and 2-bit types "
+                     "came in opsets 19 to 25): kiln::cast to a wider dtype inside the function",
+                     dtype_name(dtype));
 }
 
 /// What the writers of one model share: where messages point, the dynamic dims' sources, the

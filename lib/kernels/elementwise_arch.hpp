@@ -15,8 +15,10 @@
 //   functions; scalar math goes through __builtin_* (inlined or a libm call).
 //
 // Element types: f32 float, f64 double, i32 int32_t, i64 int64_t, u64 uint64_t, bool uint8_t
-// (0 or 1); the dtypes ops compute in a wider one (i8, u8, i16, u16, u32, f16, bf16; see
-// kiln::compute_dtype) have cast and where rows and nothing else.
+// (0 or 1); the dtypes ops compute in a wider one (i8, u8, i16, u16, u32, f16, bf16 and the
+// 8-, 4- and 2-bit dtypes; see kiln::compute_dtype) have cast and where rows and nothing else.
+// The cast rows of the 8-, 4- and 2-bit dtypes are not compiled here: every table points at
+// kernels/cast_narrow.cpp's, compiled once for the baseline instruction set.
 // Floating-point rows use xsimd batches (tails go through a zero-padded batch, so every
 // element gets the same code). Integer and boolean rows are plain loops the compiler
 // vectorizes for the TU's instruction set; integer arithmetic wraps through unsigned
@@ -199,6 +201,15 @@ constexpr void fill_by_cast_target(auto* row) {
   row[dtype_index(DType::u16)] = Entry<std::uint16_t>::value;
   row[dtype_index(DType::u32)] = Entry<std::uint32_t>::value;
   row[dtype_index(DType::u64)] = Entry<std::uint64_t>::value;
+  row[dtype_index(DType::f8e4m3fn)] = Entry<float8_e4m3fn>::value;
+  row[dtype_index(DType::f8e4m3fnuz)] = Entry<float8_e4m3fnuz>::value;
+  row[dtype_index(DType::f8e5m2)] = Entry<float8_e5m2>::value;
+  row[dtype_index(DType::f8e5m2fnuz)] = Entry<float8_e5m2fnuz>::value;
+  row[dtype_index(DType::f4e2m1fn)] = Entry<float4_e2m1fn>::value;
+  row[dtype_index(DType::i4)] = Entry<int4>::value;
+  row[dtype_index(DType::u4)] = Entry<uint4>::value;
+  row[dtype_index(DType::i2)] = Entry<int2>::value;
+  row[dtype_index(DType::u2)] = Entry<uint2>::value;
 }
 
 /// The dtype of element type T.
@@ -257,7 +268,12 @@ template <class Arch, class From>
 struct CastEntries {
   template <class To>
   struct Entry {
-    static constexpr UnaryRowFn value = &cast_row<Arch, From, To>;
+    static constexpr UnaryRowFn value = [] {
+      if constexpr (is_narrow_v<From> || is_narrow_v<To>)
+        return &narrow_cast_row<From, To>;  // one baseline-compiled loop (kernels/cast_narrow.cpp)
+      else
+        return &cast_row<Arch, From, To>;
+    }();
   };
 };
 
@@ -305,6 +321,20 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
       t.cast[dtype_index(DType::u32)]);
   fill_by_cast_target<CastEntries<Arch, std::uint64_t>::template Entry>(
       t.cast[dtype_index(DType::u64)]);
+  fill_by_cast_target<CastEntries<Arch, float8_e4m3fn>::template Entry>(
+      t.cast[dtype_index(DType::f8e4m3fn)]);
+  fill_by_cast_target<CastEntries<Arch, float8_e4m3fnuz>::template Entry>(
+      t.cast[dtype_index(DType::f8e4m3fnuz)]);
+  fill_by_cast_target<CastEntries<Arch, float8_e5m2>::template Entry>(
+      t.cast[dtype_index(DType::f8e5m2)]);
+  fill_by_cast_target<CastEntries<Arch, float8_e5m2fnuz>::template Entry>(
+      t.cast[dtype_index(DType::f8e5m2fnuz)]);
+  fill_by_cast_target<CastEntries<Arch, float4_e2m1fn>::template Entry>(
+      t.cast[dtype_index(DType::f4e2m1fn)]);
+  fill_by_cast_target<CastEntries<Arch, int4>::template Entry>(t.cast[dtype_index(DType::i4)]);
+  fill_by_cast_target<CastEntries<Arch, uint4>::template Entry>(t.cast[dtype_index(DType::u4)]);
+  fill_by_cast_target<CastEntries<Arch, int2>::template Entry>(t.cast[dtype_index(DType::i2)]);
+  fill_by_cast_target<CastEntries<Arch, uint2>::template Entry>(t.cast[dtype_index(DType::u2)]);
 
   // where moves elements: one row per element size serves every dtype of that size.
   t.where[dtype_index(DType::f32)] = &where_row<Arch, std::uint32_t>;
@@ -320,6 +350,10 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.where[dtype_index(DType::u16)] = &where_row<Arch, std::uint16_t>;
   t.where[dtype_index(DType::u32)] = &where_row<Arch, std::uint32_t>;
   t.where[dtype_index(DType::u64)] = &where_row<Arch, std::uint64_t>;
+  constexpr DType one_byte[] = {DType::f8e4m3fn,   DType::f8e4m3fnuz, DType::f8e5m2,
+                                DType::f8e5m2fnuz, DType::f4e2m1fn,   DType::i4,
+                                DType::u4,         DType::i2,         DType::u2};
+  for (const DType d : one_byte) t.where[dtype_index(d)] = &where_row<Arch, std::uint8_t>;
   t.copy_rows = &copy_rows<Arch>;
   t.stream_copy = &stream_copy<Arch>;
   t.max_row[dtype_index(DType::f32)] = &max_row<Arch, float>;

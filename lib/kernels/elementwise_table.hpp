@@ -63,6 +63,13 @@ using WhereRowFn = void (*)(const void* cond, std::int64_t cond_stride, const vo
                             std::int64_t a_stride, const void* b, std::int64_t b_stride, void* out,
                             std::int64_t n);
 
+/// The cast row from dtype type From to dtype type To (kernels/convert.hpp's storage rules) where
+/// either is an 8-, 4- or 2-bit dtype's type: scalar integer code, defined and explicitly
+/// instantiated in kernels/cast_narrow.cpp only, so every instruction set's table shares the one
+/// baseline copy and none is compiled with per-ISA flags.
+template <class From, class To>
+void narrow_cast_row(const void* in, std::int64_t in_stride, void* out, std::int64_t n);
+
 /// Copies `rows` rows of `row_bytes` bytes: row r from src + r * src_row_stride (in bytes; 0
 /// repeats one row) to dst + r * row_bytes. The two ranges do not overlap.
 using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* dst,

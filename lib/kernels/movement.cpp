@@ -209,6 +209,11 @@ void run_movement(const KernelCall& call) {
     case Prim::gather:
       gather(in, call.inputs[1], call.out, call.attrs);
       break;
+    case Prim::bitcast:  // same element size, both contiguous: the bytes as they are
+      if (in.numel() > 0)
+        std::memcpy(call.out.data, in.data,
+                    static_cast<std::size_t>(in.numel()) * dtype_size(in.dtype));
+      break;
     default:
       fail(name(call.prim), "is not a movement primitive");
   }

@@ -136,6 +136,7 @@ bool computes_u64(Prim p) {
 
 /// The dtypes that send apply() down apply_unusual, one bit each: those computed in a wider
 /// dtype, and u64. A mask, so the check on every call is one shift and test.
+static_assert(num_dtypes <= 32, "unusual_dtypes holds one bit per dtype");
 constexpr std::uint32_t unusual_dtypes = [] {
   std::uint32_t mask = 0;
   for (std::size_t i = 0; i < num_dtypes; ++i) {

@@ -63,6 +63,34 @@ Tensor cast(const Tensor& x, DType dtype) {
   return detail::apply(Prim::cast, {x}, attrs, dtype, x.shape());
 }
 
+Tensor bitcast(const Tensor& x, DType dtype) {
+  detail::check_defined(x, "bitcast");
+  if (static_cast<std::size_t>(dtype) >= num_dtypes)
+    detail::fail("bitcast", "unknown dtype {}", static_cast<int>(dtype));
+  const auto check_whole_bytes = [](DType t) {
+    if (t == DType::boolean)
+      detail::fail("bitcast",
+                   "does not take bool: a bool holds 0 or 1, not any byte (use "
+                   "kiln::cast)");
+    if (t == DType::f4e2m1fn || t == DType::i4 || t == DType::u4 || t == DType::i2 ||
+        t == DType::u2)
+      detail::fail("bitcast",
+                   "does not take {}: it is stored one value per byte, not as its "
+                   "bits (use kiln::cast)",
+                   dtype_name(t));
+  };
+  if (x.dtype() != DType::boolean || dtype != DType::u8) check_whole_bytes(x.dtype());
+  check_whole_bytes(dtype);
+  if (dtype_size(x.dtype()) != dtype_size(dtype))
+    detail::fail("bitcast", "needs dtypes of the same size: {} has {} bytes, {} has {}",
+                 dtype_name(x.dtype()), dtype_size(x.dtype()), dtype_name(dtype),
+                 dtype_size(dtype));
+  if (x.dtype() == dtype) return x;
+  detail::Attrs attrs;
+  attrs.dtype = dtype;
+  return detail::apply(Prim::bitcast, {x}, attrs, dtype, x.shape());
+}
+
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   detail::check_defined(cond, "where", 0);
   detail::check_defined(a, "where", 1);

@@ -51,6 +51,24 @@ int tf_dtype(DType t) {
       return 22;  // DT_UINT32
     case DType::u64:
       return 23;  // DT_UINT64
+    case DType::f8e5m2:
+      return 24;  // DT_FLOAT8_E5M2
+    case DType::f8e4m3fn:
+      return 25;  // DT_FLOAT8_E4M3FN
+    case DType::i4:
+      return 29;  // DT_INT4
+    case DType::u4:
+      return 30;  // DT_UINT4
+    case DType::f8e4m3fnuz:
+      return 26;  // DT_FLOAT8_E4M3FNUZ
+    case DType::f8e5m2fnuz:
+      return 28;  // DT_FLOAT8_E5M2FNUZ
+    case DType::i2:
+      return 31;  // DT_INT2
+    case DType::u2:
+      return 32;  // DT_UINT2
+    case DType::f4e2m1fn:
+      return 33;  // DT_FLOAT4_E2M1FN
   }
   return 0;
 }

@@ -16,10 +16,16 @@ OUTDIR/<case>/ plus OUTDIR/manifest.json, a list of:
                                       # {"unsupported": "<attribute type>"} (graphs, ...)
    "inputs": ["<case>/input_0.npy" | null (omitted optional input)],
    "outputs": ["<case>/output_0.npy" | null (omitted optional output)],
+   "input_dtypes", "output_dtypes": [null | kiln dtype name],
+                                      # for each file: null when the .npy has the tensor's dtype;
+                                      # else the kiln dtype (an 8-, 4- or 2-bit one, which .npy
+                                      # cannot name) and the file holds its carrier: the raw
+                                      # bytes as u8 for 8-bit floats (kiln::bitcast), the exact
+                                      # values as f32, i8 or u8 for the others (kiln::cast)
    "unsupported": null | "reason"}    # why kiln cannot read this case's tensors
 
-A case whose tensors kiln cannot read (a dtype kiln lacks: strings, complex, float8, 4-bit and
-2-bit integers, ...; sequences, optionals) is still listed, with "unsupported" saying
+A case whose tensors kiln cannot read (a dtype kiln lacks: strings, complex, float8e8m0, ...;
+sequences, optionals) is still listed, with "unsupported" saying
 why and no files for its tensors. The summary line on stderr gives the counts.
 """
 
@@ -50,6 +56,23 @@ KILN_DTYPES = {
     np.dtype("uint64"): "u64",
 }
 
+# The dtypes .npy cannot name (ml_dtypes saves them all as 1-byte void): kiln dtype name and the
+# carrier written instead ("bytes": the raw bytes as u8; otherwise a NumPy dtype holding the
+# exact values).
+NARROW_DTYPES = {
+    np.dtype(ml_dtypes.float8_e4m3fn): ("f8e4m3fn", "bytes"),
+    np.dtype(ml_dtypes.float8_e4m3fnuz): ("f8e4m3fnuz", "bytes"),
+    np.dtype(ml_dtypes.float8_e5m2): ("f8e5m2", "bytes"),
+    np.dtype(ml_dtypes.float8_e5m2fnuz): ("f8e5m2fnuz", "bytes"),
+    np.dtype(ml_dtypes.float4_e2m1fn): ("f4e2m1fn", np.float32),
+    np.dtype(ml_dtypes.int4): ("i4", np.int8),
+    np.dtype(ml_dtypes.uint4): ("u4", np.uint8),
+    np.dtype(ml_dtypes.int2): ("i2", np.int8),
+    np.dtype(ml_dtypes.uint2): ("u2", np.uint8),
+}
+NARROW_ONNX_NAMES = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+                     "float4e2m1", "i4", "u4", "i2", "u2"}
+
 # ONNX tensor element types by number, for the reason strings of types NumPy cannot hold.
 ONNX_TYPE_NAMES = {
     1: "f32", 2: "u8", 3: "i8", 4: "u16", 5: "i16", 6: "i32", 7: "i64", 8: "string",
@@ -67,13 +90,13 @@ def dtype_reason(value, type_proto=None):
     if type_proto is not None and type_proto.HasField("tensor_type"):
         elem = type_proto.tensor_type.elem_type
         name = ONNX_TYPE_NAMES.get(elem, f"type {elem}")
-        if name not in KILN_DTYPES.values():
+        if name not in KILN_DTYPES.values() and name not in NARROW_ONNX_NAMES:
             return f"dtype {name}"
     if type_proto is not None and not type_proto.HasField("tensor_type"):
         return "non-tensor value (" + type_proto.WhichOneof("value") + ")"
     if isinstance(value, onnx.TensorProto):
         name = ONNX_TYPE_NAMES.get(value.data_type, f"type {value.data_type}")
-        if name not in KILN_DTYPES.values():
+        if name not in KILN_DTYPES.values() and name not in NARROW_ONNX_NAMES:
             return f"dtype {name}"
         return None
     if isinstance(value, (list, tuple)):
@@ -82,7 +105,7 @@ def dtype_reason(value, type_proto=None):
         return "optional value"
     if not isinstance(value, np.ndarray):
         value = np.asarray(value)
-    if value.dtype not in KILN_DTYPES:
+    if value.dtype not in KILN_DTYPES and value.dtype not in NARROW_DTYPES:
         kind = {"U": "string", "S": "string", "O": "string"}.get(value.dtype.kind)
         return "dtype " + (kind or NUMPY_NAMES.get(value.dtype.name, value.dtype.name))
     return None
@@ -99,6 +122,18 @@ def as_array(value):
     if isinstance(value, onnx.TensorProto):
         return numpy_helper.to_array(value)
     return np.asarray(value)
+
+
+def save_tensor(path, array):
+    """Saves array as .npy; returns None, or the kiln dtype name when a carrier was written."""
+    array = np.array(array, order="C")  # np.array keeps rank 0
+    narrow = NARROW_DTYPES.get(array.dtype)
+    if narrow is None:
+        np.save(path, array)
+        return None
+    name, carrier = narrow
+    np.save(path, array.view(np.uint8) if carrier == "bytes" else array.astype(carrier))
+    return name
 
 
 def float_value(x):
@@ -130,7 +165,8 @@ def attribute_value(attr, case_dir, rel_dir):
         if reason:
             return {"unsupported": f"tensor attribute of {reason}"}
         file = f"attr_{attr.name}.npy"
-        np.save(os.path.join(case_dir, file), np.array(array, order="C"))
+        if save_tensor(os.path.join(case_dir, file), array) is not None:
+            return {"unsupported": "tensor attribute of an 8-, 4- or 2-bit dtype"}
         return {"tensor": f"{rel_dir}/{file}"}
     return {"unsupported": AttributeProto.AttributeType.Name(t).lower()}
 
@@ -169,32 +205,36 @@ def main():
         output_types = {vi.name: vi.type for vi in graph.output}
         reasons = []
 
-        def write(values, names, types, prefix):
+        def write(values, names, types, prefix, dtypes):
             files = []
             present = iter(values)
             for i, name in enumerate(names):
                 if name == "":
                     files.append(None)
+                    dtypes.append(None)
                     continue
                 value = next(present, None)
                 reason = dtype_reason(value, types.get(name))
                 if reason:
                     reasons.append(f"{prefix} {i}: {reason}")
                     files.append(None)
+                    dtypes.append(None)
                     continue
                 file = f"{prefix}_{i}.npy"
-                # np.array keeps rank 0 (np.ascontiguousarray would make it 1-D).
-                np.save(os.path.join(case_dir, file), np.array(as_array(value), order="C"))
+                dtypes.append(save_tensor(os.path.join(case_dir, file), as_array(value)))
                 files.append(f"{rel_dir}/{file}")
             return files
 
-        inputs = write(inputs_data, list(node.input), input_types, "input")
-        outputs = write(outputs_data, list(node.output), output_types, "output")
+        input_dtypes, output_dtypes = [], []
+        inputs = write(inputs_data, list(node.input), input_types, "input", input_dtypes)
+        outputs = write(outputs_data, list(node.output), output_types, "output", output_dtypes)
         # Trailing omitted optional inputs/outputs are the same as absent ones.
         while inputs and inputs[-1] is None and node.input[len(inputs) - 1] == "":
             inputs.pop()
+            input_dtypes.pop()
         while outputs and outputs[-1] is None and node.output[len(outputs) - 1] == "":
             outputs.pop()
+            output_dtypes.pop()
 
         attributes = {a.name: attribute_value(a, case_dir, rel_dir) for a in node.attribute}
         manifest.append(
@@ -208,6 +248,8 @@ def main():
                 "attributes": attributes,
                 "inputs": inputs,
                 "outputs": outputs,
+                "input_dtypes": input_dtypes,
+                "output_dtypes": output_dtypes,
                 "unsupported": "; ".join(reasons) if reasons else None,
             }
         )
