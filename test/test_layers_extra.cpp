@@ -459,6 +459,47 @@ TEST_CASE("MultiHeadAttention: Keras's projections around scaled_dot_product_att
   CHECK(max_diff(kiln::slice(causal, 1, 0, 1), kiln::slice(prefix, 1, 0, 1)) > 1e-4);
 }
 
+TEST_CASE("MultiHeadAttention's dropout drops attention weights, in training only",
+          "[layers_extra]") {
+  kiln::clear_session();
+  const Tensor x = normal({2, 6, 8}, 31);
+  nn::MultiHeadAttention plain(2, 4, {.use_bias = false});
+  nn::MultiHeadAttention dropped(2, 4, {.use_bias = false, .dropout = 0.5, .seed = 7});
+  REQUIRE(dropped.dropout_layer() != nullptr);
+  CHECK(plain.dropout_layer() == nullptr);
+  (void)plain(x);
+  (void)dropped(x);
+  randomize(plain, 400);
+  randomize(dropped, 400);
+  // Inference: no dropout, and no variable for it.
+  CHECK(max_diff(dropped(x), plain(x)) == 0.0);
+  CHECK(dropped.variables().size() == 4);
+
+  // Training: the weights of each head pass through nn::Dropout(0.5, seed 7), whose first
+  // mask is counter 0's. By hand, with a Dropout of the same seed:
+  const auto w = [&](const std::string& p) { return dropped.variable(p).value(); };
+  const auto heads = [&](const std::string& name) {
+    const Tensor flat = kiln::matmul(x, kiln::reshape(w(name + "/kernel"), {8, 8}));
+    return kiln::transpose(kiln::reshape(flat, {2, 6, 2, 4}), {0, 2, 1, 3});
+  };
+  nn::Dropout same_masks(0.5, 7);
+  const Tensor weights = same_masks(nn::attention_weights(heads("query"), heads("key")), true);
+  const Tensor o = kiln::matmul(weights, heads("value"));
+  const Tensor expected = kiln::matmul(kiln::reshape(kiln::transpose(o, {0, 2, 1, 3}), {2, 6, 8}),
+                                       kiln::reshape(w("attention_output/kernel"), {8, 8}));
+  nn::LearningPhaseScope training(true);
+  const Tensor first = dropped(x);
+  CHECK(max_diff(first, expected) < 1e-5);
+  CHECK(max_diff(first, plain(x)) > 1e-3);
+  CHECK(dropped.variable("dropout/rng_counter").value().item<std::int64_t>() == 1);
+  // Traced: every replay draws a new mask, as eager calls do.
+  auto step = kiln::function([&](const Tensor& t) { return dropped(t); });
+  const Tensor second = step(x), third = step(x);
+  CHECK(max_diff(second, third) > 1e-3);
+  CHECK(dropped.variable("dropout/rng_counter").value().item<std::int64_t>() == 3);
+  CHECK(kiln::all(kiln::isfinite(third)).item<bool>());
+}
+
 TEST_CASE("gradients reach every trainable variable of the new layers", "[layers_extra]") {
   kiln::clear_session();
   const Tensor img = normal({2, 6, 6, 3}, 20);
@@ -558,6 +599,12 @@ TEST_CASE("every new layer's settings round trip through its config",
       nn::to_json(nn::MultiHeadAttention(2, 4, {.value_dim = 3})));
   CHECK(mha->value_dim() == 3);
   CHECK(mha->num_heads() == 2);
+  round_trip(nn::MultiHeadAttention(2, 4, {.dropout = 0.25, .seed = 3}));
+  const auto dropping = nn::from_json<nn::MultiHeadAttention>(
+      nn::to_json(nn::MultiHeadAttention(2, 4, {.dropout = 0.25})));
+  CHECK(dropping->options().dropout == 0.25);
+  REQUIRE(dropping->dropout_layer() != nullptr);
+  CHECK(dropping->options().seed == dropping->dropout_layer()->seed());
 }
 
 TEST_CASE("a transformer block traced equals eager", "[layers_extra][function]") {

@@ -245,6 +245,8 @@ TEST_CASE("errors of the new layers name the layer", "[layers_extra][errors]") {
       {[] { nn::MultiHeadAttention(0, 4); },
        "[nn.MultiHeadAttention] multi_head_attention: num_heads and key_dim must be positive, "
        "got 0 and 4"},
+      {[] { nn::MultiHeadAttention(2, 4, {.dropout = 1.0}); },
+       "[nn.MultiHeadAttention] multi_head_attention: dropout must be in [0, 1), got 1"},
       {[] { nn::MultiHeadAttention(2, 4, {.value_dim = -1}); },
        "[nn.MultiHeadAttention] multi_head_attention: value_dim must be positive (or 0 for "
        "key_dim), got -1"},

@@ -1,5 +1,6 @@
 // nn::MultiHeadAttention.
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -30,6 +31,14 @@ MultiHeadAttention::MultiHeadAttention(std::int64_t num_heads, std::int64_t key_
     kiln::detail::fail(attention_op, "{}: value_dim must be positive (or 0 for key_dim), got {}",
                        path(), options_.value_dim);
   if (options_.value_dim == 0) options_.value_dim = key_dim;
+  if (!(options_.dropout >= 0.0 && options_.dropout < 1.0))
+    kiln::detail::fail(attention_op, "{}: dropout must be in [0, 1), got {}", path(),
+                       options_.dropout);
+  if (options_.dropout > 0.0) {
+    auto layer = std::make_shared<Dropout>(options_.dropout, options_.seed, "dropout");
+    options_.seed = layer->seed();  // drawn when not given: the config keeps it
+    dropout_ = &add_module("dropout", std::move(layer));
+  }
 }
 
 Tensor MultiHeadAttention::operator()(const Tensor& x) { return call(x, x); }
@@ -87,7 +96,9 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value,
   const Tensor v = project(value, "value", options_.value_dim);
   Tensor mask = options.mask;
   if (mask.defined() && mask.ndim() == 3) mask = expand_dims(mask, 1);
-  const Tensor o = scaled_dot_product_attention(q, k, v, {.mask = mask, .causal = options.causal});
+  Tensor weights = attention_weights(q, k, {.mask = mask, .causal = options.causal});
+  if (dropout_ != nullptr) weights = (*dropout_)(weights);
+  const Tensor o = matmul(weights, v);
 
   const Variable out_kernel = weight("attention_output/kernel", out_kernel_shape,
                                      options_.kernel_initializer, true, query.dtype());
@@ -103,18 +114,20 @@ Tensor MultiHeadAttention::call(const Tensor& query, const Tensor& value,
 }
 
 Config MultiHeadAttention::config() const {
-  return base_config()
-      .set("num_heads", num_heads_)
+  Config config = base_config();
+  if (options_.seed) config.set("seed", *options_.seed);
+  return config.set("num_heads", num_heads_)
       .set("key_dim", key_dim_)
       .set("value_dim", options_.value_dim)
       .set("use_bias", options_.use_bias)
       .set("kernel_initializer", init::to_config(options_.kernel_initializer))
-      .set("bias_initializer", init::to_config(options_.bias_initializer));
+      .set("bias_initializer", init::to_config(options_.bias_initializer))
+      .set("dropout", options_.dropout);
 }
 
 MultiHeadAttention MultiHeadAttention::from_config(const Config& config) {
   config.check_keys({"name", "num_heads", "key_dim", "value_dim", "use_bias", "kernel_initializer",
-                     "bias_initializer"});
+                     "bias_initializer", "dropout", "seed"});
   MultiHeadAttentionOptions o;
   o.name = config.get_string("name", "");
   o.value_dim = config.get_int("value_dim", 0);
@@ -122,6 +135,8 @@ MultiHeadAttention MultiHeadAttention::from_config(const Config& config) {
   o.kernel_initializer =
       detail::read_initializer(config, "kernel_initializer", o.kernel_initializer);
   o.bias_initializer = detail::read_initializer(config, "bias_initializer", o.bias_initializer);
+  o.dropout = config.get_double("dropout", 0.0);
+  o.seed = config.get_optional_uint("seed");
   return MultiHeadAttention(config.get_int("num_heads"), config.get_int("key_dim"), std::move(o));
 }
 

@@ -186,28 +186,24 @@ Tensor group_norm(const Tensor& x, std::int64_t groups, const Tensor& gamma, con
   return affine(y, g, b);
 }
 
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const AttentionOptions& options) {
-  constexpr std::string_view op = "scaled_dot_product_attention";
+namespace {
+
+/// attention_weights for op `op` (whose name errors carry).
+Tensor attention_weights_of(const Tensor& q, const Tensor& k, const AttentionOptions& options,
+                            std::string_view op) {
   floating(q, op, "q");
   check_like(k, q, op, "k", "q");
-  check_like(v, q, op, "v", "q");
-  if (q.ndim() < 2 || k.ndim() < 2 || v.ndim() < 2)
-    fail(op, "q, k and v need rank >= 2 ([..., L, E]), got shapes {}, {} and {}", q.shape(),
-         k.shape(), v.shape());
+  if (q.ndim() < 2 || k.ndim() < 2)
+    fail(op, "q and k need rank >= 2 ([..., L, E]), got shapes {} and {}", q.shape(), k.shape());
   if (q.dim(-1) != k.dim(-1))
     fail(op, "q {} and k {} have different feature sizes E ({} vs {})", q.shape(), k.shape(),
          detail::dim_text(q.dim(-1)), detail::dim_text(k.dim(-1)));
-  if (k.dim(-2) != v.dim(-2))
-    fail(op, "k {} and v {} have different key counts Lk ({} vs {})", k.shape(), v.shape(),
-         detail::dim_text(k.dim(-2)), detail::dim_text(v.dim(-2)));
   const auto batch_of = [](const Tensor& t) {
     Shape batch;
     for (std::size_t d = 0; d + 2 < t.shape().size(); ++d) batch.push_back(t.shape()[d]);
     return batch;
   };
-  const Shape batch = detail::broadcast_shapes(
-      detail::broadcast_shapes(batch_of(q), batch_of(k), op), batch_of(v), op);
+  const Shape batch = detail::broadcast_shapes(batch_of(q), batch_of(k), op);
   double scale = 0;
   if (options.scale) {
     scale = *options.scale;
@@ -251,14 +247,39 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         reshape(arange(lk, i64), Shape{1, lk}) <= reshape(arange(lq, i64), Shape{lq, 1});
     allowed = allowed.defined() ? logical_and(allowed, causal) : causal;
   }
-  if (!allowed.defined()) return matmul(softmax(scores, -1), v);
+  if (!allowed.defined()) return softmax(scores, -1);
   // Forbidden scores become -inf; a row with nothing allowed gets finite scores (any values) so
   // that its softmax is not NaN, and its weights are then zeroed with every forbidden one.
   const Tensor zero = detail::scalar_like(0.0, scores);
   scores =
       where(allowed, scores, detail::scalar_like(-std::numeric_limits<double>::infinity(), scores));
   scores = where(any(allowed, {-1}, true), scores, zero);
-  const Tensor weights = where(allowed, softmax(scores, -1), zero);
+  return where(allowed, softmax(scores, -1), zero);
+}
+
+}  // namespace
+
+Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options) {
+  return attention_weights_of(q, k, options, "attention_weights");
+}
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options) {
+  constexpr std::string_view op = "scaled_dot_product_attention";
+  floating(q, op, "q");
+  check_like(k, q, op, "k", "q");
+  check_like(v, q, op, "v", "q");
+  if (q.ndim() < 2 || k.ndim() < 2 || v.ndim() < 2)
+    fail(op, "q, k and v need rank >= 2 ([..., L, E]), got shapes {}, {} and {}", q.shape(),
+         k.shape(), v.shape());
+  if (k.dim(-2) != v.dim(-2))
+    fail(op, "k {} and v {} have different key counts Lk ({} vs {})", k.shape(), v.shape(),
+         detail::dim_text(k.dim(-2)), detail::dim_text(v.dim(-2)));
+  const Tensor weights = attention_weights_of(q, k, options, op);
+  const auto batch_of = [](const Shape& s) {
+    return Shape(std::span<const std::int64_t>(s.data(), s.size() - 2));
+  };
+  (void)detail::broadcast_shapes(batch_of(weights.shape()), batch_of(v.shape()), op);
   return matmul(weights, v);
 }
 

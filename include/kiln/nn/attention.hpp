@@ -3,9 +3,11 @@
 /// Keras's MultiHeadAttention over kiln::nn::scaled_dot_product_attention.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "kiln/init.hpp"
+#include "kiln/nn/dropout.hpp"
 #include "kiln/nn/layer.hpp"
 
 namespace kiln::nn {
@@ -17,6 +19,11 @@ struct MultiHeadAttentionOptions {
   bool use_bias = true;
   init::Initializer kernel_initializer = init::glorot_uniform();
   init::Initializer bias_initializer = init::zeros();
+  /// Dropout on the attention weights in training mode (Keras's `dropout`), in [0, 1): a child
+  /// nn::Dropout named "dropout", whose mask changes on every call, traced too.
+  double dropout = 0.0;
+  /// The dropout's seed; none: kiln::random::next_seed().
+  std::optional<std::uint64_t> seed = {};
   /// Empty: an automatic name ("multi_head_attention", ...).
   std::string name = {};
 };
@@ -33,12 +40,13 @@ struct MultiHeadAttentionCall {
   bool causal = false;
 };
 
-/// Multi-head attention (Keras's MultiHeadAttention, without dropout). With H = num_heads,
+/// Multi-head attention (Keras's MultiHeadAttention over rank-3 inputs: no attention_axes).
+/// With H = num_heads,
 /// K = key_dim and V = value_dim, for a query [batch, T, Dq], a value [batch, S, Dv] and a key
 /// [batch, S, Dk]:
 ///   q = query @ query/kernel [Dq, H, K] + query/bias [H, K], per head  -> [batch, H, T, K]
 ///   k, v likewise with key/kernel [Dk, H, K] and value/kernel [Dv, H, V]
-///   o = scaled_dot_product_attention(q, k, v, mask, causal)         (scale 1 / sqrt(K))
+///   o = dropout(attention_weights(q, k, mask, causal)) @ v             (scale 1 / sqrt(K))
 ///   out = sum over heads of o @ attention_output/kernel [H, V, Dq] + attention_output/bias [Dq]
 /// so the output is [batch, T, Dq]. The variables (paths "multi_head_attention/query/kernel",
 /// ...; biases only with use_bias) are created on the first call from the inputs' last dims,
@@ -58,6 +66,8 @@ class MultiHeadAttention : public Layer {
   /// value_dim with its default resolved.
   std::int64_t value_dim() const { return options_.value_dim; }
   const MultiHeadAttentionOptions& options() const { return options_; }
+  /// The dropout on the attention weights (null without one).
+  Dropout* dropout_layer() const { return dropout_; }
   /// Its settings for architecture files (kiln::nn::to_json), and the layer they describe.
   Config config() const;
   static MultiHeadAttention from_config(const Config& config);
@@ -67,6 +77,7 @@ class MultiHeadAttention : public Layer {
 
   std::int64_t num_heads_, key_dim_;
   MultiHeadAttentionOptions options_;
+  Dropout* dropout_ = nullptr;  // owned through Module::add_module; null for dropout 0
 };
 
 }  // namespace kiln::nn

@@ -69,6 +69,13 @@ struct AttentionOptions {
   std::optional<double> scale = {};
 };
 
+/// The attention weights softmax(q k^T * scale + mask) [..., Lq, Lk] of q [..., Lq, E] and
+/// k [..., Lk, E] (leading dims broadcast), with the options of scaled_dot_product_attention: a
+/// query row that may attend to nothing is a row of zeros. scaled_dot_product_attention is
+/// matmul(attention_weights(q, k, options), v); this is its first half, for code that changes
+/// the weights before they meet v (MultiHeadAttention's dropout) or reads them.
+Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options = {});
+
 /// Attention softmax(q k^T * scale + mask) v (torch.nn.functional.scaled_dot_product_attention
 /// without dropout; ONNX Attention's core): q is [..., Lq, E], k [..., Lk, E], v [..., Lk, Ev],
 /// the result [..., Lq, Ev]; the leading dims broadcast (as matmul's batch dims). A query row
