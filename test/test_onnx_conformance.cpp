@@ -171,10 +171,8 @@ Tensor load_case_tensor(const std::filesystem::path& root, const Json& file, con
   for (std::size_t i = 0; i < kiln::num_dtypes; ++i) {
     const auto d = static_cast<kiln::DType>(i);
     if (kiln::dtype_name(d) != name) continue;
-    return carrier.dtype() == kiln::u8 && kiln::dtype_size(d) == 1 && kiln::is_minifloat(d) &&
-                   d != kiln::f4e2m1fn
-               ? kiln::bitcast(carrier, d)
-               : kiln::cast(carrier, d);
+    const bool bytes = kiln::is_minifloat(d) && d != kiln::f4e2m1fn;  // an 8-bit float
+    return bytes ? kiln::bitcast(carrier, d) : kiln::cast(carrier, d);
   }
   throw std::runtime_error("onnx_node_cases.py wrote an unknown dtype " + name);
 }

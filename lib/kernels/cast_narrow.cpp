@@ -12,7 +12,9 @@ namespace kiln::detail {
 
 template <class From, class To>
 void narrow_cast_row(const void* in, std::int64_t in_stride, void* out, std::int64_t n) {
-  static_assert(sizeof(storage_t<From>) == sizeof(From) && sizeof(storage_t<To>) >= 1);
+  static_assert(sizeof(From) == dtype_size(dtype_of<From>()) &&
+                    sizeof(storage_t<To>) == dtype_size(dtype_of<To>()),
+                "each element is stored as its dtype's C++ type (a narrow one in one byte)");
   const From* x = static_cast<const From*>(in);
   storage_t<To>* y = static_cast<storage_t<To>*>(out);
   if (in_stride == 1) {

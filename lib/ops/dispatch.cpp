@@ -206,7 +206,9 @@ void check_defined(const Tensor& t, std::string_view op, int index) {
 void check_accepts(DType dtype, Accepts accepts, std::string_view op) {
   if (accepts_dtype(accepts, compute_dtype(dtype))) return;
   if (accepts == Accepts::floating)
-    fail(op, "needs a floating-point dtype (f32, f64, f16 or bf16), got {} (use kiln::cast)",
+    fail(op,
+         "needs a floating-point dtype (f32, f64, f16, bf16 or an 8- or 4-bit float), got {} (use "
+         "kiln::cast)",
          dtype_name(dtype));
   if (accepts == Accepts::integer) fail(op, "needs an integer dtype, got {}", dtype_name(dtype));
   fail(op, "needs a numeric dtype, got bool");
