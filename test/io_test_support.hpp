@@ -110,6 +110,21 @@ inline std::vector<std::uint8_t> npy_bytes(const std::string& dict,
   return out;
 }
 
+/// A deterministic stream of 64-bit patterns (xorshift64), for tests that sweep bit patterns.
+class XorShift64 {
+ public:
+  explicit XorShift64(std::uint64_t seed) : state_(seed) {}
+  std::uint64_t operator()() {
+    state_ ^= state_ << 13;
+    state_ ^= state_ >> 7;
+    state_ ^= state_ << 17;
+    return state_;
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
 /// Deterministic values of `dtype` with `shape` (negative numbers included).
 inline kiln::Tensor sample(kiln::DType dtype, const kiln::Shape& shape) {
   const auto n = static_cast<std::size_t>(shape.numel());

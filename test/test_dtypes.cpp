@@ -407,13 +407,7 @@ TEST_CASE("casts to f16 and bf16 agree with NumPy bit for bit", "[dtypes]") {
   io_test::TempDir dir;
   // Random bit patterns (every class of value: NaN, infinities, subnormals, huge and tiny),
   // values near f16's and bf16's rounding boundaries, and integers of every magnitude.
-  std::uint64_t state = 0x9e3779b97f4a7c15ULL;
-  const auto next = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  io_test::XorShift64 next(0x9e3779b97f4a7c15ULL);
   std::vector<float> f32;
   std::vector<double> f64;
   std::vector<std::int64_t> i64;

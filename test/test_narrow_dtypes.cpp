@@ -263,13 +263,7 @@ TEST_CASE("casts to the 8- and 4-bit floats agree with ml_dtypes bit for bit", "
     return;
   }
   io_test::TempDir dir;
-  std::uint64_t state = 0x2545f4914f6cdd1dULL;
-  const auto next = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  io_test::XorShift64 next(0x2545f4914f6cdd1dULL);
   // Random bit patterns, values of every magnitude the formats hold, and short mantissas
   // (k * 2^e), which land exactly on the formats' rounding ties.
   std::vector<float> f32;
