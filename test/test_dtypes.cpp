@@ -15,21 +15,16 @@
 
 #include <kiln/kiln.hpp>
 
+#include "dtype_test_support.hpp"
 #include "io_test_support.hpp"
 
+using dtype_test::inf_value;
+using dtype_test::nan_value;
+using dtype_test::vec;
 using kiln::Shape;
 using kiln::Tensor;
 
 namespace {
-
-constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
-constexpr double inf_value = std::numeric_limits<double>::infinity();
-
-#define CHECK_KILN_ERROR(expr, text)                             \
-  do {                                                           \
-    CHECK_THROWS_AS(expr, kiln::Error);                          \
-    CHECK_THROWS_WITH(expr, Catch::Contains(std::string(text))); \
-  } while (false)
 
 /// cast(x, to) eagerly, inside a kiln::function, and from a broadcast (stride-0) view of x's
 /// first element: all three must agree with `want`.
@@ -49,11 +44,6 @@ void check_cast(const Tensor& x, kiln::DType to, const std::vector<T>& want) {
   CHECK(fused_out.to_vector<T>() == want);
   const Tensor first = kiln::broadcast_to(kiln::slice(x, 0, 0, 1), {5});
   CHECK(kiln::cast(first, to).to_vector<T>() == std::vector<T>(5, want[0]));
-}
-
-template <class T>
-Tensor vec(const std::vector<T>& v) {
-  return kiln::tensor(v, {static_cast<std::int64_t>(v.size())});
 }
 
 }  // namespace

@@ -12,26 +12,16 @@
 
 #include <kiln/kiln.hpp>
 
+#include "dtype_test_support.hpp"
 #include "io_test_support.hpp"
 
+using dtype_test::inf_value;
+using dtype_test::nan_value;
+using dtype_test::vec;
 using kiln::Shape;
 using kiln::Tensor;
 
 namespace {
-
-constexpr double nan_value = std::numeric_limits<double>::quiet_NaN();
-constexpr double inf_value = std::numeric_limits<double>::infinity();
-
-#define CHECK_KILN_ERROR(expr, text)                             \
-  do {                                                           \
-    CHECK_THROWS_AS(expr, kiln::Error);                          \
-    CHECK_THROWS_WITH(expr, Catch::Contains(std::string(text))); \
-  } while (false)
-
-template <class T>
-Tensor vec(const std::vector<T>& v) {
-  return kiln::tensor(v, {static_cast<std::int64_t>(v.size())});
-}
 
 /// The bytes of a 1-byte-dtype tensor (the bit patterns of a minifloat).
 std::vector<int> bytes_of(const Tensor& t) {
