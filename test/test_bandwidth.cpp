@@ -4,6 +4,8 @@
 // blocks that cross rows), and the parallel sums, which must give the bits of the serial ones.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -240,12 +242,13 @@ TEST_CASE("large sums split over threads give the bits of the serial pairwise su
 
 namespace {
 
-/// softmax as kiln composed it before the primitive: the same ops, so the same bits.
+/// softmax as lib/ops/reduce.cpp composes it where the primitive does not apply (an axis that
+/// is not the last, dynamic shapes): max, shift, exp, pairwise sum, product by the reciprocal.
 Tensor composite_softmax(const Tensor& x, std::int64_t axis) {
   const Tensor m = kiln::max(x, {axis}, true);
   const Tensor shift = kiln::where(kiln::isfinite(m), m, kiln::zeros_like(m));
   const Tensor e = kiln::exp(x - shift);
-  return e / kiln::sum(e, {axis}, true);
+  return e * (1.0 / kiln::sum(e, {axis}, true));
 }
 
 /// Bitwise equality, NaN equal to NaN.
@@ -258,9 +261,82 @@ bool same_bits(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+/// One element of softmax from its definition, in long double, and the error allowed to a
+/// computation in the dtype: `slack` ulps of the result, where slack is 8 plus the size of the
+/// exp's argument |x - max| (the subtraction x - max rounds by half an ulp of its result, which
+/// the exp turns into a relative error of |x - max| / 2 ulps). `exact` marks the rows whose max
+/// is not finite (+inf, or -inf everywhere): there kiln's result is the composite's, bit for bit.
+struct ReferenceElement {
+  long double value = 0;
+  double slack = 0;
+  bool exact = false;
+};
+
+/// The softmax of each row of `values` (rows of n): NaN everywhere in a row with a NaN.
+std::vector<ReferenceElement> reference_softmax(const std::vector<double>& values, std::size_t n) {
+  std::vector<ReferenceElement> out(values.size());
+  for (std::size_t r = 0; r * n < values.size(); ++r) {
+    const double* x = values.data() + r * n;
+    long double m = -std::numeric_limits<long double>::infinity();
+    bool nan = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      nan = nan || std::isnan(x[i]);
+      if (x[i] > m) m = x[i];
+    }
+    long double total = 0;
+    if (std::isfinite(m))
+      for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<long double>(x[i]) - m);
+    for (std::size_t i = 0; i < n; ++i) {
+      ReferenceElement& e = out[r * n + i];
+      e.exact = !nan && !std::isfinite(m);
+      e.value = nan ? std::numeric_limits<long double>::quiet_NaN()
+                    : std::exp(static_cast<long double>(x[i]) - m) / total;
+      e.slack = 8 + (std::isfinite(x[i]) ? std::fabs(static_cast<double>(x[i] - m)) : 0);
+    }
+  }
+  return out;
+}
+
+/// The first element of `got` that is not within its reference's slack (NaN exactly where the
+/// reference is NaN, relative below the smallest normal as absolute), or that differs in its
+/// bits from `composite` where the reference is exact; -1 when there is none.
+std::int64_t first_inaccurate(const Tensor& got, const std::vector<ReferenceElement>& expected,
+                              const Tensor& composite) {
+  const std::vector<double> v = kiln::cast(got, kiln::f64).to_vector<double>();
+  const std::vector<double> c = kiln::cast(composite, kiln::f64).to_vector<double>();
+  const bool f32 = got.dtype() == kiln::f32;
+  const double eps = f32 ? 0x1p-23 : 0x1p-52, tiny = f32 ? 0x1p-126 : 0x1p-1022;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const ReferenceElement& want = expected[i];
+    if (want.exact) {
+      if (!(v[i] == c[i] || (std::isnan(v[i]) && std::isnan(c[i]))))
+        return static_cast<std::int64_t>(i);
+      continue;
+    }
+    if (std::isnan(want.value) != std::isnan(v[i])) return static_cast<std::int64_t>(i);
+    if (std::isnan(want.value)) continue;
+    const long double error = std::fabs(static_cast<long double>(v[i]) - want.value);
+    if (error > want.slack * eps * std::max<long double>(std::fabs(want.value), tiny))
+      return static_cast<std::int64_t>(i);
+  }
+  return -1;
+}
+
+/// x as rows along `axis`, for the cases below: the transpose of a matrix reduced over its
+/// first axis, else a reshape (every dim after the axis is 1).
+Tensor rows_along(const Tensor& x, std::int64_t axis) {
+  const auto rank = static_cast<std::int64_t>(x.shape().size());
+  if (axis < 0) axis += rank;
+  if (axis == 0 && rank == 2) return kiln::transpose(x);
+  const std::int64_t n = x.shape()[static_cast<std::size_t>(axis)];
+  return kiln::reshape(x, Shape{x.shape().numel() / n, n});
+}
+
 }  // namespace
 
-TEST_CASE("the softmax primitive gives the bits of its composite, eager and traced", "[reduce]") {
+TEST_CASE(
+    "the softmax primitive is accurate, eager and traced alike, and agrees with its composite",
+    "[reduce]") {
   const StreamAbove8MiB streamed;
   struct Case {
     const char* what;
@@ -271,37 +347,51 @@ TEST_CASE("the softmax primitive gives the bits of its composite, eager and trac
       {"rows of 1,024, streamed and split over threads", {4096, 1024}, -1},
       {"short rows", {37, 3}, 1},
       {"one row shorter than a vector", {5}, 0},
-      {"a row of 1, and rows of 200,001", {1, 200001}, -1},
+      {"a row of 1, and rows of 200,001 (blocks of the sum)", {1, 200001}, -1},
       {"trailing dims of size 1", {6, 70, 1, 1}, 1},
       {"an axis that is not last (the composite)", {6, 70}, 0},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
     for (kiln::DType dtype : {kiln::f32, kiln::f64}) {
+      CAPTURE(kiln::dtype_name(dtype));
       const Tensor x = kiln::cast(
           kiln::random::normal(c.shape, 0, 3, static_cast<std::uint64_t>(c.shape.numel())), dtype);
-      const Tensor expected = composite_softmax(x, c.axis);
-      CHECK(same_bits(kiln::softmax(x, c.axis), expected));
+      const Tensor eager = kiln::softmax(x, c.axis);
       auto traced = kiln::function([&](const Tensor& t) { return kiln::softmax(t, c.axis); });
-      CHECK(same_bits(traced(x), expected));
+      CHECK(same_bits(traced(x), eager));
+      // Against the definition in long double, along the rows of the moved axis.
+      const Tensor rows = rows_along(x, c.axis);
+      const auto n = static_cast<std::size_t>(rows.shape()[rows.shape().size() - 1]);
+      const std::vector<ReferenceElement> want =
+          reference_softmax(kiln::cast(rows, kiln::f64).to_vector<double>(), n);
+      const Tensor composite = rows_along(composite_softmax(x, c.axis), c.axis);
+      CHECK(first_inaccurate(rows_along(eager, c.axis), want, composite) == -1);
+      CHECK(first_inaccurate(composite, want, composite) == -1);
     }
   }
   // Special values: rows with +inf, -inf everywhere, NaN, a large spread, and zero maxima of
-  // either sign (the max may come out as +0 or -0: softmax must not care), odd lengths.
+  // either sign (the max may come out as +0 or -0: softmax must not care), odd lengths. The
+  // primitive and the composite give NaN at the same places, and the same values to 8 ulps.
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const Tensor special = kiln::reshape(
-      kiln::tensor<float>({1,    inf,  2,    3,   -inf,  -inf, -inf, -inf, 0,    nan,  1,
-                           2,    1000, 1000, 999, -1000, -0.f, -0.f, -0.f, -0.f, 0,    -0.f,
-                           -1.f, -0.f, -0.f, 0,   -2.f,  0,    -0.f, -0.f, nan,  -3.f, -0.f}),
-      {1, 33});
+  const std::vector<float> special{
+      1,    inf,  2,    3, -inf, -inf, -inf, -inf, 0, nan,  1, 2,    1000, 1000, 999,  -1000, -0.f,
+      -0.f, -0.f, -0.f, 0, -0.f, -1.f, -0.f, -0.f, 0, -2.f, 0, -0.f, -0.f, nan,  -3.f, -0.f};
+  const auto check_rows = [&](const std::vector<float>& values, std::int64_t width) {
+    const Tensor x = kiln::reshape(kiln::tensor<float>(values),
+                                   {static_cast<std::int64_t>(values.size()) / width, width});
+    const std::vector<ReferenceElement> want = reference_softmax(
+        kiln::cast(x, kiln::f64).to_vector<double>(), static_cast<std::size_t>(width));
+    const Tensor composite = composite_softmax(x, -1);
+    CHECK(first_inaccurate(kiln::softmax(x, -1), want, composite) == -1);
+    CHECK(first_inaccurate(composite, want, composite) == -1);
+  };
   for (std::int64_t width : {4, 3, 5, 11}) {
     CAPTURE(width);
-    const Tensor rows = kiln::reshape(
-        kiln::slice(kiln::reshape(special, {33}), 0, 0, 33 / width * width), {33 / width, width});
-    CHECK(same_bits(kiln::softmax(rows, -1), composite_softmax(rows, -1)));
+    check_rows(std::vector<float>(special.begin(), special.begin() + 33 / width * width), width);
   }
-  CHECK(same_bits(kiln::softmax(special, -1), composite_softmax(special, -1)));
+  check_rows(special, 33);
   // Rows long enough for the max's vector accumulators (4 vectors of any instruction set, then
   // single vectors, then a scalar tail), with one NaN or +inf at positions in each part, rows
   // of -inf only, and zeros of both signs.
@@ -309,20 +399,59 @@ TEST_CASE("the softmax primitive gives the bits of its composite, eager and trac
     CAPTURE(length);
     std::vector<float> base =
         kiln::random::normal({length}, 0, 3, static_cast<std::uint64_t>(length)).to_vector<float>();
-    std::vector<std::vector<float>> rows;
+    std::vector<float> rows;
     for (std::int64_t at :
          {std::int64_t{0}, std::int64_t{17}, std::int64_t{63}, length / 2, length - 2, length - 1})
-      for (float v : {nan, inf}) {
-        rows.push_back(base);
-        rows.back()[static_cast<std::size_t>(at)] = v;
+      for (float v : {nan, inf, -inf}) {
+        rows.insert(rows.end(), base.begin(), base.end());
+        rows[rows.size() - static_cast<std::size_t>(length - at)] = v;
       }
-    rows.emplace_back(static_cast<std::size_t>(length), -inf);
-    rows.emplace_back(static_cast<std::size_t>(length), -0.f);
-    rows.back()[static_cast<std::size_t>(length / 3)] = 0.f;
-    rows.back()[1] = -5.f;
-    for (const auto& row : rows) {
-      const Tensor x = kiln::reshape(kiln::tensor<float>(row), {1, length});
-      CHECK(same_bits(kiln::softmax(x, -1), composite_softmax(x, -1)));
+    rows.insert(rows.end(), static_cast<std::size_t>(length), -inf);
+    std::vector<float> zeros(static_cast<std::size_t>(length), -0.f);
+    zeros[static_cast<std::size_t>(length / 3)] = 0.f;
+    zeros[1] = -5.f;
+    rows.insert(rows.end(), zeros.begin(), zeros.end());
+    check_rows(rows, length);
+  }
+}
+
+TEST_CASE("every instruction set's softmax row is accurate", "[reduce][simd]") {
+  // The row kernel of each table this CPU runs, called directly, on rows of lengths around the
+  // vector widths of every set (and of several sum blocks) against the definition; rows with a
+  // NaN (NaN everywhere) and with +inf (NaN there, 0 elsewhere: the shift is 0, the sum inf).
+  const auto tables = kiln::test::row_tables_of_this_cpu();
+  const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
+  for (const std::int64_t n : {1, 2, 7, 8, 15, 16, 17, 63, 64, 65, 129, 1000, 4097, 10001}) {
+    CAPTURE(n);
+    const std::vector<float> x32 =
+        kiln::random::normal({n}, 0, 4, static_cast<std::uint64_t>(n)).to_vector<float>();
+    const std::vector<double> x64(x32.begin(), x32.end());
+    const std::vector<ReferenceElement> want = reference_softmax(x64, static_cast<std::size_t>(n));
+    const Tensor unused = kiln::zeros({n});
+    for (const auto* table : tables) {
+      CAPTURE(table->isa_name);
+      std::vector<double> y64(x64.size());
+      std::vector<float> y32(x32.size());
+      table->softmax_row[f64](x64.data(), y64.data(), n, nullptr);
+      table->softmax_row[f32](x32.data(), y32.data(), n, x64.data());  // asks for another row
+      CHECK(first_inaccurate(kiln::tensor<double>(y64), want, unused) == -1);
+      CHECK(first_inaccurate(kiln::tensor<float>(y32), want, unused) == -1);
+      std::vector<float> in_place = x32;  // out == in, as the primitive may ask
+      table->softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
+      CHECK(in_place == y32);
+      for (const float special :
+           {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        CAPTURE(special);
+        std::vector<float> row = x32;
+        const auto at = static_cast<std::size_t>(n / 2);
+        row[at] = special;
+        table->softmax_row[f32](row.data(), y32.data(), n, nullptr);
+        bool as_expected = true;
+        for (std::size_t i = 0; i < y32.size(); ++i)
+          as_expected =
+              as_expected && (std::isnan(special) || i == at ? std::isnan(y32[i]) : y32[i] == 0.0f);
+        CHECK(as_expected);
+      }
     }
   }
 }

@@ -639,12 +639,17 @@ TEST_CASE("a transformer block traced equals eager", "[layers_extra][function]")
     CHECK(max_diff(traced, block(xs)) < 1e-5);
   }
   CHECK(f.tracing_count() == 1);
-  // Without the causal mask (which needs a static length) the length may be dynamic too.
+  // Without the causal mask (which needs a static length) the length may be dynamic too. The
+  // traced softmax over a dynamic length is the composite (the primitive needs static rows),
+  // which sums in another order: the same values to a few ulps, relative to the outputs' size.
   auto g = kiln::function([&](const Tensor& in) { return block.attention(in); },
                           signature({TensorSpec({-1, -1, 8})}));
   for (const Shape& shape : {Shape{2, 5, 8}, Shape{3, 7, 8}, Shape{4, 2, 8}}) {
     const Tensor xs = normal(shape, 40 + static_cast<std::uint64_t>(shape[1]));
-    CHECK(max_diff(g(xs), block.attention(xs)) < 1e-5);
+    const Tensor eager_attention = block.attention(xs);
+    const double size = kiln::max(kiln::abs(eager_attention)).item<float>();
+    CAPTURE(size);
+    CHECK(max_diff(g(xs), eager_attention) < 1e-6 * (1 + size));
   }
   CHECK(g.tracing_count() == 1);
   CHECK(block.variables().size() == vars);

@@ -356,10 +356,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   for (const DType d : one_byte) t.where[dtype_index(d)] = &where_row<Arch, std::uint8_t>;
   t.copy_rows = &copy_rows<Arch>;
   t.stream_copy = &stream_copy<Arch>;
-  t.max_row[dtype_index(DType::f32)] = &max_row<Arch, float>;
-  t.max_row[dtype_index(DType::f64)] = &max_row<Arch, double>;
-  t.exp_shifted_row[dtype_index(DType::f32)] = &exp_shifted_row<Arch, float>;
-  t.exp_shifted_row[dtype_index(DType::f64)] = &exp_shifted_row<Arch, double>;
+  t.softmax_row[dtype_index(DType::f32)] = &softmax_row<Arch, float>;
+  t.softmax_row[dtype_index(DType::f64)] = &softmax_row<Arch, double>;
   return t;
 }
 

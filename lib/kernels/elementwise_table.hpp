@@ -79,10 +79,10 @@ using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* 
 /// and plain stores for its unaligned head and tail. The caller fences (sfence) before the
 /// result is read by another thread.
 using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
-/// *out = the max of the n >= 1 elements at in, NaN when one is NaN (softmax's shift).
-using MaxRowFn = void (*)(const void* in, std::int64_t n, void* out);
-/// out[i] = exp(in[i] - *shift) for i < n: the row table's sub then exp, in one pass.
-using ExpShiftedRowFn = void (*)(const void* in, const void* shift, void* out, std::int64_t n);
+/// out[0, n) = the softmax of the row in[0, n), n >= 1 (in may be out), asking for the n
+/// elements at next (the caller's next row, or null) on the way: the softmax primitive's row,
+/// kernels/softmax_rows_arch.hpp.
+using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -92,11 +92,10 @@ struct ElementwiseRowTable {
   UnaryRowFn unary[num_unary_rows][num_dtypes] = {};  // [prim][input dtype]
   UnaryRowFn cast[num_dtypes][num_dtypes] = {};       // [from][to]
   BinaryRowFn binary[num_binary_rows][num_dtypes] = {};
-  WhereRowFn where[num_dtypes] = {};   // [dtype of a and b]
-  CopyRowsFn copy_rows = nullptr;      // short rows in full-width vector moves
-  StreamCopyFn stream_copy = nullptr;  // large outputs, non-temporal stores
-  MaxRowFn max_row[num_dtypes] = {};   // softmax's pieces, floating-point dtypes only
-  ExpShiftedRowFn exp_shifted_row[num_dtypes] = {};
+  WhereRowFn where[num_dtypes] = {};          // [dtype of a and b]
+  CopyRowsFn copy_rows = nullptr;             // short rows in full-width vector moves
+  StreamCopyFn stream_copy = nullptr;         // large outputs, non-temporal stores
+  SoftmaxRowFn softmax_row[num_dtypes] = {};  // floating-point dtypes only
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and

@@ -463,13 +463,10 @@ void reduce_typed(const KernelCall& call) {
 }
 
 /// Prim::softmax over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
-/// per row, in one pass over memory, the composite of lib/ops/reduce.cpp with the same bits:
-/// m = the row's max (NaN wins; the row table's max_row), shift = m when finite else 0 (as the
-/// composite's where(isfinite(max), max, 0); a max differs from another order's only in the
-/// sign of a zero maximum, and x - (+0) and x - (-0) have the same exp), e = exp(x - shift) by
-/// the row table's exp_shifted_row (its sub then exp), s = the pairwise sum of e, y = e / s by
-/// its div row kernel. The row stays in this thread's scratch between the steps; rows are split
-/// over the threads, and large outputs are written with non-temporal stores.
+/// each row by the row table's softmax_row (max, exp and its sum, the product by the sum's
+/// reciprocal), asking for the next row as it goes. Rows are split over the threads. A large
+/// output is written with non-temporal stores: each row is computed in this thread's scratch
+/// (in L1) and then streamed out.
 template <class T>
 void softmax_typed(const KernelCall& call) {
   const ArrayRef& in = call.inputs[0];
@@ -477,30 +474,21 @@ void softmax_typed(const KernelCall& call) {
   const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
   if (rows == 0) return;
   const ElementwiseRowTable& table = elementwise_rows();
-  const std::size_t type = dtype_index(in.dtype);
-  const MaxRowFn max_row = table.max_row[type];
-  const ExpShiftedRowFn exp_shifted = table.exp_shifted_row[type];
-  const BinaryRowFn div = table.binary[binary_row_index(Prim::div)][type];
+  const SoftmaxRowFn softmax_row = table.softmax_row[dtype_index(in.dtype)];
   const StreamCopyFn stream_copy = table.stream_copy;
   const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
   const T* x = in.ptr<const T>();
   T* y = call.out.ptr<T>();
   auto run_rows = [&](std::int64_t begin, std::int64_t end) {
-    std::vector<T> e(static_cast<std::size_t>(n));
-    std::vector<T> scratch(static_cast<std::size_t>(contiguous_scratch_size(n)));
+    std::vector<T> row_out(stream ? static_cast<std::size_t>(n) : 0);
     for (std::int64_t r = begin; r < end; ++r) {
-      const T* row = x + r * n;
-      T shift;
-      max_row(row, n, &shift);
-      if (!std::isfinite(shift)) shift = T{0};
-      exp_shifted(row, &shift, e.data(), n);
-      const T s = reduce_contiguous<SumReducer<T>>(e.data(), n, scratch.data());
+      const T* next = r + 1 < end ? x + (r + 1) * n : nullptr;
       if (!stream) {
-        div(e.data(), 1, &s, 0, y + r * n, n);
+        softmax_row(x + r * n, y + r * n, n, next);
         continue;
       }
-      div(e.data(), 1, &s, 0, e.data(), n);
-      stream_copy(y + r * n, e.data(), n * static_cast<std::int64_t>(sizeof(T)));
+      softmax_row(x + r * n, row_out.data(), n, next);
+      stream_copy(y + r * n, row_out.data(), n * static_cast<std::int64_t>(sizeof(T)));
     }
 #if defined(__SSE2__)
     if (stream) _mm_sfence();  // this thread's streamed rows, before the result is published

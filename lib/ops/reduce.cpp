@@ -214,7 +214,7 @@ Tensor softmax(const Tensor& x, std::int64_t axis) {
   }
   if (rows) return detail::apply(Prim::softmax, {x}, r.attrs, x.dtype(), x.shape());
   const Tensor e = exp(x - stable_shift(x, axes, r));
-  return e / sum(e, axes, true);
+  return e * (1.0 / sum(e, axes, true));
 }
 
 Tensor log_softmax(const Tensor& x, std::int64_t axis) {
