@@ -31,16 +31,22 @@ struct Shape3 {
 /// Shape classes: a batch of rows against a wide weight (RNN steps, Dense layers), tall
 /// products (hoisted projections over all steps), a short contraction, square ones.
 const std::vector<Shape3> grid = {
+    {32, 20, 20, "tiny, C rows of 20 floats"},
     {32, 80, 20, "tiny (the 5-step RNN)"},
     {32, 10, 80, "tiny, narrow C"},
+    {32, 12, 80, "tiny, C rows of 12 floats"},
     {32, 20, 80, "workload 8's smallest"},
+    {32, 40, 80, "C rows of 40 floats"},
+    {64, 20, 64, "C rows of 20 floats, 64^2"},
     {128, 20, 128, "C rows of 20 floats"},
     {16, 64, 64, "tiny, 16 rows"},
     {64, 64, 64, "64^3"},
     {128, 128, 128, "128^3"},
     {64, 256, 64, "RNN step, hidden 64"},
     {64, 1024, 256, "LSTM step, hidden 256"},
+    {64, 512, 256, "LSTM step's half, hidden 256"},
     {64, 2048, 512, "LSTM step, hidden 512"},
+    {64, 1024, 512, "LSTM step's half, hidden 512"},
     {64, 256, 1024, "64x256x1024"},
     {256, 1024, 1024, "Dense 1024, batch 256"},
     {256, 10, 1024, "Dense 10, batch 256"},

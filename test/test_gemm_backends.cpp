@@ -146,7 +146,7 @@ TEST_CASE("a forced GEMM backend is the one that runs, where it can", "[matmul][
   CHECK(Gemm<double>(GemmShape{8, 8, 8, false, 8, 8}).backend() != GemmBackend::automatic);
 }
 
-TEST_CASE("small f32 products go where the calibration put them", "[matmul][gemm]") {
+TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   using kiln::detail::Gemm;
   using kiln::detail::GemmShape;
   if (kiln::detail::forced_gemm_backend() != GemmBackend::automatic) {
@@ -158,7 +158,13 @@ TEST_CASE("small f32 products go where the calibration put them", "[matmul][gemm
     WARN("libxsmm does not run here (KILN_SIMD=sse2?): every product goes to the libraries");
     return;
   }
+  // oneDNN when meson found it, else OpenBLAS.
+  const GemmBackend library =
+      std::find(backends.begin(), backends.end(), GemmBackend::dnnl) != backends.end()
+          ? GemmBackend::dnnl
+          : GemmBackend::openblas;
   const auto shape = [](int m, int n, int k) { return GemmShape{m, n, k, false, k, n}; };
+  // libxsmm generates AVX-512 code at this level, else AVX2 code (KILN_SIMD=avx2 lowers it).
   const bool avx512 = kiln::detail::simd_level() == kiln::detail::SimdLevel::avx512;
   struct Case {
     const char* what;
@@ -168,13 +174,21 @@ TEST_CASE("small f32 products go where the calibration put them", "[matmul][gemm
   const Case cases[] = {
       {"tiny (32x20x20): libxsmm's call is the cheapest", shape(32, 20, 20), GemmBackend::xsmm,
        GemmBackend::xsmm},
-      {"C rows of 20 floats: a quarter-full last vector", shape(32, 20, 80), GemmBackend::openblas,
+      {"C rows of 20 floats: a quarter-full last vector (AVX-512), not whole vectors (AVX2)",
+       shape(32, 20, 80), GemmBackend::openblas, library},
+      {"C rows of 80 floats: whole vectors", shape(32, 80, 20), GemmBackend::xsmm,
+       GemmBackend::xsmm},
+      {"C rows of 12 floats: one vector with AVX-512, one and a half with AVX2", shape(32, 12, 80),
+       GemmBackend::xsmm, library},
+      {"128x20x128", shape(128, 20, 128), GemmBackend::openblas, library},
+      {"64^3", shape(64, 64, 64), GemmBackend::xsmm, GemmBackend::xsmm},
+      {"an LSTM step's half at hidden 512", shape(64, 1024, 512), GemmBackend::xsmm,
        GemmBackend::openblas},
-      {"C rows of 80 floats: full vectors", shape(32, 80, 20), GemmBackend::xsmm,
-       GemmBackend::openblas},
-      {"C rows of 12 floats: one vector (and too little work to leave libxsmm on AVX2)",
-       shape(32, 12, 80), GemmBackend::xsmm, GemmBackend::xsmm},
-      {"128x20x128", shape(128, 20, 128), GemmBackend::openblas, GemmBackend::openblas},
+      {"a projection over all steps (K = 128)", shape(3200, 1024, 128), GemmBackend::xsmm, library},
+      {"a weight gradient over 64 rows", shape(1024, 256, 64), GemmBackend::xsmm,
+       GemmBackend::xsmm},
+      {"a long contraction", shape(64, 256, 1024), library, library},
+      {"Dense 1024 at batch 256", shape(256, 1024, 1024), library, GemmBackend::openblas},
   };
   for (const Case& c : cases) {
     INFO(c.what);

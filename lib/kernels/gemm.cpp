@@ -74,23 +74,46 @@ bool xsmm_avx512() {
   return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512;
 }
 
-/// A small f32 product that OpenBLAS runs faster than libxsmm (work enough for OpenBLAS's call
-/// to pay; the smallest stay on libxsmm, 32x20x20: 49 against 38 GFLOP/s). With AVX-512, a C
-/// whose rows (libxsmm's columns: it computes C^T = B^T A^T) fill their last vector by three
-/// quarters or less: libxsmm's masked last vector wastes a quarter or more of every
-/// multiply-add (32x20x80: OpenBLAS 82 against 58, 32x36x80: 91 against 78, 128x20x128: 103
-/// against 68), while a C of one vector or less stays (32x12x80: 57 against 73). With AVX2
-/// (KILN_SIMD=avx2, or a CPU without AVX-512), libxsmm 1.17's kernels trailed OpenBLAS on every
-/// such product measured (32x20x80: 46 against 81, 32x40x80: 80 against 90, 32x80x20: 74
-/// against 81). The tables are in docs/performance.md, "GEMM backends".
-bool openblas_beats_xsmm(const GemmShape& s, std::size_t element_size) {
-  if (element_size != sizeof(float) || std::int64_t{s.m} * s.n * s.k < (std::int64_t{1} << 15))
-    return false;
-  if (!xsmm_avx512()) return true;
+/// A small f32 product that OpenBLAS runs faster than libxsmm with AVX-512 code (work enough
+/// for OpenBLAS's call to pay; the smallest stay on libxsmm, 32x20x20: 49 against 38 GFLOP/s):
+/// a C whose rows (libxsmm's columns: it computes C^T = B^T A^T) fill their last vector by three
+/// quarters or less: libxsmm's masked last vector wastes a quarter or more of every multiply-add
+/// (32x20x80: OpenBLAS 82 against 58, 32x36x80: 91 against 78, 128x20x128: 103 against 68),
+/// while a C of one vector or less stays (32x12x80: 57 against 73). The tables are in
+/// docs/performance.md, "GEMM backends".
+bool openblas_beats_xsmm_avx512(const GemmShape& s) {
+  if (std::int64_t{s.m} * s.n * s.k < (std::int64_t{1} << 15)) return false;
   constexpr int w = 16;  // f32 lanes of a 64-byte vector
   if (s.n <= w) return false;
   const int padded = (s.n + w - 1) / w * w;
   return 4 * s.n <= 3 * padded;
+}
+
+/// The choice for an f32 product where libxsmm generates AVX2 code: a CPU without AVX-512, or
+/// KILN_SIMD=avx2. From the calibration on an AMD Zen 3 (docs/performance.md, "GEMM backends",
+/// the AVX2 table; three runs), where libxsmm's AVX2 kernels are fast only on small products
+/// with whole vectors and on short contractions, and OpenBLAS leads the mid sizes that
+/// libxsmm's tiles take on AVX-512:
+/// - small: libxsmm when C's rows are whole 8-float vectors (64^3: 86 against oneDNN's 81 and
+///   OpenBLAS's 47; 32x80x20: 63 against 54 and 32) or the product is tiny (32x20x20: 33 against
+///   23); else the library (32x20x80: oneDNN 44 against libxsmm 36-42; 32x12x80: 33 against 24);
+/// - a contraction four times longer than C's sides: the library (64x256x1024: oneDNN 117-139,
+///   OpenBLAS 101-124, libxsmm 107-110);
+/// - K <= 64: libxsmm tiles (a weight gradient over 64 rows, 1024x256x64: 130-155 against
+///   125-130);
+/// - K <= 128: the library (a projection over all steps, 3200x1024x128: oneDNN 148-158,
+///   OpenBLAS 111-118, libxsmm 66-93);
+/// - the rest: OpenBLAS (an LSTM step's half at hidden 512, 64x1024x512: 120 against 72-77;
+///   Dense 1024 at batch 256: 130-163 against 52-78; 512^3: 138-162 against 112-123; the large
+///   squares are ties with oneDNN).
+GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
+  const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
+  if (is_small(s.m, s.n, s.k))
+    return s.n % 8 == 0 || work < (std::int64_t{1} << 14) ? GemmBackend::xsmm : library;
+  if (s.k >= 4 * std::max(s.m, s.n)) return library;
+  if (s.k <= 64) return GemmBackend::xsmm;
+  if (s.k <= 128) return library;
+  return GemmBackend::openblas;
 }
 
 /// kiln's pool is the only one that runs GEMM work: the libraries run single-threaded kernels
@@ -202,10 +225,11 @@ bool can_run(GemmBackend b, std::size_t element_size) {
   return false;
 }
 
-/// The automatic choice, from the calibration in docs/performance.md ("GEMM backends"):
-/// libxsmm up to mid sizes (alone when small, tiled on the pool above), where it ran at the
-/// core's peak while the libraries' blocking and threading cost more than they gave; for large
-/// problems oneDNN for f32 (AVX-512 on CPUs that have it), OpenBLAS for f64.
+/// The automatic choice, from the calibration in docs/performance.md ("GEMM backends"). Where
+/// libxsmm generates AVX-512 code (and for f64): libxsmm up to mid sizes (alone when small,
+/// tiled on the pool above), where it ran at the core's peak while the libraries' blocking and
+/// threading cost more than they gave; for large problems oneDNN for f32, OpenBLAS for f64.
+/// f32 where it generates AVX2 code: choose_avx2_f32.
 GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   const bool dnnl = can_run(GemmBackend::dnnl, element_size);
   const GemmBackend library = dnnl ? GemmBackend::dnnl : GemmBackend::openblas;
@@ -215,8 +239,10 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   // OpenBLAS 67).
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   if (s.n < 16 && work >= (std::int64_t{1} << 16)) return library;
+  const bool f32 = element_size == sizeof(float);
+  if (f32 && !xsmm_avx512()) return choose_avx2_f32(s, library);
   if (is_small(s.m, s.n, s.k))
-    return openblas_beats_xsmm(s, element_size) ? GemmBackend::openblas : GemmBackend::xsmm;
+    return f32 && openblas_beats_xsmm_avx512(s) ? GemmBackend::openblas : GemmBackend::xsmm;
   // Long contractions (64x256x1024: oneDNN 193 against libxsmm's 113; 256x1024x1024: 184
   // against 148), where the libraries' blocking of K pays.
   if (s.k >= 1024) return library;
