@@ -41,7 +41,9 @@ T max_skipping_nan(const T* x, std::int64_t n) {
   return m;
 }
 
-/// The lanes of v added: halves, then quarters, ... (the same order on every call).
+/// The lanes of v added: halves, then quarters, ... (the same order on every call). Not
+/// xsimd::hadd: xsimd 8.1's AVX-512F version calls an AVX-512DQ intrinsic, which this table's
+/// -mavx512f build cannot compile.
 template <class Arch, class T>
 T lane_sum(const xsimd::batch<T, Arch>& v) {
   constexpr std::int64_t width = xsimd::batch<T, Arch>::size;
