@@ -64,6 +64,11 @@ struct Case {
 std::vector<Case> cases() {
   return {
       {"small, one kernel", {32, 20}, {20, 80}},
+      // C's columns fill whole 8-float vectors, its rows do not: libxsmm with AVX2 code runs
+      // these with C transposed (gemm.cpp, xsmm_transposed_wins).
+      {"small, C transposed", {32, 80}, {80, 20}},
+      {"small, C transposed, transposed a", {48, 100}, {100, 12}, true},
+      {"small, C transposed, row-strided b", {64, 64}, {64, 20}, false, true},
       {"tiles with edges both ways", {301, 97}, {97, 541}},
       {"spread over the pool", {130, 257}, {257, 300}},
       {"an RNN step", {64, 256}, {256, 1024}},
@@ -174,13 +179,16 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   const Case cases[] = {
       {"tiny (32x20x20): libxsmm's call is the cheapest", shape(32, 20, 20), GemmBackend::xsmm,
        GemmBackend::xsmm},
-      {"C rows of 20 floats: a quarter-full last vector (AVX-512), not whole vectors (AVX2)",
-       shape(32, 20, 80), GemmBackend::openblas, library},
+      {"C rows of 20 floats: a quarter-full last vector (AVX-512); C transposed (AVX2)",
+       shape(32, 20, 80), GemmBackend::openblas, GemmBackend::xsmm},
       {"C rows of 80 floats: whole vectors", shape(32, 80, 20), GemmBackend::xsmm,
        GemmBackend::xsmm},
-      {"C rows of 12 floats: one vector with AVX-512, one and a half with AVX2", shape(32, 12, 80),
-       GemmBackend::xsmm, library},
-      {"128x20x128", shape(128, 20, 128), GemmBackend::openblas, library},
+      {"C rows of 12 floats: one vector with AVX-512; C transposed with AVX2", shape(32, 12, 80),
+       GemmBackend::xsmm, GemmBackend::xsmm},
+      {"128x20x128: too many rows to run transposed", shape(128, 20, 128), GemmBackend::openblas,
+       library},
+      {"32x50x80: too many columns to run transposed", shape(32, 50, 80), GemmBackend::openblas,
+       library},
       {"64^3", shape(64, 64, 64), GemmBackend::xsmm, GemmBackend::xsmm},
       {"an LSTM step's half at hidden 512", shape(64, 1024, 512), GemmBackend::xsmm,
        GemmBackend::openblas},
@@ -194,6 +202,60 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
     INFO(c.what);
     CHECK(Gemm<float>(c.s).backend() == (avx512 ? c.avx512 : c.avx2));
   }
+  // Where libxsmm generates AVX2 code, the products it runs faster with C transposed do so,
+  // and only those.
+  const auto transposed = [](const GemmShape& s) {
+    return Gemm<float>(s).describe().find("C transposed") != std::string::npos;
+  };
+  CHECK(transposed(shape(32, 20, 80)) == !avx512);
+  CHECK(transposed(shape(64, 20, 64)) == !avx512);
+  CHECK_FALSE(transposed(shape(32, 80, 20)));  // C's rows are whole vectors already
+  CHECK_FALSE(transposed(shape(16, 4, 64)));   // tiny: the transposes would cost more
+  GemmShape accumulating = shape(32, 20, 80);
+  accumulating.accumulate = true;  // C += A B would need C transposed on the way in as well
+  CHECK_FALSE(transposed(accumulating));
+  CHECK_FALSE(Gemm<double>(shape(32, 20, 80)).describe().find("C transposed") != std::string::npos);
   // f64 products were not calibrated against OpenBLAS: small ones stay on libxsmm.
   CHECK(Gemm<double>(shape(32, 20, 80)).backend() == GemmBackend::xsmm);
+}
+
+TEST_CASE("the C-transposed libxsmm kernel honours every leading dimension", "[matmul][gemm]") {
+  using kiln::detail::Gemm;
+  using kiln::detail::GemmShape;
+  const auto& backends = kiln::detail::available_gemm_backends(sizeof(float));
+  if (std::find(backends.begin(), backends.end(), GemmBackend::xsmm) == backends.end()) return;
+  const ForcedBackend forced(GemmBackend::xsmm);
+  for (const bool trans_a : {false, true}) {
+    // C[32,20] = op(A) B with A's rows (or, transposed, A^T's rows) 7 apart beyond their
+    // length, B's rows 20 + 5 apart, C's rows 20 + 3 apart; multiples of 1/8, so exact.
+    const int m = 32, n = 20, k = 80;
+    const int lda = (trans_a ? m : k) + 7, ldb = n + 5, ldc = n + 3;
+    GemmShape s{m, n, k, trans_a, lda, ldb};
+    s.ldc = ldc;
+    const Gemm<float> gemm(s);
+    if (gemm.describe().find("C transposed") == std::string::npos) {
+      CHECK(kiln::detail::simd_level() == kiln::detail::SimdLevel::avx512);  // AVX2 code only
+      continue;
+    }
+    INFO("trans_a " << trans_a);
+    const auto value = [](int i) { return static_cast<float>(i % 17 - 8) / 8.0f; };
+    std::vector<float> a(static_cast<std::size_t>((trans_a ? k : m) * lda));
+    std::vector<float> b(static_cast<std::size_t>(k * ldb));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = value(static_cast<int>(i * 7));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = value(static_cast<int>(i * 3));
+    std::vector<float> c(static_cast<std::size_t>(m * ldc), 99.0f);
+    gemm(a.data(), b.data(), c.data());
+    int wrong = 0, padding_touched = 0;
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double want = 0;
+        for (int p = 0; p < k; ++p)
+          want += static_cast<double>(trans_a ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
+        wrong += c[i * ldc + j] != static_cast<float>(want);
+      }
+      for (int j = n; j < ldc; ++j) padding_touched += c[i * ldc + j] != 99.0f;
+    }
+    CHECK(wrong == 0);
+    CHECK(padding_touched == 0);
+  }
 }

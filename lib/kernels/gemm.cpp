@@ -14,7 +14,9 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #if KILN_HAVE_DNNL
 #include <omp.h>
@@ -89,14 +91,31 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
   return 4 * s.n <= 3 * padded;
 }
 
+/// A small f32 product that libxsmm runs faster with C transposed, where it generates AVX2 code.
+/// libxsmm is column-major and computes C^T = B^T A^T: C's rows are its vectors, so a C whose
+/// rows end in a part-filled 8-float vector wastes multiply-adds on every one, while its columns
+/// may fill whole vectors. The kernel then computes C^T column-major (C's columns as vectors)
+/// from A^T, and C^T is transposed back; both transposes are libxsmm's. Calibrated on a Zen 3
+/// (docs/performance.md, "GEMM backends"; us per product, transposes included, against the
+/// kernel on C's rows and oneDNN): 32x20x80 1.6 against 2.1 and 2.0; 64x20x64 2.5 against 3.3
+/// and 2.9; 32x12x80 1.2 against 1.9 and 1.3. It lost with more columns (32x50x80: 4.3 against
+/// oneDNN's 3.4), longer contractions (32x20x256: 5.6 against 4.0; libxsmm's transposes of
+/// longer rows ran far slower) and more rows (128x20x64: a tie).
+bool xsmm_transposed_wins(const GemmShape& s) {
+  const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
+  return !s.accumulate && !s.trans_b && s.m >= 16 && s.m <= 64 && s.m % 8 == 0 && s.n % 8 != 0 &&
+         s.n < 48 && s.k <= 128 && work >= (std::int64_t{1} << 14);
+}
+
 /// The choice for an f32 product where libxsmm generates AVX2 code: a CPU without AVX-512, or
 /// KILN_SIMD=avx2. From the calibration on an AMD Zen 3 (docs/performance.md, "GEMM backends",
 /// the AVX2 table; three runs), where libxsmm's AVX2 kernels are fast only on small products
 /// with whole vectors and on short contractions, and OpenBLAS leads the mid sizes that
 /// libxsmm's tiles take on AVX-512:
 /// - small: libxsmm when C's rows are whole 8-float vectors (64^3: 86 against oneDNN's 81 and
-///   OpenBLAS's 47; 32x80x20: 63 against 54 and 32) or the product is tiny (32x20x20: 33 against
-///   23); else the library (32x20x80: oneDNN 44 against libxsmm 36-42; 32x12x80: 33 against 24);
+///   OpenBLAS's 47; 32x80x20: 63 against 54 and 32), when the product is tiny (32x20x20: 33
+///   against 23) or when it runs faster transposed (xsmm_transposed_wins); else the library
+///   (128x20x128: oneDNN 6.8 us against libxsmm's 14.8);
 /// - a contraction four times longer than C's sides: the library (64x256x1024: oneDNN 117-139,
 ///   OpenBLAS 101-124, libxsmm 107-110);
 /// - K <= 64: libxsmm tiles (a weight gradient over 64 rows, 1024x256x64: 130-155 against
@@ -109,7 +128,9 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
 GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   if (is_small(s.m, s.n, s.k))
-    return s.n % 8 == 0 || work < (std::int64_t{1} << 14) ? GemmBackend::xsmm : library;
+    return s.n % 8 == 0 || work < (std::int64_t{1} << 14) || xsmm_transposed_wins(s)
+               ? GemmBackend::xsmm
+               : library;
   if (s.k >= 4 * std::max(s.m, s.n)) return library;
   if (s.k <= 64) return GemmBackend::xsmm;
   if (s.k <= 128) return library;
@@ -155,12 +176,21 @@ struct XsmmTraits<double> {
   }
 };
 
-struct ShapeHash {
-  std::size_t operator()(const GemmShape& s) const {
+/// A libxsmm kernel's problem: the product, and whether the kernel computes it with C transposed.
+struct XsmmKey {
+  GemmShape shape;
+  bool c_transposed = false;
+  bool operator==(const XsmmKey&) const = default;
+};
+
+struct KeyHash {
+  std::size_t operator()(const XsmmKey& key) const {
+    const GemmShape& s = key.shape;
     std::size_t h = 0;
     for (int v : {s.m, s.n, s.k, s.lda, s.ldb, s.c_stride()})
       h = h * 0x9E3779B97F4A7C15ull + static_cast<unsigned>(v);
-    h = h * 8 + (s.trans_a ? 1 : 0) + (s.accumulate ? 2 : 0) + (s.trans_b ? 4 : 0);
+    h = h * 16 + (s.trans_a ? 1 : 0) + (s.accumulate ? 2 : 0) + (s.trans_b ? 4 : 0) +
+        (key.c_transposed ? 8 : 0);
     return h ^ (h >> 29);
   }
 };
@@ -177,8 +207,12 @@ class XsmmKernelCache {
     return cache;
   }
 
-  Kernel get(GemmShape key) {
-    key.ldc = key.c_stride();
+  /// The kernel for `shape`; with c_transposed, one that writes C^T column-major ([m,n], m
+  /// apart) from A^T column-major (A itself when trans_a, else a copy m apart) and B read
+  /// through libxsmm's transposed-B flag.
+  Kernel get(GemmShape shape, bool c_transposed = false) {
+    shape.ldc = shape.c_stride();
+    const XsmmKey key{shape, c_transposed};
     {
       std::shared_lock lock(mutex_);
       if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
@@ -187,16 +221,21 @@ class XsmmKernelCache {
     std::unique_lock lock(mutex_);
     if (auto it = kernels_.find(key); it != kernels_.end()) return it->second;
     // libxsmm is column-major: the row-major product is C^T[n,m] = B^T[n,k] A^T[k,m]; a
-    // transposed A is libxsmm's transposed second operand.
-    Kernel kernel = XsmmTraits<T>::dispatch(key.n, key.m, key.k, key.ldb, key.lda, key.ldc,
-                                            key.trans_a, key.accumulate);
+    // transposed A is libxsmm's transposed second operand. Transposed, the column-major
+    // product is C^T itself: [m,n] = A[m,k] op(B), B's rows being op(B)'s columns.
+    Kernel kernel = c_transposed
+                        ? XsmmTraits<T>::dispatch(shape.m, shape.n, shape.k,
+                                                  shape.trans_a ? shape.lda : shape.m, shape.ldb,
+                                                  shape.m, true, false)
+                        : XsmmTraits<T>::dispatch(shape.n, shape.m, shape.k, shape.ldb, shape.lda,
+                                                  shape.ldc, shape.trans_a, shape.accumulate);
     kernels_.emplace(key, kernel);
     return kernel;
   }
 
  private:
   std::shared_mutex mutex_;
-  std::unordered_map<GemmShape, Kernel, ShapeHash> kernels_;
+  std::unordered_map<XsmmKey, Kernel, KeyHash> kernels_;
 };
 
 std::atomic<int> forced{-1};  // -1: not read yet
@@ -376,8 +415,14 @@ bool Gemm<T>::plan_xsmm() {
     while (count() % threads != 0 && count() < 8 * threads && tile_m >= 16) tile_m /= 2;
   }
   set_tiles(tile_m, tile_n, is_small(s.m, s.n, s.k) ? 1 : threads);
-  const int edge_m = s.m % tile_m, edge_n = s.n % tile_n;
   auto& cache = XsmmKernelCache<T>::instance();
+  c_transposed_ = std::is_same_v<T, float> && is_small(s.m, s.n, s.k) && !xsmm_avx512() &&
+                  xsmm_transposed_wins(s);
+  if (c_transposed_) {
+    full_ = right_ = bottom_ = corner_ = reinterpret_cast<Kernel>(cache.get(s, true));
+    return full_ != nullptr;
+  }
+  const int edge_m = s.m % tile_m, edge_n = s.n % tile_n;
   const auto kernel = [&](int m, int n) {
     GemmShape t = s;
     t.m = m;
@@ -421,6 +466,10 @@ void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::i
     const std::int64_t i = row_tile * tile_m_, j = panel * tile_n_;
     const T* a_tile = s.trans_a ? a + i : a + i * s.lda;
     T* c_tile = c + i * ldc + j;
+    if (c_transposed_) {
+      run_transposed(a, b, c);
+      continue;
+    }
     if (backend_ == GemmBackend::xsmm) {
       const bool last_row = i + tile_m_ > s.m, last_col = j + tile_n_ > s.n;
       const Kernel k = last_row ? (last_col ? corner_ : bottom_) : (last_col ? right_ : full_);
@@ -439,6 +488,31 @@ void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::i
   }
 }
 
+/// The whole product on the C-transposed kernel (one tile): A^T into per-thread scratch unless
+/// A is stored transposed already, C^T into scratch, then C^T transposed into C's rows.
+template <class T>
+void Gemm<T>::run_transposed(const T* a, const T* b, T* c) const {
+  using Xsmm = typename XsmmTraits<T>::Kernel;
+  const GemmShape& s = shape_;
+  const auto a_elems = static_cast<std::size_t>(s.trans_a ? 0 : s.m * s.k);
+  thread_local std::vector<T> scratch;
+  scratch.resize(a_elems + static_cast<std::size_t>(s.m * s.n));
+  T* c_t = scratch.data() + a_elems;
+  const T* a_t = a;
+  if (!s.trans_a) {
+    // A row-major [m,k], lda apart, is column-major [k,m]: its transpose is A^T column-major.
+    libxsmm_otrans(scratch.data(), a, sizeof(T), static_cast<libxsmm_blasint>(s.k),
+                   static_cast<libxsmm_blasint>(s.m), static_cast<libxsmm_blasint>(s.lda),
+                   static_cast<libxsmm_blasint>(s.m));
+    a_t = scratch.data();
+  }
+  reinterpret_cast<Xsmm>(full_)(a_t, b, c_t);
+  // C^T column-major [m,n] transposed is C column-major [n,m] with ldc: C's rows.
+  libxsmm_otrans(c, c_t, sizeof(T), static_cast<libxsmm_blasint>(s.m),
+                 static_cast<libxsmm_blasint>(s.n), static_cast<libxsmm_blasint>(s.m),
+                 static_cast<libxsmm_blasint>(s.c_stride()));
+}
+
 template <class T>
 void Gemm<T>::operator()(const T* a, const T* b, T* c) const {
   if (tiles_ == 1) {
@@ -452,8 +526,9 @@ void Gemm<T>::operator()(const T* a, const T* b, T* c) const {
 template <class T>
 std::string Gemm<T>::describe() const {
   const std::int64_t threads = grain_ < tiles_ ? std::min<std::int64_t>(num_threads(), tiles_) : 1;
-  return fmt::format("{}: {} tile{} of {}x{} on {} thread{}", gemm_backend_name(backend_), tiles_,
-                     tiles_ == 1 ? "" : "s", tile_m_, tile_n_, threads, threads == 1 ? "" : "s");
+  return fmt::format("{}{}: {} tile{} of {}x{} on {} thread{}", gemm_backend_name(backend_),
+                     c_transposed_ ? " (C transposed)" : "", tiles_, tiles_ == 1 ? "" : "s",
+                     tile_m_, tile_n_, threads, threads == 1 ? "" : "s");
 }
 
 template class Gemm<float>;

@@ -72,12 +72,16 @@ class Gemm {
   std::int64_t tiles_ = 0, row_tiles_ = 0;
   std::int64_t grain_ = 1;  // tiles per pool chunk at least (all of them: run inline)
   Kernel full_ = nullptr, right_ = nullptr, bottom_ = nullptr, corner_ = nullptr;
+  // A small product run as C^T on one libxsmm kernel (full_), between two transposes (gemm.cpp,
+  // xsmm_transposed_wins).
+  bool c_transposed_ = false;
 
   int threads_for() const;
   void set_tiles(int tile_m, int tile_n, int threads);
   bool plan_xsmm();
   void plan_library_tiles();
   void run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end) const;
+  void run_transposed(const T* a, const T* b, T* c) const;
 };
 
 }  // namespace kiln::detail
