@@ -202,6 +202,16 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
     INFO(c.what);
     CHECK(Gemm<float>(c.s).backend() == (avx512 ? c.avx512 : c.avx2));
   }
+  // A transposed B (read in place; libxsmm cannot): the library, except that with AVX2 code
+  // OpenBLAS takes long contractions over many rows (an MLP's input gradient).
+  const auto transposed_b = [](int m, int n, int k) {
+    GemmShape s{m, n, k, false, k, k};
+    s.trans_b = true;
+    return s;
+  };
+  CHECK(Gemm<float>(transposed_b(256, 1024, 1024)).backend() ==
+        (avx512 ? library : GemmBackend::openblas));
+  CHECK(Gemm<float>(transposed_b(64, 1024, 256)).backend() == library);
   // Where libxsmm generates AVX2 code, the products it runs faster with C transposed do so,
   // and only those.
   const auto transposed = [](const GemmShape& s) {

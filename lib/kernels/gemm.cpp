@@ -137,6 +137,15 @@ GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
   return GemmBackend::openblas;
 }
 
+/// The choice for an f32 product with a transposed B (an input gradient dy W^T, read in place;
+/// libxsmm cannot) where libxsmm generates AVX2 code: OpenBLAS for long contractions over many
+/// rows (the MLP's 256x1024x1024: 135-154 GFLOP/s against oneDNN's 117-141 in four runs on the
+/// Zen 3; 256x512x1024 and 512x1024x1024 alike), else oneDNN, which led the LSTM-step shapes
+/// (64x1024x256: 137-143 against 119-121; 64x2048x512, 128x512x512).
+GemmBackend choose_avx2_f32_bt(const GemmShape& s, GemmBackend library) {
+  return s.m >= 256 && s.k >= 1024 ? GemmBackend::openblas : library;
+}
+
 /// kiln's pool is the only one that runs GEMM work: the libraries run single-threaded kernels
 /// on tiles of C that the pool shares out (Gemm::plan_tiles). A library's own team waits at
 /// barriers for a thread that another process may keep off its core (oneDNN's OpenMP team ran
@@ -272,7 +281,10 @@ bool can_run(GemmBackend b, std::size_t element_size) {
 GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   const bool dnnl = can_run(GemmBackend::dnnl, element_size);
   const GemmBackend library = dnnl ? GemmBackend::dnnl : GemmBackend::openblas;
-  if (!xsmm_runs() || s.trans_b) return library;
+  if (!xsmm_runs()) return library;
+  if (s.trans_b)
+    return element_size == sizeof(float) && !xsmm_avx512() ? choose_avx2_f32_bt(s, library)
+                                                           : library;
   // A C narrower than a vector's worth of columns, unless tiny (a Dense(10) over 1024 features,
   // batch 256, which the batch split runs as two 128-row halves: libxsmm 31 GFLOP/s, oneDNN 88,
   // OpenBLAS 67).
