@@ -6,7 +6,9 @@
 // oneDNN dnnl_sgemm (when meson found it) and BLIS bli_sgemm (when meson found the OpenMP build;
 // loaded with dlopen(RTLD_LOCAL), since libblis also exports cblas_sgemm and sgemm_, which
 // would otherwise clash with OpenBLAS's). Every result is checked against a double-precision
-// reference before it is timed. GFLOP/s count 2 M N K per call, from the median.
+// reference before it is timed. The rows of a shape are timed in interleaved rounds (one sample
+// of each per round), so the machine's speed phases fall on all of them alike. GFLOP/s count
+// 2 M N K per call, from the median.
 // Threads: KILN_NUM_THREADS (default 2) for every library; the program sets OMP_NUM_THREADS,
 // OPENBLAS_NUM_THREADS and BLIS_NUM_THREADS to it and starts itself again when they differ
 // (the OpenMP runtime reads them when it loads).
@@ -41,9 +43,7 @@
 namespace {
 
 using kiln::Tensor;
-using kiln::bench::measure;
 using kiln::bench::Timing;
-using kiln::bench::TimingPlan;
 
 struct GemmShape {
   std::int64_t m, n, k;
@@ -206,39 +206,81 @@ struct Result {
   double gflops = 0, error = 0;
 };
 
-TimingPlan plan_for(double seconds_per_call, bool quick) {
-  if (quick) return TimingPlan::quick();
-  constexpr double budget = 1.0;  // seconds of samples per measurement, about
-  const int samples = std::clamp(static_cast<int>(budget / seconds_per_call), 3, 21);
-  return {0.1, 0.03, samples};
-}
-
-double seconds_of_one(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 struct Failure {
   std::string what;
 };
 
-/// Checks then times fn (which leaves its result at c()), as library `key`.
-Result run_one(const GemmShape& s, const Reference& ref, std::string key, std::string label,
-               const std::function<void()>& fn, const std::function<const float*()>& c,
-               bool quick) {
-  Result r{std::move(key), std::move(label), "", {}, 0, 0};
-  // The previous library's idle workers spin before they sleep (OpenBLAS's for about 0.1 s);
-  // a pause keeps them off the cores this one needs.
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const double first = seconds_of_one(fn);
+/// One row to time: where its figures go, the call, and OpenBLAS's thread count while it runs
+/// (kiln sets OpenBLAS to one thread and runs it on tiles of its own pool; the libraries called
+/// directly get the program's thread count).
+struct Row {
+  Result* result;
+  std::function<void()> call;
+  int openblas_threads;
+};
+
+/// Times every row of one shape in interleaved rounds, one sample of each row per round, so
+/// that the machine's slow and fast phases (this VM's speed alternates every few seconds) fall
+/// on every row alike and the ratios between rows compare like with like. Each row first warms
+/// up for 0.1 s, which also sets its calls per sample (30 ms of them), and each timed sample
+/// follows an untimed one after the pause between rows; the slowest row sets the
+/// number of rounds (about 1 s of its samples, 5 to 21). --quick: one call per sample, one
+/// round.
+void time_interleaved(const GemmShape& s, std::vector<Row>& rows, bool quick) {
+  using Clock = std::chrono::steady_clock;
+  // The previous row's idle library workers spin before they sleep (OpenBLAS's for about
+  // 0.1 s); a pause before each sample keeps them off the cores the next row needs.
+  const auto pause = [quick] {
+    if (!quick) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  };
+  std::vector<std::int64_t> calls(rows.size(), 1);
+  double slowest = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    pause();
+    openblas_set_num_threads(rows[i].openblas_threads);
+    const auto start = Clock::now();
+    std::int64_t n = 0;
+    do {
+      rows[i].call();
+      ++n;
+    } while (!quick && std::chrono::duration<double>(Clock::now() - start).count() < 0.1);
+    const double per_call =
+        std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(n);
+    calls[i] = quick ? 1 : std::max<std::int64_t>(1, static_cast<std::int64_t>(0.03 / per_call));
+    slowest = std::max(slowest, per_call * static_cast<double>(calls[i]));
+  }
+  const int rounds = quick ? 1 : std::clamp(static_cast<int>(1.0 / slowest), 5, 21);
+  std::vector<std::vector<double>> per_call(rows.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      pause();
+      openblas_set_num_threads(rows[i].openblas_threads);
+      // An untimed sample first: after the pause the core and the caches are cold again.
+      if (!quick)
+        for (std::int64_t c = 0; c < calls[i]; ++c) rows[i].call();
+      const auto start = Clock::now();
+      for (std::int64_t c = 0; c < calls[i]; ++c) rows[i].call();
+      per_call[i].push_back(std::chrono::duration<double>(Clock::now() - start).count() /
+                            static_cast<double>(calls[i]));
+    }
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Timing& t = rows[i].result->timing;
+    t.calls_per_sample = calls[i];
+    t.samples = rounds;
+    kiln::bench::summarize(per_call[i], t);
+    rows[i].result->gflops = s.flops() / t.median * 1e-9;
+  }
+}
+
+/// Checks one call of `call` (which leaves its result at c()) against the reference.
+void check_one(const GemmShape& s, const Reference& ref, Result& r,
+               const std::function<void()>& call, const std::function<const float*()>& c) {
+  call();
   r.error = ref.error(c());
   if (!(r.error <= 1))
     throw Failure{fmt::format("{} at {}: result off the reference by {:.3g} of the bound", r.label,
                               s.name(), r.error)};
-  r.timing = measure(plan_for(first, quick), fn);
-  r.gflops = s.flops() / r.timing.median * 1e-9;
-  return r;
 }
 
 std::vector<Result> run_shape(const GemmShape& s, int threads, bool quick) {
@@ -247,35 +289,44 @@ std::vector<Result> run_shape(const GemmShape& s, int threads, bool quick) {
   const auto* a_data = static_cast<const float*>(a.data());
   const auto* b_data = static_cast<const float*>(b.data());
   const Reference ref(s, a_data, b_data);
+  std::vector<Library> libs = libraries(s, threads);
   std::vector<Result> out;
+  out.reserve(2 + libs.size());  // rows point into it
+  std::vector<Row> rows;
 
-  // kiln runs OpenBLAS (and oneDNN) single-threaded on tiles its own pool shares out
-  // (lib/kernels/gemm.hpp) and sets OpenBLAS to one thread; the libraries called directly below
-  // get the program's thread count, and kiln gets its setting back before its rows.
   openblas_set_num_threads(1);
   Tensor c_eager;
-  out.push_back(run_one(
-      s, ref, "kiln_eager", "kiln eager", [&] { c_eager = kiln::matmul(a, b); },
-      [&] { return static_cast<const float*>(c_eager.contiguous().data()); }, quick));
+  out.push_back({"kiln_eager", "kiln eager", "", {}, 0, 0});
+  const std::function<void()> eager = [&] { c_eager = kiln::matmul(a, b); };
+  check_one(s, ref, out.back(), eager,
+            [&] { return static_cast<const float*>(c_eager.contiguous().data()); });
+  rows.push_back({&out.back(), eager, 1});
   auto traced = kiln::function([](const Tensor& x, const Tensor& y) { return kiln::matmul(x, y); },
                                {.name = "gemm"});
-  Tensor c_traced = traced(a, b);  // the trace, outside the timing
-  out.push_back(run_one(
-      s, ref, "kiln_function", "kiln function", [&] { c_traced = traced(a, b); },
-      [&] { return static_cast<const float*>(c_traced.contiguous().data()); }, quick));
+  Tensor c_traced;
+  out.push_back({"kiln_function", "kiln function", "", {}, 0, 0});
+  const std::function<void()> function = [&] { c_traced = traced(a, b); };
+  check_one(s, ref, out.back(), function,  // the first call traces, outside the timing
+            [&] { return static_cast<const float*>(c_traced.contiguous().data()); });
+  rows.push_back({&out.back(), function, 1});
 
-  std::vector<float> c(static_cast<std::size_t>(s.m * s.n));
+  std::vector<std::vector<float>> c(libs.size());
   openblas_set_num_threads(threads);
-  for (Library& lib : libraries(s, threads)) {
-    if (!lib.skipped.empty()) {
-      out.push_back({lib.key, lib.label, lib.skipped, {}, 0, 0});
-      continue;
-    }
-    std::fill(c.begin(), c.end(), NAN);  // a library that writes nothing fails the check
-    out.push_back(run_one(
-        s, ref, lib.key, lib.label, [&] { lib.gemm(a_data, b_data, c.data()); },
-        [&] { return c.data(); }, quick));
+  for (std::size_t i = 0; i < libs.size(); ++i) {
+    Library& lib = libs[i];
+    out.push_back({lib.key, lib.label, lib.skipped, {}, 0, 0});
+    if (!lib.skipped.empty()) continue;
+    // Each library its own C, filled with NaN: a library that writes nothing fails the check.
+    c[i].assign(static_cast<std::size_t>(s.m * s.n), NAN);
+    float* c_data = c[i].data();
+    const std::function<void()> call = [&lib, a_data, b_data, c_data] {
+      lib.gemm(a_data, b_data, c_data);
+    };
+    check_one(s, ref, out.back(), call, [c_data] { return c_data; });
+    rows.push_back({&out.back(), call, threads});
   }
+  time_interleaved(s, rows, quick);
+  openblas_set_num_threads(threads);
   return out;
 }
 

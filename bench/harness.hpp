@@ -33,6 +33,17 @@ struct TimingPlan {
   static TimingPlan quick() { return {0.0, 0.0, 1}; }
 };
 
+/// Fills timing's median and percentiles from per-call times (one per sample; reordered).
+inline void summarize(std::vector<double>& per_call, Timing& timing) {
+  std::sort(per_call.begin(), per_call.end());
+  auto percentile = [&](double q) {
+    return per_call[static_cast<std::size_t>(q * static_cast<double>(per_call.size() - 1) + 0.5)];
+  };
+  timing.median = percentile(0.5);
+  timing.p10 = percentile(0.1);
+  timing.p90 = percentile(0.9);
+}
+
 /// Times fn() under `plan`: warms up, picks a repetition count so one sample lasts about
 /// plan.sample_seconds, takes plan.samples samples and returns per-call statistics.
 template <class Fn>
@@ -61,13 +72,7 @@ Timing measure(const TimingPlan& plan, Fn&& fn) {
     for (std::int64_t i = 0; i < timing.calls_per_sample; ++i) fn();
     per_call.push_back(seconds_since(start) / static_cast<double>(timing.calls_per_sample));
   }
-  std::sort(per_call.begin(), per_call.end());
-  auto percentile = [&](double q) {
-    return per_call[static_cast<std::size_t>(q * static_cast<double>(per_call.size() - 1) + 0.5)];
-  };
-  timing.median = percentile(0.5);
-  timing.p10 = percentile(0.1);
-  timing.p90 = percentile(0.9);
+  summarize(per_call, timing);
   return timing;
 }
 
