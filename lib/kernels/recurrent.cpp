@@ -37,7 +37,8 @@ void lstm_forward(const KernelCall& call) {
 
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  std::vector<ForwardPart<T>> part = forward_parts(bounds, w, bias, units, 4, batch, row_size);
+  std::vector<ForwardPart<T>> part =
+      forward_parts(bounds, w, bias, units, 4, batch, row_size, /*accumulate=*/true);
   std::vector<std::vector<T>> scratch;  // per part, f c_{t-1} and i g of a row [2 width]
   for (const ForwardPart<T>& q : part) scratch.emplace_back(static_cast<std::size_t>(2 * q.width));
   const RowKernels row = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64);
@@ -48,20 +49,23 @@ void lstm_forward(const KernelCall& call) {
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    (t == 0 ? *q.first : *q.later)(h_prev, q.kernel(w), q.product.data());
-    T* fc = scratch[static_cast<std::size_t>(p)].data();
-    T* ig = fc + wd;
+    // z = x_t W_x + b (the part's gate columns), then the GEMM adds h_{t-1} W: one pass over z
+    // before the product, none after it, and no zeroing of z by the library (beta = 1).
     for (std::int64_t b = 0; b < batch; ++b) {
       T* z = q.product.data() + b * 4 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 4 * units;
       if (t + 1 < steps) prefetch_row_part(x + batch * 4 * units, 4, units, u0, wd);
       if (parts == 1)
-        row.add(z, 1, x, 1, z, 4 * wd);
+        row.add(x, 1, q.bias.data(), 1, z, 4 * wd);
       else
         for (std::int64_t g = 0; g < 4; ++g)
-          row.add(z + g * wd, 1, x + g * units + u0, 1, z + g * wd, wd);
-      row.add(z, 1, q.bias.data(), 1, z, 4 * wd);  // + b (in cache, where a separate add would
-                                                   // pass over all of xp once more)
+          row.add(x + g * units + u0, 1, q.bias.data() + g * wd, 1, z + g * wd, wd);
+    }
+    (t == 0 ? *q.first : *q.later)(h_prev, q.kernel(w), q.product.data());
+    T* fc = scratch[static_cast<std::size_t>(p)].data();
+    T* ig = fc + wd;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      T* z = q.product.data() + b * 4 * wd;
       T* out = y + (t * batch + b) * row_size;
       // The activations of gates i, f, g, o: straight into y's saved-gate columns, or over z.
       T* const gi = save_gates ? out + 2 * units + u0 : z;

@@ -179,11 +179,13 @@ struct ForwardPart {
 };
 
 /// The parts of a forward recurrence over `bounds` (part_bounds), for w [U, gates U] and
-/// `bias` [gates U], batch rows and output rows of `row_size` elements.
+/// `bias` [gates U], batch rows and output rows of `row_size` elements. With `accumulate`, the
+/// step's products add h_{t-1} W to what `product` holds (the caller fills it first).
 template <class T>
 std::vector<ForwardPart<T>> forward_parts(const std::vector<std::int64_t>& bounds, const T* w,
                                           const T* bias, std::int64_t units, int gates,
-                                          std::int64_t batch, std::int64_t row_size) {
+                                          std::int64_t batch, std::int64_t row_size,
+                                          bool accumulate = false) {
   const std::size_t parts = bounds.size() - 1;
   std::vector<ForwardPart<T>> out(parts);
   for (std::size_t p = 0; p < parts; ++p) {
@@ -194,7 +196,8 @@ std::vector<ForwardPart<T>> forward_parts(const std::vector<std::int64_t>& bound
     if (parts > 1) q.packed = pack_gate_columns(w, units, units, gates, q.u0, q.width);
     q.bias = pack_gate_columns(bias, 1, units, gates, q.u0, q.width);
     q.product.resize(static_cast<std::size_t>(batch * n));
-    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
+    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false,
+                          to_int(units), to_int(n), accumulate};
     q.first = std::make_unique<Gemm<T>>(shape);
     GemmShape later = shape;
     later.lda = to_int(row_size);
