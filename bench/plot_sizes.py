@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Draws docs/images/lstm-sizes.png from the sizes family of a bench/compare run
 (bench/results/latest.json): workload 7's cached call (median) at each LSTM size (hidden, T), for
-the forward pass and the train step, kiln and every peer variant.
+the forward pass and the train step, kiln and every peer variant. Given several runs' results,
+each point is the median of that point over the runs (on a machine whose speed comes and goes,
+one run can catch kiln or a peer in a slow phase).
 
-    ~/.cache/kiln/peers-venv/bin/python bench/plot_sizes.py [RESULTS] [--output PNG]
+    ~/.cache/kiln/peers-venv/bin/python bench/plot_sizes.py [RESULTS...] [--output PNG]
 
 matplotlib comes with the peers' virtual environment (scripts/peers-env.sh).
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -26,16 +29,35 @@ import plot_common  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
+def median_series(all_series: list[dict]) -> dict:
+    """{(workload, hidden, T): {form: seconds}}: each point's median over the runs that have it."""
+    out = {}
+    for key in {k for series in all_series for k in series}:
+        for form in {f for series in all_series for f in series.get(key, {})}:
+            values = sorted(s[key][form] for s in all_series if form in s.get(key, {}))
+            out.setdefault(key, {})[form] = statistics.median(values)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", nargs="?", default=str(REPO / "bench/results/latest.json"))
+    parser.add_argument("results", nargs="*", default=[str(REPO / "bench/results/latest.json")])
     parser.add_argument("--output", default=str(REPO / "docs/images/lstm-sizes.png"))
     args = parser.parse_args()
-    results = json.loads(Path(args.results).read_text())
-    if "sizes" not in results:
-        sys.exit(f"plot_sizes: {args.results} holds no sizes figures (run bench/compare "
-                 "--only sizes, or without --only)")
-    series = compare_sizes.lstm_series(results["sizes"])
+    runs = []
+    for path in args.results:
+        results = json.loads(Path(path).read_text())
+        if "sizes" not in results:
+            sys.exit(f"plot_sizes: {path} holds no sizes figures (run bench/compare "
+                     "--only sizes, or without --only)")
+        runs.append(results)
+    series = median_series([compare_sizes.lstm_series(r["sizes"]) for r in runs])
+    results = dict(runs[-1])
+    if len(runs) > 1:
+        dates = sorted(r.get("date", "?") for r in runs)
+        results["date"] = f"{dates[0]} to {dates[-1]}, medians of {len(runs)} runs"
+        highest = max(r.get("machine", {}).get("load_start", [0])[0] for r in runs)
+        results.setdefault("machine", {})["load_start"] = [f"{highest} (the highest)"]
     forms = ["kiln"] + compare_sizes.PEER_VARIANTS
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
