@@ -478,10 +478,6 @@ void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::i
     const std::int64_t i = row_tile * tile_m_, j = panel * tile_n_;
     const T* a_tile = s.trans_a ? a + i : a + i * s.lda;
     T* c_tile = c + i * ldc + j;
-    if (c_transposed_) {
-      run_transposed(a, b, c);
-      continue;
-    }
     if (backend_ == GemmBackend::xsmm) {
       const bool last_row = i + tile_m_ > s.m, last_col = j + tile_n_ > s.n;
       const Kernel k = last_row ? (last_col ? corner_ : bottom_) : (last_col ? right_ : full_);
@@ -527,6 +523,10 @@ void Gemm<T>::run_transposed(const T* a, const T* b, T* c) const {
 
 template <class T>
 void Gemm<T>::operator()(const T* a, const T* b, T* c) const {
+  if (c_transposed_) {
+    run_transposed(a, b, c);
+    return;
+  }
   if (tiles_ == 1) {
     run_tiles(a, b, c, 0, 1);
     return;
