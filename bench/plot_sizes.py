@@ -34,7 +34,7 @@ def median_series(all_series: list[dict]) -> dict:
     out = {}
     for key in {k for series in all_series for k in series}:
         for form in {f for series in all_series for f in series.get(key, {})}:
-            values = sorted(s[key][form] for s in all_series if form in s.get(key, {}))
+            values = [s[key][form] for s in all_series if form in s.get(key, {})]
             out.setdefault(key, {})[form] = statistics.median(values)
     return out
 
@@ -57,7 +57,8 @@ def main() -> int:
         dates = sorted(r.get("date", "?") for r in runs)
         results["date"] = f"{dates[0]} to {dates[-1]}, medians of {len(runs)} runs"
         highest = max(r.get("machine", {}).get("load_start", [0])[0] for r in runs)
-        results.setdefault("machine", {})["load_start"] = [f"{highest} (the highest)"]
+        results["machine"] = {**results.get("machine", {}),
+                              "load_start": [f"{highest} (the highest)"]}
     forms = ["kiln"] + compare_sizes.PEER_VARIANTS
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))

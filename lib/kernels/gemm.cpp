@@ -431,7 +431,7 @@ bool Gemm<T>::plan_xsmm() {
   c_transposed_ = std::is_same_v<T, float> && is_small(s.m, s.n, s.k) && !xsmm_avx512() &&
                   xsmm_transposed_wins(s);
   if (c_transposed_) {
-    full_ = right_ = bottom_ = corner_ = reinterpret_cast<Kernel>(cache.get(s, true));
+    full_ = reinterpret_cast<Kernel>(cache.get(s, true));  // operator() runs it, not the tiles
     return full_ != nullptr;
   }
   const int edge_m = s.m % tile_m, edge_n = s.n % tile_n;
