@@ -195,9 +195,11 @@ done
 # here (OPENBLAS_NUM_THREADS=1): its own worker threads would be invisible to TSan and report
 # false races; kiln's own threads are all instrumented. This build leaves MPI out (-Dmpi=disabled):
 # the suite must pass on a machine without it too, where kiln::distributed says it is missing
-# (the MPI engine's thread runs only under mpirun, in the release build above).
+# (the MPI engine's thread runs only under mpirun, in the release build above). It builds no
+# benchmarks and no examples: nothing runs them here.
 echo "== tsan: unit tests (kiln built without MPI)"
-if run_build build-tsan -Db_sanitize=thread -Dbuildtype=debug -Db_lundef=false -Dmpi=disabled; then
+if run_build build-tsan -Db_sanitize=thread -Dbuildtype=debug -Db_lundef=false -Dmpi=disabled \
+  -Dbenchmarks=false -Dexamples=false; then
   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1:allocator_may_return_null=1 \
     run_suite unit-tsan build-tsan/test/kiln_tests
 else
