@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -20,6 +21,7 @@
 #include "kernels/recurrent_parts.hpp"
 #include "layer_test_support.hpp"
 #include "ops/recurrent.hpp"
+#include "simd_test_support.hpp"
 
 namespace {
 
@@ -52,6 +54,10 @@ const std::vector<Case> cases = {
     {"split in two parts", 32, 16, 8, 64, {.return_sequences = true, .return_state = true}},
     {"uneven parts", 32, 12, 8, 80, {.return_state = true}, true},
     {"split, f64, backwards", 32, 16, 4, 64, {.go_backwards = true}, false, kiln::DType::f64},
+    // 20 units: a whole gate panel and a part-filled one on AVX2 (16 f32 columns a panel), a
+    // part-filled one alone on AVX-512 (32), two and a part on SSE2; 7 rows: a tile and one row.
+    {"whole and part-filled panels", 7, 4, 5, 20, {.return_sequences = true}, true},
+    {"whole and part-filled panels, f64", 7, 3, 5, 20, {}, false, kiln::DType::f64},
 };
 
 template <class Layer>
@@ -213,6 +219,76 @@ TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurren
           return kiln::sum(kiln::slice(y, 2, 0, units) * weights);
         },
         args);
+  }
+}
+
+namespace {
+
+/// Every instruction set's gate panel (kernels/gate_panel_arch.hpp) against a double-precision
+/// loop: rows around the tile of 6, K from 0 up, rows of every operand strided, and the
+/// columns of c past the panel untouched.
+template <class T>
+void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
+  using kiln::detail::dtype_index;
+  const kiln::DType dtype = sizeof(T) == 4 ? kiln::DType::f32 : kiln::DType::f64;
+  const kiln::detail::GatePanelFn panel = table.gate_panel[dtype_index(dtype)];
+  const std::int64_t w = table.gate_panel_width[dtype_index(dtype)];
+  REQUIRE(panel != nullptr);
+  REQUIRE(w >= 4);
+  for (const std::int64_t rows : {1, 5, 6, 7, 12, 13, 19})
+    for (const std::int64_t k : {0, 1, 3, 37}) {
+      INFO(table.isa_name << ", " << rows << " rows, K " << k);
+      const std::int64_t lda = k + 3, ldx = w + 5, ldc = w + 2;
+      auto values = [](std::int64_t n, double scale, std::int64_t seed) {
+        std::vector<T> v(static_cast<std::size_t>(n));
+        for (std::int64_t i = 0; i < n; ++i)
+          v[static_cast<std::size_t>(i)] = static_cast<T>(scale * std::sin(0.7 * i + seed));
+        return v;
+      };
+      const std::vector<T> a = values(rows * lda, 1.0, 1), b = values(k * w, 0.5, 2),
+                           x = values(rows * ldx, 2.0, 3), bias = values(w, 0.25, 4);
+      std::vector<T> c(static_cast<std::size_t>(rows * ldc), T(-7));
+      kiln::detail::GatePanelArgs args;
+      args.a = a.data();
+      args.lda = lda;
+      args.b = b.data();
+      args.x = x.data();
+      args.ldx = ldx;
+      args.bias = bias.data();
+      args.c = c.data();
+      args.ldc = ldc;
+      args.rows = rows;
+      args.k = k;
+      args.next_x = x.data();
+      panel(args);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t j = 0; j < ldc; ++j) {
+          const T got = c[static_cast<std::size_t>(r * ldc + j)];
+          if (j >= w) {
+            CHECK(got == T(-7));
+            continue;
+          }
+          double want = static_cast<double>(x[static_cast<std::size_t>(r * ldx + j)]) +
+                        bias[static_cast<std::size_t>(j)];
+          double size = std::abs(want);
+          for (std::int64_t p = 0; p < k; ++p) {
+            const double term = static_cast<double>(a[static_cast<std::size_t>(r * lda + p)]) *
+                                b[static_cast<std::size_t>(p * w + j)];
+            want += term;
+            size += std::abs(term);
+          }
+          INFO("row " << r << ", column " << j);
+          CHECK(std::abs(got - want) <= 4 * std::numeric_limits<T>::epsilon() * (1 + size));
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("every instruction set's gate panel computes x + b + h W", "[fused_recurrent]") {
+  for (const kiln::detail::ElementwiseRowTable* table : kiln::test::row_tables_of_this_cpu()) {
+    check_gate_panels<float>(*table);
+    check_gate_panels<double>(*table);
   }
 }
 

@@ -41,6 +41,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/copy_rows_arch.hpp"
 #include "kernels/elementwise_ops_arch.hpp"
+#include "kernels/gate_panel_arch.hpp"
 #include "kernels/softmax_rows_arch.hpp"
 
 namespace kiln::detail {
@@ -358,6 +359,10 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.stream_copy = &stream_copy<Arch>;
   t.softmax_row[dtype_index(DType::f32)] = &softmax_row<Arch, float>;
   t.softmax_row[dtype_index(DType::f64)] = &softmax_row<Arch, double>;
+  t.gate_panel[dtype_index(DType::f32)] = &gate_panel<Arch, float>;
+  t.gate_panel[dtype_index(DType::f64)] = &gate_panel<Arch, double>;
+  t.gate_panel_width[dtype_index(DType::f32)] = 2 * xsimd::batch<float, Arch>::size;
+  t.gate_panel_width[dtype_index(DType::f64)] = 2 * xsimd::batch<double, Arch>::size;
   return t;
 }
 

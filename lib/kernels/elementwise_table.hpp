@@ -83,6 +83,25 @@ using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
 /// elements at next (the caller's next row, or null) on the way: the softmax primitive's row,
 /// kernels/softmax_rows_arch.hpp.
 using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next);
+/// One gate panel of a fused recurrent step (kernels/gate_panel_arch.hpp), in elements of the
+/// panel's dtype: for each row r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + sum over
+/// p < k of a[r][p] b[p][0, w), where w is the table's gate_panel_width of the dtype and b is
+/// the panel [k][w], contiguous. Rows of a, x and c are lda, ldx and ldc apart; c overlaps none
+/// of the others. next_x, when not null, is where the caller's next panel's x starts (asked for
+/// into the cache on the way).
+struct GatePanelArgs {
+  const void* a = nullptr;
+  std::int64_t lda = 0;
+  const void* b = nullptr;
+  const void* x = nullptr;
+  std::int64_t ldx = 0;
+  const void* bias = nullptr;
+  void* c = nullptr;
+  std::int64_t ldc = 0;
+  std::int64_t rows = 0, k = 0;
+  const void* next_x = nullptr;
+};
+using GatePanelFn = void (*)(const GatePanelArgs& args);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -92,10 +111,12 @@ struct ElementwiseRowTable {
   UnaryRowFn unary[num_unary_rows][num_dtypes] = {};  // [prim][input dtype]
   UnaryRowFn cast[num_dtypes][num_dtypes] = {};       // [from][to]
   BinaryRowFn binary[num_binary_rows][num_dtypes] = {};
-  WhereRowFn where[num_dtypes] = {};          // [dtype of a and b]
-  CopyRowsFn copy_rows = nullptr;             // short rows in full-width vector moves
-  StreamCopyFn stream_copy = nullptr;         // large outputs, non-temporal stores
-  SoftmaxRowFn softmax_row[num_dtypes] = {};  // floating-point dtypes only
+  WhereRowFn where[num_dtypes] = {};               // [dtype of a and b]
+  CopyRowsFn copy_rows = nullptr;                  // short rows in full-width vector moves
+  StreamCopyFn stream_copy = nullptr;              // large outputs, non-temporal stores
+  SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
+  GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
+  std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and

@@ -22,6 +22,10 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 
 /// Forward. Inputs: xp [T, B, 4U] (each step's x W), h0 [B, U], c0 [B, U], w [U, 4U], b [4U];
 /// output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate activations i, f, g, o).
+///
+/// Each part's step product z = x_t W_x + b + h_{t-1} W [B, 4 width] runs in gate panels
+/// (kernels/gate_panel_arch.hpp) over the part's weights, packed once per call on the part's
+/// own thread; then the gate math runs over z's rows while they are in cache.
 template <class T>
 void lstm_forward(const KernelCall& call) {
   const ArrayRef& xp = call.inputs[0];
@@ -35,34 +39,29 @@ void lstm_forward(const KernelCall& call) {
   T* y = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
+  const DType dtype = sizeof(T) == 4 ? DType::f32 : DType::f64;
+  const ElementwiseRowTable& table = elementwise_rows();
+  const GatePanels panels{table.gate_panel[dtype_index(dtype)],
+                          table.gate_panel_width[dtype_index(dtype)], units, 4};
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  std::vector<ForwardPart<T>> part =
-      forward_parts(bounds, w, bias, units, 4, batch, row_size, /*accumulate=*/true);
-  std::vector<std::vector<T>> scratch;  // per part, f c_{t-1} and i g of a row [2 width]
-  for (const ForwardPart<T>& q : part) scratch.emplace_back(static_cast<std::size_t>(2 * q.width));
-  const RowKernels row = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64);
+  std::vector<PanelPart<T>> part;
+  for (int p = 0; p < parts; ++p)
+    part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
+                      bounds[static_cast<std::size_t>(p) + 1], batch);
+  const RowKernels row = RowKernels::of(dtype);
 
   const auto step = [&](int p, std::int64_t t) {
-    ForwardPart<T>& q = part[static_cast<std::size_t>(p)];
+    PanelPart<T>& q = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = q.width, u0 = q.u0;
+    if (t == 0) q.pack(panels, w);
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    // z = x_t W_x + b (the part's gate columns), then the GEMM adds h_{t-1} W: one pass over z
-    // before the product, none after it, and no zeroing of z by the library (beta = 1).
-    for (std::int64_t b = 0; b < batch; ++b) {
-      T* z = q.product.data() + b * 4 * wd;
-      const T* x = xp.ptr<const T>() + (t * batch + b) * 4 * units;
-      if (t + 1 < steps) prefetch_row_part(x + batch * 4 * units, 4, units, u0, wd);
-      if (parts == 1)
-        row.add(x, 1, q.bias.data(), 1, z, 4 * wd);
-      else
-        for (std::int64_t g = 0; g < 4; ++g)
-          row.add(x + g * units + u0, 1, q.bias.data() + g * wd, 1, z + g * wd, wd);
-    }
-    (t == 0 ? *q.first : *q.later)(h_prev, q.kernel(w), q.product.data());
-    T* fc = scratch[static_cast<std::size_t>(p)].data();
+    const T* x_t = xp.ptr<const T>() + t * batch * 4 * units;
+    q.product_of(panels, h_prev, prev_ld, x_t, bias,
+                 t + 1 < steps ? x_t + batch * 4 * units : nullptr);
+    T* fc = q.scratch.data();
     T* ig = fc + wd;
     for (std::int64_t b = 0; b < batch; ++b) {
       T* z = q.product.data() + b * 4 * wd;

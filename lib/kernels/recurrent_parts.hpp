@@ -163,6 +163,99 @@ void prefetch_row_part(const T* row, int gates, std::int64_t units, std::int64_t
       __builtin_prefetch(row + g * units + u0 + j, 0, 2);
 }
 
+/// The gate panels (kernels/gate_panel_arch.hpp) of a recurrence with `gates` gate blocks of
+/// `units` units, in this process's instruction set: its panel function and width.
+struct GatePanels {
+  GatePanelFn fn = nullptr;
+  std::int64_t width = 0;  // columns of a panel
+  std::int64_t units = 0;  // U: the recurrent kernel is [U, gates U]
+  int gates = 0;
+};
+
+/// One part of a forward recurrence whose step product z = x_t W_x + b + h_{t-1} W runs in
+/// gate panels: units [u0, u0 + width) of every gate, cut into `blocks` panels per gate (the
+/// last one part-filled when the panel width does not divide the part's), its weights packed
+/// panel by panel, and z [B, gates width] (each gate's columns side by side).
+template <class T>
+struct PanelPart {
+  std::int64_t u0 = 0, width = 0, blocks = 0, batch = 0;
+  std::vector<T> packed;   // [gates blocks][U][panel width], zero past the part's units
+  std::vector<T> product;  // z
+  std::vector<T> scratch;  // [2 width], for the gate math
+  std::vector<T> edge_x, edge_bias, edge_c;  // a part-filled panel's x, b and z, zero-padded
+
+  PanelPart(const GatePanels& g, std::int64_t begin, std::int64_t end, std::int64_t rows)
+      : u0(begin), width(end - begin), blocks((width + g.width - 1) / g.width), batch(rows) {
+    product.resize(static_cast<std::size_t>(batch * g.gates * width));
+    scratch.resize(static_cast<std::size_t>(2 * width));
+    if (width % g.width != 0) {
+      edge_x.resize(static_cast<std::size_t>(batch * g.width));
+      edge_bias.resize(static_cast<std::size_t>(g.width));
+      edge_c.resize(static_cast<std::size_t>(batch * g.width));
+    }
+  }
+
+  /// Packs the part's columns of the recurrent kernel w [U, gates U] (on the thread that runs
+  /// the part, so they land in its core's cache).
+  void pack(const GatePanels& g, const T* w) {
+    const std::int64_t k = g.units, nr = g.width, ld = g.gates * g.units;
+    packed.assign(static_cast<std::size_t>(g.gates * blocks * k * nr), T(0));
+    for (std::int64_t gate = 0; gate < g.gates; ++gate)
+      for (std::int64_t block = 0; block < blocks; ++block) {
+        const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
+        T* panel = packed.data() + (gate * blocks + block) * k * nr;
+        const T* src = w + gate * g.units + u0 + j0;
+        for (std::int64_t p = 0; p < k; ++p)
+          std::memcpy(panel + p * nr, src + p * ld, static_cast<std::size_t>(cols) * sizeof(T));
+      }
+  }
+
+  /// z = x + b + h W over the part's columns: h [B, U] with rows ldh apart, x the step's
+  /// [B, gates U] (rows gates U apart), b [gates U]; next_x is the next step's x (or null), asked
+  /// for into the cache while the last panel runs.
+  void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, const T* bias,
+                  const T* next_x) {
+    const std::int64_t nr = g.width, ldx = g.gates * g.units, ldz = g.gates * width;
+    GatePanelArgs args;
+    args.a = h;
+    args.lda = ldh;
+    args.rows = batch;
+    args.k = g.units;
+    for (std::int64_t gate = 0; gate < g.gates; ++gate)
+      for (std::int64_t block = 0; block < blocks; ++block) {
+        const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
+        const T* xs = x + gate * g.units + u0 + j0;
+        args.b = packed.data() + (gate * blocks + block) * g.units * nr;
+        args.next_x = block + 1 < blocks   ? xs + nr
+                      : gate + 1 < g.gates ? x + (gate + 1) * g.units + u0
+                      : next_x != nullptr  ? next_x + u0
+                                           : nullptr;
+        T* z = product.data() + gate * width + j0;
+        if (cols == nr) {
+          args.x = xs;
+          args.ldx = ldx;
+          args.bias = bias + gate * g.units + u0 + j0;
+          args.c = z;
+          args.ldc = ldz;
+          g.fn(args);
+          continue;
+        }
+        const std::size_t bytes = static_cast<std::size_t>(cols) * sizeof(T);
+        for (std::int64_t b = 0; b < batch; ++b)
+          std::memcpy(edge_x.data() + b * nr, xs + b * ldx, bytes);  // the rest stays zero
+        std::memcpy(edge_bias.data(), bias + gate * g.units + u0 + j0, bytes);
+        args.x = edge_x.data();
+        args.ldx = nr;
+        args.bias = edge_bias.data();
+        args.c = edge_c.data();
+        args.ldc = nr;
+        g.fn(args);
+        for (std::int64_t b = 0; b < batch; ++b)
+          std::memcpy(z + b * ldz, edge_c.data() + b * nr, bytes);
+      }
+  }
+};
+
 /// One part of a forward recurrence (LSTM, GRU): units [u0, u0 + width) of every gate, with its
 /// columns of the recurrent kernel w [U, gates U] packed side by side (w itself when there is
 /// one part: `packed` stays empty), its columns of a bias, the buffer of its step's product
@@ -179,13 +272,11 @@ struct ForwardPart {
 };
 
 /// The parts of a forward recurrence over `bounds` (part_bounds), for w [U, gates U] and
-/// `bias` [gates U], batch rows and output rows of `row_size` elements. With `accumulate`, the
-/// step's products add h_{t-1} W to what `product` holds (the caller fills it first).
+/// `bias` [gates U], batch rows and output rows of `row_size` elements.
 template <class T>
 std::vector<ForwardPart<T>> forward_parts(const std::vector<std::int64_t>& bounds, const T* w,
                                           const T* bias, std::int64_t units, int gates,
-                                          std::int64_t batch, std::int64_t row_size,
-                                          bool accumulate = false) {
+                                          std::int64_t batch, std::int64_t row_size) {
   const std::size_t parts = bounds.size() - 1;
   std::vector<ForwardPart<T>> out(parts);
   for (std::size_t p = 0; p < parts; ++p) {
@@ -196,8 +287,7 @@ std::vector<ForwardPart<T>> forward_parts(const std::vector<std::int64_t>& bound
     if (parts > 1) q.packed = pack_gate_columns(w, units, units, gates, q.u0, q.width);
     q.bias = pack_gate_columns(bias, 1, units, gates, q.u0, q.width);
     q.product.resize(static_cast<std::size_t>(batch * n));
-    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false,
-                          to_int(units), to_int(n), accumulate};
+    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
     q.first = std::make_unique<Gemm<T>>(shape);
     GemmShape later = shape;
     later.lda = to_int(row_size);
