@@ -224,7 +224,7 @@ TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurren
 
 namespace {
 
-/// Every instruction set's gate panel (kernels/gate_panel_arch.hpp) against a double-precision
+/// Every instruction set's gate panel (kernels/recurrent_step_arch.hpp) against a double-precision
 /// loop: rows around the tile of 6, K from 0 up, rows of every operand strided, and the
 /// columns of c past the panel untouched.
 template <class T>
@@ -283,7 +283,70 @@ void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
     }
 }
 
+/// Every instruction set's LSTM cell row against double-precision math on the same inputs:
+/// lengths around the vector width (the last vector zero-padded), with and without the saved
+/// activations, and nothing written past the row.
+template <class T>
+void check_lstm_cells(const kiln::detail::ElementwiseRowTable& table) {
+  using kiln::detail::dtype_index;
+  const kiln::DType dtype = sizeof(T) == 4 ? kiln::DType::f32 : kiln::DType::f64;
+  const kiln::detail::LstmCellFn cell = table.lstm_cell[dtype_index(dtype)];
+  REQUIRE(cell != nullptr);
+  const auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (const std::int64_t n : {1, 3, 4, 7, 8, 9, 16, 21, 40})
+    for (const bool save : {false, true}) {
+      INFO(table.isa_name << ", " << n << " units, activations saved: " << save);
+      const std::int64_t zs = n + 2, gs = n + 3;  // gate blocks apart by more than n
+      std::vector<T> z(static_cast<std::size_t>(4 * zs)), c_prev(static_cast<std::size_t>(n));
+      for (std::size_t i = 0; i < z.size(); ++i) z[i] = static_cast<T>(3 * std::sin(1.3 * i));
+      for (std::size_t i = 0; i < c_prev.size(); ++i) c_prev[i] = static_cast<T>(std::cos(i));
+      std::vector<T> c(static_cast<std::size_t>(n + 1), T(-7)), h(c), gates(4 * gs, T(-7));
+      kiln::detail::LstmCellArgs args;
+      args.z = z.data();
+      args.z_gate_stride = zs;
+      args.c_prev = c_prev.data();
+      args.c = c.data();
+      args.h = h.data();
+      args.gates = save ? gates.data() : nullptr;
+      args.gates_stride = gs;
+      args.n = n;
+      cell(args);
+      const double tol = 8 * std::numeric_limits<T>::epsilon();
+      for (std::int64_t j = 0; j < n; ++j) {
+        INFO("unit " << j);
+        const auto at = [&](std::int64_t gate) {
+          return static_cast<double>(z[static_cast<std::size_t>(gate * zs + j)]);
+        };
+        const double i = sigmoid(at(0)), f = sigmoid(at(1)), g = std::tanh(at(2)),
+                     o = sigmoid(at(3));
+        const double c_want = f * c_prev[static_cast<std::size_t>(j)] + i * g;
+        CHECK(std::abs(c[static_cast<std::size_t>(j)] - c_want) <= tol * (1 + std::abs(c_want)));
+        CHECK(std::abs(h[static_cast<std::size_t>(j)] - o * std::tanh(c_want)) <= 2 * tol);
+        const double want_gates[4] = {i, f, g, o};
+        for (std::int64_t gate = 0; gate < 4; ++gate) {
+          const T got = gates[static_cast<std::size_t>(gate * gs + j)];
+          if (save)
+            CHECK(std::abs(got - want_gates[gate]) <= tol);
+          else
+            CHECK(got == T(-7));
+        }
+      }
+      CHECK(c[static_cast<std::size_t>(n)] == T(-7));
+      CHECK(h[static_cast<std::size_t>(n)] == T(-7));
+      for (std::int64_t gate = 0; gate < 4; ++gate)
+        for (std::int64_t j = n; j < gs; ++j)
+          CHECK(gates[static_cast<std::size_t>(gate * gs + j)] == T(-7));
+    }
+}
+
 }  // namespace
+
+TEST_CASE("every instruction set's LSTM cell row computes c and h", "[fused_recurrent]") {
+  for (const kiln::detail::ElementwiseRowTable* table : kiln::test::row_tables_of_this_cpu()) {
+    check_lstm_cells<float>(*table);
+    check_lstm_cells<double>(*table);
+  }
+}
 
 TEST_CASE("every instruction set's gate panel computes x + b + h W", "[fused_recurrent]") {
   for (const kiln::detail::ElementwiseRowTable* table : kiln::test::row_tables_of_this_cpu()) {

@@ -41,7 +41,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/copy_rows_arch.hpp"
 #include "kernels/elementwise_ops_arch.hpp"
-#include "kernels/gate_panel_arch.hpp"
+#include "kernels/recurrent_step_arch.hpp"
 #include "kernels/softmax_rows_arch.hpp"
 
 namespace kiln::detail {
@@ -363,6 +363,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.gate_panel[dtype_index(DType::f64)] = &gate_panel<Arch, double>;
   t.gate_panel_width[dtype_index(DType::f32)] = 2 * xsimd::batch<float, Arch>::size;
   t.gate_panel_width[dtype_index(DType::f64)] = 2 * xsimd::batch<double, Arch>::size;
+  t.lstm_cell[dtype_index(DType::f32)] = &lstm_cell<Arch, float>;
+  t.lstm_cell[dtype_index(DType::f64)] = &lstm_cell<Arch, double>;
   return t;
 }
 

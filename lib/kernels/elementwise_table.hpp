@@ -83,7 +83,7 @@ using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
 /// elements at next (the caller's next row, or null) on the way: the softmax primitive's row,
 /// kernels/softmax_rows_arch.hpp.
 using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next);
-/// One gate panel of a fused recurrent step (kernels/gate_panel_arch.hpp), in elements of the
+/// One gate panel of a fused recurrent step (kernels/recurrent_step_arch.hpp), in elements of the
 /// panel's dtype: for each row r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + sum over
 /// p < k of a[r][p] b[p][0, w), where w is the table's gate_panel_width of the dtype and b is
 /// the panel [k][w], contiguous. Rows of a, x and c are lda, ldx and ldc apart; c overlaps none
@@ -102,6 +102,21 @@ struct GatePanelArgs {
   const void* next_x = nullptr;
 };
 using GatePanelFn = void (*)(const GatePanelArgs& args);
+/// The LSTM cell on a row of n units (kernels/recurrent_step_arch.hpp): with z's gate blocks
+/// i, f, g, o at z + gate * z_gate_stride, c = sigmoid(f) c_prev + sigmoid(i) tanh(g) and
+/// h = sigmoid(o) tanh(c); when gates is not null the four activations are stored at
+/// gates + gate * gates_stride. Elements of the dtype; c and h overlap nothing else.
+struct LstmCellArgs {
+  const void* z = nullptr;
+  std::int64_t z_gate_stride = 0;
+  const void* c_prev = nullptr;
+  void* c = nullptr;
+  void* h = nullptr;
+  void* gates = nullptr;
+  std::int64_t gates_stride = 0;
+  std::int64_t n = 0;
+};
+using LstmCellFn = void (*)(const LstmCellArgs& args);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -117,6 +132,7 @@ struct ElementwiseRowTable {
   SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype
+  LstmCellFn lstm_cell[num_dtypes] = {};           // f32 and f64 only
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and

@@ -24,8 +24,9 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 /// output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate activations i, f, g, o).
 ///
 /// Each part's step product z = x_t W_x + b + h_{t-1} W [B, 4 width] runs in gate panels
-/// (kernels/gate_panel_arch.hpp) over the part's weights, packed once per call on the part's
-/// own thread; then the gate math runs over z's rows while they are in cache.
+/// (kernels/recurrent_step_arch.hpp) over the part's weights, packed once per call on the part's
+/// own thread; then the LSTM cell (one pass per row, kernels/recurrent_step_arch.hpp) runs over
+/// z's rows while they are in cache.
 template <class T>
 void lstm_forward(const KernelCall& call) {
   const ArrayRef& xp = call.inputs[0];
@@ -49,7 +50,7 @@ void lstm_forward(const KernelCall& call) {
   for (int p = 0; p < parts; ++p)
     part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                       bounds[static_cast<std::size_t>(p) + 1], batch);
-  const RowKernels row = RowKernels::of(dtype);
+  const LstmCellFn lstm_cell = table.lstm_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
     PanelPart<T>& q = part[static_cast<std::size_t>(p)];
@@ -61,30 +62,18 @@ void lstm_forward(const KernelCall& call) {
     const T* x_t = xp.ptr<const T>() + t * batch * 4 * units;
     q.product_of(panels, h_prev, prev_ld, x_t, bias,
                  t + 1 < steps ? x_t + batch * 4 * units : nullptr);
-    T* fc = q.scratch.data();
-    T* ig = fc + wd;
+    LstmCellArgs cell;
+    cell.z_gate_stride = wd;
+    cell.gates_stride = units;
+    cell.n = wd;
     for (std::int64_t b = 0; b < batch; ++b) {
-      T* z = q.product.data() + b * 4 * wd;
       T* out = y + (t * batch + b) * row_size;
-      // The activations of gates i, f, g, o: straight into y's saved-gate columns, or over z.
-      T* const gi = save_gates ? out + 2 * units + u0 : z;
-      T* const gf = save_gates ? out + 3 * units + u0 : z + wd;
-      T* const gg = save_gates ? out + 4 * units + u0 : z + 2 * wd;
-      T* const go = save_gates ? out + 5 * units + u0 : z + 3 * wd;
-      if (gf == gi + wd) {  // i and f side by side (one part, or nothing saved)
-        row.sigmoid(z, 1, gi, 2 * wd);
-      } else {
-        row.sigmoid(z, 1, gi, wd);
-        row.sigmoid(z + wd, 1, gf, wd);
-      }
-      row.tanh(z + 2 * wd, 1, gg, wd);
-      row.sigmoid(z + 3 * wd, 1, go, wd);
-      T* c = out + units + u0;
-      row.mul(gf, 1, c_prev + b * prev_ld + u0, 1, fc, wd);  // f c_{t-1}
-      row.mul(gi, 1, gg, 1, ig, wd);                         // i g
-      row.add(fc, 1, ig, 1, c, wd);
-      row.tanh(c, 1, fc, wd);
-      row.mul(go, 1, fc, 1, out + u0, wd);  // h = o tanh(c)
+      cell.z = q.product.data() + b * 4 * wd;
+      cell.c_prev = c_prev + b * prev_ld + u0;
+      cell.c = out + units + u0;
+      cell.h = out + u0;
+      cell.gates = save_gates ? out + 2 * units + u0 : nullptr;  // i, f, g, o for the backward
+      lstm_cell(cell);
     }
   };
   PhaseTeam(parts, steps).run(step);

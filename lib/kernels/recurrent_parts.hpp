@@ -163,7 +163,7 @@ void prefetch_row_part(const T* row, int gates, std::int64_t units, std::int64_t
       __builtin_prefetch(row + g * units + u0 + j, 0, 2);
 }
 
-/// The gate panels (kernels/gate_panel_arch.hpp) of a recurrence with `gates` gate blocks of
+/// The gate panels (kernels/recurrent_step_arch.hpp) of a recurrence with `gates` gate blocks of
 /// `units` units, in this process's instruction set: its panel function and width.
 struct GatePanels {
   GatePanelFn fn = nullptr;
@@ -181,13 +181,11 @@ struct PanelPart {
   std::int64_t u0 = 0, width = 0, blocks = 0, batch = 0;
   std::vector<T> packed;   // [gates blocks][U][panel width], zero past the part's units
   std::vector<T> product;  // z
-  std::vector<T> scratch;  // [2 width], for the gate math
   std::vector<T> edge_x, edge_bias, edge_c;  // a part-filled panel's x, b and z, zero-padded
 
   PanelPart(const GatePanels& g, std::int64_t begin, std::int64_t end, std::int64_t rows)
       : u0(begin), width(end - begin), blocks((width + g.width - 1) / g.width), batch(rows) {
     product.resize(static_cast<std::size_t>(batch * g.gates * width));
-    scratch.resize(static_cast<std::size_t>(2 * width));
     if (width % g.width != 0) {
       edge_x.resize(static_cast<std::size_t>(batch * g.width));
       edge_bias.resize(static_cast<std::size_t>(g.width));

@@ -1,6 +1,7 @@
 #pragma once
-// The gate panel of the fused recurrences (kernels/recurrent.cpp) for one xsimd architecture:
-// GatePanelFn. Included only by elementwise_arch.hpp; the same one-definition rules apply
+// The per-instruction-set pieces of a fused recurrent step (kernels/recurrent.cpp) for one xsimd
+// architecture: the gate panel (GatePanelFn) and the LSTM cell's row (LstmCellFn). Included only
+// by elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same one-definition rules apply
 // (everything here is in an anonymous namespace).
 //
 // A recurrent step's product z = x_t W_x + b + h_{t-1} W over a run of `panel width` gate
@@ -12,7 +13,7 @@
 // on the Zen 3 in a profile), and x_t W_x + b is added as the tile is stored.
 
 #ifndef KILN_ELEMENTWISE_ISA
-#error "include kernels/elementwise_arch.hpp, not kernels/gate_panel_arch.hpp"
+#error "include kernels/elementwise_arch.hpp, not kernels/recurrent_step_arch.hpp"
 #endif
 
 #include <cstdint>
@@ -93,6 +94,57 @@ void gate_panel(const GatePanelArgs& g) {
       return gate_tile<Arch, T, 5>(g, ai, xi, ci);
     default:
       return;
+  }
+}
+
+/// LstmCellFn: the LSTM cell on one row of z, a vector of units at a time (the last one
+/// through a zero-padded vector). The activations are the sigmoid and tanh rows' own
+/// (SigmoidOp, TanhOp), so they are what the scan form's ops compute; f c_{t-1} + i g may round
+/// once where the instruction set has fused multiply-adds.
+template <class Arch, class T>
+void lstm_cell(const LstmCellArgs& a) {
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  const T* z = static_cast<const T*>(a.z);
+  const T* c_prev = static_cast<const T*>(a.c_prev);
+  T* c_out = static_cast<T*>(a.c);
+  T* h_out = static_cast<T*>(a.h);
+  T* gates = static_cast<T*>(a.gates);
+  const std::int64_t zs = a.z_gate_stride, gs = a.gates_stride;
+  // The cell on the vectors at z + j (and c_prev + j), stored to c, h and gates at `to` + j.
+  const auto cell = [&](const T* zj, std::int64_t z_stride, const T* cj, T* c, T* h, T* g_out,
+                        std::int64_t g_stride) {
+    const B i = SigmoidOp::simd(B::load_unaligned(zj));
+    const B f = SigmoidOp::simd(B::load_unaligned(zj + z_stride));
+    const B g = TanhOp::simd(B::load_unaligned(zj + 2 * z_stride));
+    const B o = SigmoidOp::simd(B::load_unaligned(zj + 3 * z_stride));
+    const B c_new = f * B::load_unaligned(cj) + i * g;
+    c_new.store_unaligned(c);
+    (o * TanhOp::simd(c_new)).store_unaligned(h);
+    if (g_out != nullptr) {
+      i.store_unaligned(g_out);
+      f.store_unaligned(g_out + g_stride);
+      g.store_unaligned(g_out + 2 * g_stride);
+      o.store_unaligned(g_out + 3 * g_stride);
+    }
+  };
+  std::int64_t j = 0;
+  for (; j + width <= a.n; j += width)
+    cell(z + j, zs, c_prev + j, c_out + j, h_out + j, gates != nullptr ? gates + j : nullptr, gs);
+  if (j == a.n) return;
+  const std::int64_t rest = a.n - j;
+  T zt[4 * width] = {}, ct[width] = {}, c_new[width], h_new[width], g_new[4 * width];
+  for (std::int64_t k = 0; k < rest; ++k) {
+    for (std::int64_t gate = 0; gate < 4; ++gate) zt[gate * width + k] = z[gate * zs + j + k];
+    ct[k] = c_prev[j + k];
+  }
+  cell(zt, width, ct, c_new, h_new, g_new, width);
+  for (std::int64_t k = 0; k < rest; ++k) {
+    c_out[j + k] = c_new[k];
+    h_out[j + k] = h_new[k];
+    if (gates != nullptr)
+      for (std::int64_t gate = 0; gate < 4; ++gate)
+        gates[gate * gs + j + k] = g_new[gate * width + k];
   }
 }
 
