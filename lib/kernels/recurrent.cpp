@@ -60,7 +60,7 @@ void lstm_forward(const KernelCall& call) {
     const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
     const T* x_t = xp.ptr<const T>() + t * batch * 4 * units;
-    q.product_of(panels, h_prev, prev_ld, x_t, bias,
+    q.product_of(panels, h_prev, prev_ld, x_t, 4 * units, bias,
                  t + 1 < steps ? x_t + batch * 4 * units : nullptr);
     LstmCellArgs cell;
     cell.z_gate_stride = wd;

@@ -34,24 +34,33 @@ void gru_forward(const KernelCall& call) {
   T* y = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
+  const DType dtype = dtype_of(sizeof(T));
+  const ElementwiseRowTable& table = elementwise_rows();
+  const GatePanels panels{table.gate_panel[dtype_index(dtype)],
+                          table.gate_panel_width[dtype_index(dtype)], units, 3};
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  // Per part: q = h_{t-1} W [B, 3 width] (the product), b_rec, and here b_in's columns and a
+  // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (with a row of zeros for x: the
+  // candidate gate needs r (h W_n + b_rec,n) before x is added), and here b_in's columns and a
   // row's scratch [7 width]: z, r, n, a temporary, x + b_in.
-  std::vector<ForwardPart<T>> part = forward_parts(bounds, w, b_rec, units, 3, batch, row_size);
+  std::vector<PanelPart<T>> part;
   std::vector<std::vector<T>> bias_in, scratch;
-  for (const ForwardPart<T>& pt : part) {
+  for (int p = 0; p < parts; ++p) {
+    const PanelPart<T>& pt = part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
+                                               bounds[static_cast<std::size_t>(p) + 1], batch);
     bias_in.push_back(pack_gate_columns(b_in, 1, units, 3, pt.u0, pt.width));
     scratch.emplace_back(static_cast<std::size_t>(7 * pt.width));
   }
-  const RowKernels row = RowKernels::of(dtype_of(sizeof(T)));
+  const std::vector<T> no_x(static_cast<std::size_t>(3 * units), T(0));
+  const RowKernels row = RowKernels::of(dtype);
 
   const auto step = [&](int p, std::int64_t t) {
-    ForwardPart<T>& pt = part[static_cast<std::size_t>(p)];
+    PanelPart<T>& pt = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = pt.width, u0 = pt.u0;
+    if (t == 0) pt.pack(panels, w);
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    (t == 0 ? *pt.first : *pt.later)(h_prev, pt.kernel(w), pt.product.data());
+    pt.product_of(panels, h_prev, prev_ld, no_x.data(), 0, b_rec, nullptr);  // q
     const T* b_in_part = bias_in[static_cast<std::size_t>(p)].data();
     T* const row_scratch = scratch[static_cast<std::size_t>(p)].data();
     T* r_scratch = row_scratch + 3 * wd;
@@ -67,8 +76,7 @@ void gru_forward(const KernelCall& call) {
       T* const r = save ? out + 2 * units + u0 : row_scratch + wd;
       T* const n = save ? out + 3 * units + u0 : row_scratch + 2 * wd;
       if (t + 1 < steps) prefetch_row_part(x - u0 + batch * 3 * units, 3, units, u0, wd);
-      row.add(q, 1, pt.bias.data(), 1, q, 3 * wd);  // q = h W + b_rec
-      for (std::int64_t g = 0; g < 3; ++g)          // x W + b_in
+      for (std::int64_t g = 0; g < 3; ++g)  // x W + b_in
         row.add(x + g * units, 1, b_in_part + g * wd, 1, xb + g * wd, wd);
       if (r == z + wd) {  // z and r side by side (one part, or nothing saved)
         row.add(xb, 1, q, 1, z, 2 * wd);

@@ -4,12 +4,14 @@
 // steps together, the row kernels of the gate math, and per-instruction-set builds of the
 // plain loops of the backward gate math.
 //
-// Each time step is one GEMM (h_{t-1} times the recurrent kernel) and the gate math on its
-// output while that output is still in cache. With several threads the units are cut into
-// parts, one per thread: part p owns units [u0, u1) of every gate, so its GEMM reads only its
-// columns of the kernel (packed once per call, contiguous: they stay in that core's cache from
-// step to step) and its gate math needs nothing from the other parts. The parts of a step need
-// the whole h of the step before, so the threads meet once per step (PhaseTeam).
+// Each forward time step is one product (h_{t-1} times the recurrent kernel, in kiln's gate
+// panels: PanelPart, kernels/recurrent_step_arch.hpp) and the gate math on its output while that
+// output is still in cache; a backward step is one GEMM and its gate math. With several threads
+// the units are cut into parts, one per thread: part p owns units [u0, u1) of every gate, so its
+// product reads only its columns of the kernel (packed once per call, contiguous: they stay in
+// that core's cache from step to step) and its gate math needs nothing from the other parts. The
+// parts of a step need the whole h of the step before, so the threads meet once per step
+// (PhaseTeam).
 
 #include <algorithm>
 #include <atomic>
@@ -209,11 +211,11 @@ struct PanelPart {
   }
 
   /// z = x + b + h W over the part's columns: h [B, U] with rows ldh apart, x the step's
-  /// [B, gates U] (rows gates U apart), b [gates U]; next_x is the next step's x (or null), asked
-  /// for into the cache while the last panel runs.
-  void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, const T* bias,
-                  const T* next_x) {
-    const std::int64_t nr = g.width, ldx = g.gates * g.units, ldz = g.gates * width;
+  /// [B, gates U] with rows ldx apart (0: one row for all), b [gates U]; next_x is the next
+  /// step's x (or null), asked for into the cache while the last panel runs.
+  void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, std::int64_t ldx,
+                  const T* bias, const T* next_x) {
+    const std::int64_t nr = g.width, ldz = g.gates * width;
     GatePanelArgs args;
     args.a = h;
     args.lda = ldh;
@@ -253,46 +255,6 @@ struct PanelPart {
       }
   }
 };
-
-/// One part of a forward recurrence (LSTM, GRU): units [u0, u0 + width) of every gate, with its
-/// columns of the recurrent kernel w [U, gates U] packed side by side (w itself when there is
-/// one part: `packed` stays empty), its columns of a bias, the buffer of its step's product
-/// h_{t-1} w [B, gates width], and the two GEMMs of that product: from h0 (rows U apart) at step
-/// 0, from h_{t-1} inside the output y (rows `row_size` apart) after.
-template <class T>
-struct ForwardPart {
-  std::int64_t u0 = 0, width = 0;
-  std::vector<T> packed, bias, product;
-  std::unique_ptr<Gemm<T>> first, later;
-
-  /// The recurrent kernel's columns of this part.
-  const T* kernel(const T* w) const { return packed.empty() ? w : packed.data(); }
-};
-
-/// The parts of a forward recurrence over `bounds` (part_bounds), for w [U, gates U] and
-/// `bias` [gates U], batch rows and output rows of `row_size` elements.
-template <class T>
-std::vector<ForwardPart<T>> forward_parts(const std::vector<std::int64_t>& bounds, const T* w,
-                                          const T* bias, std::int64_t units, int gates,
-                                          std::int64_t batch, std::int64_t row_size) {
-  const std::size_t parts = bounds.size() - 1;
-  std::vector<ForwardPart<T>> out(parts);
-  for (std::size_t p = 0; p < parts; ++p) {
-    ForwardPart<T>& q = out[p];
-    q.u0 = bounds[p];
-    q.width = bounds[p + 1] - q.u0;
-    const std::int64_t n = gates * q.width;
-    if (parts > 1) q.packed = pack_gate_columns(w, units, units, gates, q.u0, q.width);
-    q.bias = pack_gate_columns(bias, 1, units, gates, q.u0, q.width);
-    q.product.resize(static_cast<std::size_t>(batch * n));
-    const GemmShape shape{to_int(batch), to_int(n), to_int(units), false, to_int(units), to_int(n)};
-    q.first = std::make_unique<Gemm<T>>(shape);
-    GemmShape later = shape;
-    later.lda = to_int(row_size);
-    q.later = std::make_unique<Gemm<T>>(later);
-  }
-  return out;
-}
 
 /// A function of the backward gate math, compiled for each instruction set: Body is a plain
 /// loop (always_inline) that the compiler vectorizes at the width of the target it is inlined
