@@ -41,16 +41,14 @@ void lstm_forward(const KernelCall& call) {
   if (steps == 0 || batch == 0) return;
 
   const DType dtype = sizeof(T) == 4 ? DType::f32 : DType::f64;
-  const ElementwiseRowTable& table = elementwise_rows();
-  const GatePanels panels{table.gate_panel[dtype_index(dtype)],
-                          table.gate_panel_width[dtype_index(dtype)], units, 4};
+  const GatePanels panels = GatePanels::of(dtype, units, 4);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   std::vector<PanelPart<T>> part;
   for (int p = 0; p < parts; ++p)
     part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                       bounds[static_cast<std::size_t>(p) + 1], batch);
-  const LstmCellFn lstm_cell = table.lstm_cell[dtype_index(dtype)];
+  const LstmCellFn lstm_cell = elementwise_rows().lstm_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
     PanelPart<T>& q = part[static_cast<std::size_t>(p)];

@@ -35,9 +35,7 @@ void gru_forward(const KernelCall& call) {
   if (steps == 0 || batch == 0) return;
 
   const DType dtype = dtype_of(sizeof(T));
-  const ElementwiseRowTable& table = elementwise_rows();
-  const GatePanels panels{table.gate_panel[dtype_index(dtype)],
-                          table.gate_panel_width[dtype_index(dtype)], units, 3};
+  const GatePanels panels = GatePanels::of(dtype, units, 3);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (with a row of zeros for x: the

@@ -172,6 +172,12 @@ struct GatePanels {
   std::int64_t width = 0;  // columns of a panel
   std::int64_t units = 0;  // U: the recurrent kernel is [U, gates U]
   int gates = 0;
+
+  static GatePanels of(DType dtype, std::int64_t units, int gates) {
+    const ElementwiseRowTable& table = elementwise_rows();
+    return {table.gate_panel[dtype_index(dtype)], table.gate_panel_width[dtype_index(dtype)], units,
+            gates};
+  }
 };
 
 /// One part of a forward recurrence whose step product z = x_t W_x + b + h_{t-1} W runs in
