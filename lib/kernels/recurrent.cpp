@@ -4,7 +4,6 @@
 // recurrent_gru.cpp. The layouts are documented at the front ends, lib/ops/recurrent.hpp.
 
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "core/fail.hpp"
@@ -79,13 +78,13 @@ void lstm_forward(const KernelCall& call) {
 
 // ------------------------------------------------------------------ lstm_sequence_grad
 
-/// One row of one part of a backward step (lstm_backward): the upstream gradients of h_s and
-/// c_s, the carried ones from step s + 1, tanh(c_s), the saved gates of step s, c_{s-1} and
-/// h_{s-1}, each at the part's first unit; `out` is the row of r at that unit (dz's gate blocks
-/// are `units` apart).
+/// One row of one part of a backward step (lstm_backward): the gradient of h_s (upstream plus
+/// what flows back from step s + 1), the upstream gradient of c_s and the carried one from step
+/// s + 1, tanh(c_s), the saved gates of step s, c_{s-1} and h_{s-1}, each at the part's first
+/// unit; `out` is the row of r at that unit (dz's gate blocks are `units` apart).
 template <class T>
 struct BackwardRow {
-  const T *gh, *gc, *carry_h, *carry_c, *tanh_c, *i, *f, *g, *o, *c_prev, *h_prev;
+  const T *dh, *gc, *carry_c, *tanh_c, *i, *f, *g, *o, *c_prev, *h_prev;
   T* out;
   std::int64_t units, width;
 };
@@ -95,9 +94,8 @@ struct BackwardRow {
 template <class T>
 [[gnu::always_inline]] inline void backward_row(const BackwardRow<T>& a) {
   // No two of these overlap (r's columns, y's, the scratch rows): restrict lets them vectorize.
-  const T* __restrict gh = a.gh;
+  const T* __restrict dh_s = a.dh;
   const T* __restrict gc = a.gc;
-  const T* __restrict carry_h = a.carry_h;
   const T* __restrict carry_c = a.carry_c;
   const T* __restrict tanh_c = a.tanh_c;
   const T* __restrict gi = a.i;
@@ -111,10 +109,11 @@ template <class T>
   T* __restrict dzg = a.out + 2 * a.units;
   T* __restrict dzo = a.out + 3 * a.units;
   T* __restrict h_copy = a.out + 4 * a.units;
+  T* __restrict dh_prev = a.out + 5 * a.units;
   T* __restrict dc_prev = a.out + 6 * a.units;
 #pragma GCC ivdep
   for (std::int64_t j = 0; j < a.width; ++j) {
-    const T dh = gh[j] + carry_h[j];
+    const T dh = dh_s[j];
     const T tc = tanh_c[j];
     const T i = gi[j], f = gf[j], g = gg[j], o = go[j];
     const T dc = gc[j] + carry_c[j] + dh * o * (T(1) - tc * tc);
@@ -123,6 +122,7 @@ template <class T>
     dzg[j] = dc * i * (T(1) - g * g);
     dzo[j] = dh * tc * o * (T(1) - o);
     h_copy[j] = h_prev[j];
+    dh_prev[j] = T(0);  // step 0's is dh_0: the last phase writes it
     dc_prev[j] = dc * f;
   }
 }
@@ -139,59 +139,58 @@ void lstm_backward(const KernelCall& call) {
   T* r = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
+  const DType dtype = sizeof(T) == 4 ? DType::f32 : DType::f64;
+  // dh_s [B, U] = g_s's h columns + dz_{s+1} [B, 4U] w^T, in gate panels of w^T's columns.
+  const GatePanels panels = GatePanels::transposed(dtype, units, 4);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  struct Part {
-    std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed;         // w's rows of the part, transposed: [4U, width]
-    std::vector<T> tanh_c, zeros;  // [width] each
-    std::unique_ptr<Gemm<T>> gemm;
-  };
-  std::vector<Part> part(static_cast<std::size_t>(parts));
+  std::vector<PanelPart<T>> part;
+  std::vector<std::vector<T>> tanh_c;  // per part: [width]
   for (int p = 0; p < parts; ++p) {
-    Part& q = part[static_cast<std::size_t>(p)];
-    q.u0 = bounds[static_cast<std::size_t>(p)];
-    q.width = bounds[static_cast<std::size_t>(p) + 1] - q.u0;
-    q.packed.resize(static_cast<std::size_t>(4 * units * q.width));
-    transpose_matrix(q.packed.data(), w + q.u0 * 4 * units, sizeof(T), 4 * units, q.width,
-                     4 * units);
-    q.tanh_c.resize(static_cast<std::size_t>(q.width));
-    q.zeros.assign(static_cast<std::size_t>(q.width), T(0));
-    // dh_{t-1}[:, part] = dz_t [B, 4U] (rows 7U apart in r) times packed, into r's dh column.
-    GemmShape shape{to_int(batch), to_int(q.width), to_int(4 * units),
-                    false,         to_int(rrow),    to_int(q.width)};
-    shape.ldc = to_int(rrow);
-    q.gemm = std::make_unique<Gemm<T>>(shape);
+    const PanelPart<T>& q = part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
+                                              bounds[static_cast<std::size_t>(p) + 1], batch);
+    tanh_c.emplace_back(static_cast<std::size_t>(q.width));
   }
-  const UnaryRowFn tanh = RowKernels::of(sizeof(T) == 4 ? DType::f32 : DType::f64).tanh;
+  const std::vector<T> zeros(static_cast<std::size_t>(units), T(0));
+  const UnaryRowFn tanh = RowKernels::of(dtype).tanh;
   const auto row_math = for_this_isa<BackwardRow<T>, &backward_row<T>>();
 
-  // Phase k: part p's dh_{s} from step s + 1's dz (k > 0), then the gate math of step
-  // s = T - 1 - k; the last phase (k = T) only the GEMM of step 0.
+  // Phase k: part p's dh_s from step s + 1's dz (k > 0), then the gate math of step
+  // s = T - 1 - k; the last phase (k = T) only dh_0, into r's step 0.
   const auto phase = [&](int p, std::int64_t k) {
-    Part& q = part[static_cast<std::size_t>(p)];
+    PanelPart<T>& q = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = q.width, u0 = q.u0;
     const std::int64_t s = steps - 1 - k;
+    if (k == 0) q.pack_transposed(panels, w);
     if (k > 0) {
-      T* next = r + (s + 1) * batch * rrow;
-      (*q.gemm)(next, q.packed.data(), next + 5 * units + u0);
+      const T* dz_next = r + (s + 1) * batch * rrow;
+      if (s >= 0)
+        q.product_of(panels, dz_next, rrow, gy + s * batch * 2 * units, 2 * units, zeros.data(),
+                     nullptr);
+      else
+        q.product_of(panels, dz_next, rrow, zeros.data(), 0, zeros.data(), nullptr);
     }
-    if (s < 0) return;
+    if (s < 0) {
+      for (std::int64_t b = 0; b < batch; ++b)
+        std::memcpy(r + b * rrow + 5 * units + u0, q.product.data() + b * wd,
+                    static_cast<std::size_t>(wd) * sizeof(T));
+      return;
+    }
+    T* const tc = tanh_c[static_cast<std::size_t>(p)].data();
     for (std::int64_t b = 0; b < batch; ++b) {
       const T* yr = y + (s * batch + b) * yrow;
       const T* gr = gy + (s * batch + b) * 2 * units;
       T* rr = r + (s * batch + b) * rrow;
-      // dh_s and dc_s from step s + 1 (none after the last step)
-      const T* carry = k > 0 ? r + ((s + 1) * batch + b) * rrow : nullptr;
+      // dc_s from step s + 1 (none after the last step)
+      T* carry_c = k > 0 ? r + ((s + 1) * batch + b) * rrow + 6 * units + u0 : nullptr;
       const T* h_prev = s == 0 ? h0 + b * units : yr - batch * yrow;
       const T* c_prev = s == 0 ? c0 + b * units : yr - batch * yrow + units;
       const T* gates = yr + 2 * units + u0;
-      tanh(yr + units + u0, 1, q.tanh_c.data(), wd);
-      const BackwardRow<T> a{gr + u0,
+      tanh(yr + units + u0, 1, tc, wd);
+      const BackwardRow<T> a{k > 0 ? q.product.data() + b * wd : gr + u0,
                              gr + units + u0,
-                             carry ? carry + 5 * units + u0 : q.zeros.data(),
-                             carry ? carry + 6 * units + u0 : q.zeros.data(),
-                             q.tanh_c.data(),
+                             carry_c != nullptr ? carry_c : zeros.data(),
+                             tc,
                              gates,
                              gates + units,
                              gates + 2 * units,
@@ -202,12 +201,8 @@ void lstm_backward(const KernelCall& call) {
                              units,
                              wd};
       row_math(a);
-      if (carry != nullptr) {  // read: zero (r documents only step 0's state gradients)
-        std::memset(const_cast<T*>(carry) + 5 * units + u0, 0,
-                    static_cast<std::size_t>(wd) * sizeof(T));
-        std::memset(const_cast<T*>(carry) + 6 * units + u0, 0,
-                    static_cast<std::size_t>(wd) * sizeof(T));
-      }
+      if (carry_c != nullptr)  // read: zero (r documents only step 0's state gradients)
+        std::memset(carry_c, 0, static_cast<std::size_t>(wd) * sizeof(T));
     }
   };
   PhaseTeam(parts, steps + 1).run(phase);

@@ -4,10 +4,8 @@
 // n = tanh(x_n + r q_n); h_t = z h_{t-1} + (1 - z) n.
 
 #include <cstring>
-#include <memory>
 #include <vector>
 
-#include "kernels/gemm.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/recurrent_parts.hpp"
 
@@ -114,7 +112,7 @@ struct GruBackwardRow {
 
 /// h_s = z h_{s-1} + (1 - z) n differentiated: the pre-activation gradients of z, r and n (for
 /// x's projection), those of q = h W + b_rec (z, r, r dn), h_{s-1}, and dh_{s-1}'s direct part
-/// z dh (the GEMM adds dq W^T to it).
+/// z dh (the next phase's product adds dq W^T to it).
 template <class T>
 [[gnu::always_inline]] inline void gru_backward_row(const GruBackwardRow<T>& a) {
   const T* __restrict gh = a.gh;
@@ -167,48 +165,42 @@ void gru_backward(const KernelCall& call) {
   T* r = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
+  // The carry dh_s [B, U] = z dh_{s+1} (r's dh column of step s + 1) + dq_{s+1} [B, 3U] w^T, in
+  // gate panels of w^T's columns.
+  const GatePanels panels = GatePanels::transposed(dtype_of(sizeof(T)), units, 3);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  struct Part {
-    std::int64_t u0 = 0, width = 0;
-    std::vector<T> packed;  // w's rows of the part, transposed: [3U, width]
-    std::vector<T> zeros;   // [width]
-    std::unique_ptr<Gemm<T>> gemm;
-  };
-  std::vector<Part> part(static_cast<std::size_t>(parts));
-  for (int p = 0; p < parts; ++p) {
-    Part& pt = part[static_cast<std::size_t>(p)];
-    pt.u0 = bounds[static_cast<std::size_t>(p)];
-    pt.width = bounds[static_cast<std::size_t>(p) + 1] - pt.u0;
-    pt.packed.resize(static_cast<std::size_t>(3 * units * pt.width));
-    transpose_matrix(pt.packed.data(), w + pt.u0 * 3 * units, sizeof(T), 3 * units, pt.width,
-                     3 * units);
-    pt.zeros.assign(static_cast<std::size_t>(pt.width), T(0));
-    // dh_{t-1}[:, part] += dq_t [B, 3U] (rows 8U apart in r) times packed, in r's dh column.
-    GemmShape shape{to_int(batch), to_int(pt.width), to_int(3 * units),
-                    false,         to_int(rrow),     to_int(pt.width)};
-    shape.accumulate = true;
-    shape.ldc = to_int(rrow);
-    pt.gemm = std::make_unique<Gemm<T>>(shape);
-  }
+  std::vector<PanelPart<T>> part;
+  for (int p = 0; p < parts; ++p)
+    part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
+                      bounds[static_cast<std::size_t>(p) + 1], batch);
+  const std::vector<T> zeros(static_cast<std::size_t>(units), T(0));
   const auto row_math = for_this_isa<GruBackwardRow<T>, &gru_backward_row<T>>();
 
-  // Phase k: part p's dh_s from step s + 1's dq (k > 0), then the gate math of step
-  // s = T - 1 - k; the last phase (k = T) only the GEMM of step 0.
+  // Phase k: part p's carry dh_s from step s + 1 (k > 0), then the gate math of step
+  // s = T - 1 - k; the last phase (k = T) only h0's gradient, into r's step 0.
   const auto phase = [&](int p, std::int64_t k) {
-    Part& pt = part[static_cast<std::size_t>(p)];
-    const std::int64_t u0 = pt.u0, s = steps - 1 - k;
+    PanelPart<T>& pt = part[static_cast<std::size_t>(p)];
+    const std::int64_t u0 = pt.u0, wd = pt.width, s = steps - 1 - k;
+    if (k == 0) pt.pack_transposed(panels, w);
     if (k > 0) {
       T* next = r + (s + 1) * batch * rrow;
-      (*pt.gemm)(next + 3 * units, pt.packed.data(), next + 7 * units + u0);
+      pt.product_of(panels, next + 3 * units, rrow, next + 7 * units, rrow, zeros.data(), nullptr);
+      // read: zero (r documents only step 0's state gradient); step 0's gets h0's below
+      for (std::int64_t b = 0; b < batch; ++b)
+        std::memset(next + b * rrow + 7 * units + u0, 0, static_cast<std::size_t>(wd) * sizeof(T));
     }
-    if (s < 0) return;
+    if (s < 0) {
+      for (std::int64_t b = 0; b < batch; ++b)
+        std::memcpy(r + b * rrow + 7 * units + u0, pt.product.data() + b * wd,
+                    static_cast<std::size_t>(wd) * sizeof(T));
+      return;
+    }
     for (std::int64_t b = 0; b < batch; ++b) {
       const T* yr = y + (s * batch + b) * yrow;
-      const T* carry = k > 0 ? r + ((s + 1) * batch + b) * rrow + 7 * units + u0 : nullptr;
       const T* h_prev = s == 0 ? h0 + b * units : yr - batch * yrow;
       const GruBackwardRow<T> a{gy + (s * batch + b) * units + u0,
-                                carry ? carry : pt.zeros.data(),
+                                k > 0 ? pt.product.data() + b * wd : zeros.data(),
                                 yr + units + u0,
                                 yr + 2 * units + u0,
                                 yr + 3 * units + u0,
@@ -216,10 +208,8 @@ void gru_backward(const KernelCall& call) {
                                 h_prev + u0,
                                 r + (s * batch + b) * rrow + u0,
                                 units,
-                                pt.width};
+                                wd};
       row_math(a);
-      if (carry != nullptr)  // read: zero (r documents only step 0's state gradient)
-        std::memset(const_cast<T*>(carry), 0, static_cast<std::size_t>(pt.width) * sizeof(T));
     }
   };
   PhaseTeam(parts, steps + 1).run(phase);

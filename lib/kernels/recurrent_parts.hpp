@@ -6,7 +6,8 @@
 //
 // Each forward time step is one product (h_{t-1} times the recurrent kernel, in kiln's gate
 // panels: PanelPart, kernels/recurrent_step_arch.hpp) and the gate math on its output while that
-// output is still in cache; a backward step is one GEMM and its gate math. With several threads
+// output is still in cache; a backward step is one product (the gate gradients times the kernel
+// transposed, in gate panels too) and its gate math. With several threads
 // the units are cut into parts, one per thread: part p owns units [u0, u1) of every gate, so its
 // product reads only its columns of the kernel (packed once per call, contiguous: they stay in
 // that core's cache from step to step) and its gate math needs nothing from the other parts. The
@@ -17,13 +18,11 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "kernels/elementwise_table.hpp"
-#include "kernels/gemm.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 
@@ -165,29 +164,39 @@ void prefetch_row_part(const T* row, int gates, std::int64_t units, std::int64_t
       __builtin_prefetch(row + g * units + u0 + j, 0, 2);
 }
 
-/// The gate panels (kernels/recurrent_step_arch.hpp) of a recurrence with `gates` gate blocks of
-/// `units` units, in this process's instruction set: its panel function and width.
+/// The gate panels (kernels/recurrent_step_arch.hpp) of a product with a kernel [k, gates U]
+/// (`gates` blocks of `units` columns), in this process's instruction set: its panel function
+/// and width.
 struct GatePanels {
   GatePanelFn fn = nullptr;
   std::int64_t width = 0;  // columns of a panel
-  std::int64_t units = 0;  // U: the recurrent kernel is [U, gates U]
+  std::int64_t units = 0;  // U
   int gates = 0;
+  std::int64_t k = 0;  // rows of the kernel
 
+  /// A forward step's: h_{t-1} [B, U] times the recurrent kernel [U, gates U].
   static GatePanels of(DType dtype, std::int64_t units, int gates) {
     const ElementwiseRowTable& table = elementwise_rows();
     return {table.gate_panel[dtype_index(dtype)], table.gate_panel_width[dtype_index(dtype)], units,
-            gates};
+            gates, units};
+  }
+  /// A backward step's: the gate gradients [B, gates U] times the recurrent kernel [U, gates U]
+  /// transposed ([gates U, U], one block).
+  static GatePanels transposed(DType dtype, std::int64_t units, int gates) {
+    GatePanels g = of(dtype, units, 1);
+    g.k = gates * units;
+    return g;
   }
 };
 
-/// One part of a forward recurrence whose step product z = x_t W_x + b + h_{t-1} W runs in
-/// gate panels: units [u0, u0 + width) of every gate, cut into `blocks` panels per gate (the
+/// One part of a recurrence whose step product z = x + b + a W runs in gate panels: columns
+/// [u0, u0 + width) of every gate block of W [k, gates U], cut into `blocks` panels per gate (the
 /// last one part-filled when the panel width does not divide the part's), its weights packed
 /// panel by panel, and z [B, gates width] (each gate's columns side by side).
 template <class T>
 struct PanelPart {
   std::int64_t u0 = 0, width = 0, blocks = 0, batch = 0;
-  std::vector<T> packed;   // [gates blocks][U][panel width], zero past the part's units
+  std::vector<T> packed;   // [gates blocks][k][panel width], zero past the part's units
   std::vector<T> product;  // z
   std::vector<T> edge_x, edge_bias, edge_c;  // a part-filled panel's x, b and z, zero-padded
 
@@ -201,22 +210,37 @@ struct PanelPart {
     }
   }
 
-  /// Packs the part's columns of the recurrent kernel w [U, gates U] (on the thread that runs
-  /// the part, so they land in its core's cache).
+  /// Packs the part's columns of w [k, gates U] (on the thread that runs the part, so they land
+  /// in its core's cache).
   void pack(const GatePanels& g, const T* w) {
-    const std::int64_t k = g.units, nr = g.width, ld = g.gates * g.units;
-    packed.assign(static_cast<std::size_t>(g.gates * blocks * k * nr), T(0));
+    const std::int64_t nr = g.width, ld = g.gates * g.units;
+    packed.assign(static_cast<std::size_t>(g.gates * blocks * g.k * nr), T(0));
     for (std::int64_t gate = 0; gate < g.gates; ++gate)
       for (std::int64_t block = 0; block < blocks; ++block) {
         const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
-        T* panel = packed.data() + (gate * blocks + block) * k * nr;
+        T* panel = packed.data() + (gate * blocks + block) * g.k * nr;
         const T* src = w + gate * g.units + u0 + j0;
-        for (std::int64_t p = 0; p < k; ++p)
+        for (std::int64_t p = 0; p < g.k; ++p)
           std::memcpy(panel + p * nr, src + p * ld, static_cast<std::size_t>(cols) * sizeof(T));
       }
   }
 
-  /// z = x + b + h W over the part's columns: h [B, U] with rows ldh apart, x the step's
+  /// Packs the part's columns of w^T, w [U, k] (a backward step's panels: g from
+  /// GatePanels::transposed), on the thread that runs the part.
+  void pack_transposed(const GatePanels& g, const T* w) {
+    const std::int64_t nr = g.width;
+    packed.assign(static_cast<std::size_t>(blocks * g.k * nr), T(0));
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
+      T* panel = packed.data() + block * g.k * nr;
+      for (std::int64_t j = 0; j < cols; ++j) {
+        const T* row = w + (u0 + j0 + j) * g.k;
+        for (std::int64_t p = 0; p < g.k; ++p) panel[p * nr + j] = row[p];
+      }
+    }
+  }
+
+  /// z = x + b + h W over the part's columns: h [B, k] with rows ldh apart, x the step's
   /// [B, gates U] with rows ldx apart (0: one row for all), b [gates U]; next_x is the next
   /// step's x (or null), asked for into the cache while the last panel runs.
   void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, std::int64_t ldx,
@@ -226,12 +250,12 @@ struct PanelPart {
     args.a = h;
     args.lda = ldh;
     args.rows = batch;
-    args.k = g.units;
+    args.k = g.k;
     for (std::int64_t gate = 0; gate < g.gates; ++gate)
       for (std::int64_t block = 0; block < blocks; ++block) {
         const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
         const T* xs = x + gate * g.units + u0 + j0;
-        args.b = packed.data() + (gate * blocks + block) * g.units * nr;
+        args.b = packed.data() + (gate * blocks + block) * g.k * nr;
         args.next_x = block + 1 < blocks   ? xs + nr
                       : gate + 1 < g.gates ? x + (gate + 1) * g.units + u0
                       : next_x != nullptr  ? next_x + u0
