@@ -70,13 +70,23 @@ void gate_panel(const GatePanelArgs& g) {
       __builtin_prefetch(rows + r * g.ldx + 2 * xsimd::batch<T, Arch>::size - 1, 0, 3);
     }
   };
+  // Six rows a tile, but never a last tile of 1 or 2 rows after a full one: 7 rows run as
+  // 4 + 3 and 8 as 4 + 4 (2 rows keep 4 accumulators, too few to cover the latency of a
+  // fused multiply-add on two pipes: half the speed).
+  const std::int64_t full = g.rows % tile == 1 || g.rows % tile == 2
+                                ? (g.rows >= tile ? g.rows - tile - g.rows % tile : 0)
+                                : g.rows - g.rows % tile;
   std::int64_t i = 0;
-  for (; i + tile <= g.rows; i += tile) {
+  for (; i < full; i += tile) {
     if (i + tile < g.rows)
       ask_for(x + (i + tile) * g.ldx, g.rows - i - tile < tile ? g.rows - i - tile : tile);
     else if (g.next_x != nullptr)
       ask_for(static_cast<const T*>(g.next_x), g.rows < tile ? g.rows : tile);
     gate_tile<Arch, T, tile>(g, a + i * g.lda, x + i * g.ldx, c + i * g.ldc);
+  }
+  if (g.rows - i > 5) {  // 7 or 8 rows: 4 now, the rest below
+    gate_tile<Arch, T, 4>(g, a + i * g.lda, x + i * g.ldx, c + i * g.ldc);
+    i += 4;
   }
   const T* ai = a + i * g.lda;
   const T* xi = x + i * g.ldx;
