@@ -339,12 +339,83 @@ void check_lstm_cells(const kiln::detail::ElementwiseRowTable& table) {
     }
 }
 
+/// Every instruction set's GRU cell row against double-precision math on the same inputs, as
+/// check_lstm_cells: lengths around the vector width, with and without the saved columns, and
+/// nothing written past the row.
+template <class T>
+void check_gru_cells(const kiln::detail::ElementwiseRowTable& table) {
+  using kiln::detail::dtype_index;
+  const kiln::DType dtype = sizeof(T) == 4 ? kiln::DType::f32 : kiln::DType::f64;
+  const kiln::detail::GruCellFn cell = table.gru_cell[dtype_index(dtype)];
+  REQUIRE(cell != nullptr);
+  const auto sigmoid = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (const std::int64_t n : {1, 3, 4, 7, 8, 9, 16, 21, 40})
+    for (const bool save : {false, true}) {
+      INFO(table.isa_name << ", " << n << " units, saved: " << save);
+      // Each operand's gate blocks at its own stride, all more than n apart.
+      const std::int64_t xs = n + 5, bs = n + 1, qs = n + 2, ss = n + 3;
+      const auto values = [](std::int64_t count, double scale, double phase) {
+        std::vector<T> v(static_cast<std::size_t>(count));
+        for (std::size_t i = 0; i < v.size(); ++i)
+          v[i] = static_cast<T>(scale * std::sin(1.3 * static_cast<double>(i) + phase));
+        return v;
+      };
+      const std::vector<T> x = values(3 * xs, 2, 0), b = values(3 * bs, 0.5, 1),
+                           q = values(3 * qs, 2, 2), h_prev = values(n, 1, 3);
+      std::vector<T> h(static_cast<std::size_t>(n + 1), T(-7)), saved(4 * ss, T(-7));
+      kiln::detail::GruCellArgs args;
+      args.x = x.data();
+      args.x_gate_stride = xs;
+      args.b_in = b.data();
+      args.b_gate_stride = bs;
+      args.q = q.data();
+      args.q_gate_stride = qs;
+      args.h_prev = h_prev.data();
+      args.h = h.data();
+      args.saved = save ? saved.data() : nullptr;
+      args.saved_stride = ss;
+      args.n = n;
+      cell(args);
+      const double tol = 8 * std::numeric_limits<T>::epsilon();
+      for (std::int64_t j = 0; j < n; ++j) {
+        INFO("unit " << j);
+        const auto at = [&](const std::vector<T>& v, std::int64_t stride, std::int64_t gate) {
+          return static_cast<double>(v[static_cast<std::size_t>(gate * stride + j)]);
+        };
+        const double z = sigmoid(at(x, xs, 0) + at(b, bs, 0) + at(q, qs, 0));
+        const double r = sigmoid(at(x, xs, 1) + at(b, bs, 1) + at(q, qs, 1));
+        const double cand = std::tanh(at(x, xs, 2) + at(b, bs, 2) + r * at(q, qs, 2));
+        const double want = z * h_prev[static_cast<std::size_t>(j)] + (1 - z) * cand;
+        CHECK(std::abs(h[static_cast<std::size_t>(j)] - want) <= 4 * tol);
+        const double want_saved[4] = {z, r, cand, at(q, qs, 2)};
+        for (std::int64_t k = 0; k < 4; ++k) {
+          const T got = saved[static_cast<std::size_t>(k * ss + j)];
+          if (save)
+            CHECK(std::abs(got - want_saved[k]) <= 2 * tol);
+          else
+            CHECK(got == T(-7));
+        }
+      }
+      CHECK(h[static_cast<std::size_t>(n)] == T(-7));
+      for (std::int64_t k = 0; k < 4; ++k)
+        for (std::int64_t j = n; j < ss; ++j)
+          CHECK(saved[static_cast<std::size_t>(k * ss + j)] == T(-7));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("every instruction set's LSTM cell row computes c and h", "[fused_recurrent]") {
   for (const kiln::detail::ElementwiseRowTable* table : kiln::test::row_tables_of_this_cpu()) {
     check_lstm_cells<float>(*table);
     check_lstm_cells<double>(*table);
+  }
+}
+
+TEST_CASE("every instruction set's GRU cell row computes h", "[fused_recurrent]") {
+  for (const kiln::detail::ElementwiseRowTable* table : kiln::test::row_tables_of_this_cpu()) {
+    check_gru_cells<float>(*table);
+    check_gru_cells<double>(*table);
   }
 }
 

@@ -365,6 +365,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.gate_panel_width[dtype_index(DType::f64)] = 2 * xsimd::batch<double, Arch>::size;
   t.lstm_cell[dtype_index(DType::f32)] = &lstm_cell<Arch, float>;
   t.lstm_cell[dtype_index(DType::f64)] = &lstm_cell<Arch, double>;
+  t.gru_cell[dtype_index(DType::f32)] = &gru_cell<Arch, float>;
+  t.gru_cell[dtype_index(DType::f64)] = &gru_cell<Arch, double>;
   return t;
 }
 

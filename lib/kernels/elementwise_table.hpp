@@ -117,6 +117,25 @@ struct LstmCellArgs {
   std::int64_t n = 0;
 };
 using LstmCellFn = void (*)(const LstmCellArgs& args);
+/// The GRU cell (Keras's reset_after) on a row of n units (kernels/recurrent_step_arch.hpp): with
+/// the gate blocks z, r, n of x (x_t W_in), b_in and q (h_{t-1} W + b_rec) each at its own
+/// stride, z = sigmoid(x_z + b_z + q_z), r = sigmoid(x_r + b_r + q_r),
+/// n = tanh(x_n + b_n + r q_n) and h = z h_prev + (1 - z) n; when saved is not null, z, r, n and
+/// q_n are stored at saved + k * saved_stride. Elements of the dtype; h overlaps nothing else.
+struct GruCellArgs {
+  const void* x = nullptr;
+  std::int64_t x_gate_stride = 0;
+  const void* b_in = nullptr;
+  std::int64_t b_gate_stride = 0;
+  const void* q = nullptr;
+  std::int64_t q_gate_stride = 0;
+  const void* h_prev = nullptr;
+  void* h = nullptr;
+  void* saved = nullptr;
+  std::int64_t saved_stride = 0;
+  std::int64_t n = 0;
+};
+using GruCellFn = void (*)(const GruCellArgs& args);
 /// Row kernels of one instruction set. A null entry means the primitive does not accept
 /// that input dtype (front ends reject it first). Plain arrays, not std::array: the
 /// per-arch translation units must not instantiate shared std templates (see
@@ -133,6 +152,7 @@ struct ElementwiseRowTable {
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype
   LstmCellFn lstm_cell[num_dtypes] = {};           // f32 and f64 only
+  GruCellFn gru_cell[num_dtypes] = {};             // f32 and f64 only
 };
 
 /// The tables built by elementwise_sse2.cpp, elementwise_avx2.cpp (AVX2 + FMA) and

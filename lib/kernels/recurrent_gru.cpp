@@ -37,18 +37,17 @@ void gru_forward(const KernelCall& call) {
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (with a row of zeros for x: the
-  // candidate gate needs r (h W_n + b_rec,n) before x is added), and here b_in's columns and a
-  // row's scratch [7 width]: z, r, n, a temporary, x + b_in.
+  // candidate gate needs r (h W_n + b_rec,n) before x is added), and b_in's columns; then the GRU
+  // cell (kernels/recurrent_step_arch.hpp) on each row of q while it is in cache.
   std::vector<PanelPart<T>> part;
-  std::vector<std::vector<T>> bias_in, scratch;
+  std::vector<std::vector<T>> bias_in;
   for (int p = 0; p < parts; ++p) {
     const PanelPart<T>& pt = part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                                                bounds[static_cast<std::size_t>(p) + 1], batch);
     bias_in.push_back(pack_gate_columns(b_in, 1, units, 3, pt.u0, pt.width));
-    scratch.emplace_back(static_cast<std::size_t>(7 * pt.width));
   }
   const std::vector<T> no_x(static_cast<std::size_t>(3 * units), T(0));
-  const RowKernels row = RowKernels::of(dtype);
+  const GruCellFn gru_cell = elementwise_rows().gru_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
     PanelPart<T>& pt = part[static_cast<std::size_t>(p)];
@@ -57,42 +56,23 @@ void gru_forward(const KernelCall& call) {
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
     pt.product_of(panels, h_prev, prev_ld, no_x.data(), 0, b_rec, nullptr);  // q
-    const T* b_in_part = bias_in[static_cast<std::size_t>(p)].data();
-    T* const row_scratch = scratch[static_cast<std::size_t>(p)].data();
-    T* r_scratch = row_scratch + 3 * wd;
-    T* xb = r_scratch + wd;
-    const T one = 1;
+    GruCellArgs cell;
+    cell.x_gate_stride = units;
+    cell.b_in = bias_in[static_cast<std::size_t>(p)].data();
+    cell.b_gate_stride = wd;
+    cell.q_gate_stride = wd;
+    cell.saved_stride = units;
+    cell.n = wd;
     for (std::int64_t b = 0; b < batch; ++b) {
-      T* q = pt.product.data() + b * 3 * wd;
       const T* x = xp.ptr<const T>() + (t * batch + b) * 3 * units + u0;
-      const T* hp = h_prev + b * prev_ld + u0;
       T* out = y + (t * batch + b) * row_size;
-      // z, r and n: straight into y's saved columns, or in the scratch row.
-      T* const z = save ? out + units + u0 : row_scratch;
-      T* const r = save ? out + 2 * units + u0 : row_scratch + wd;
-      T* const n = save ? out + 3 * units + u0 : row_scratch + 2 * wd;
       if (t + 1 < steps) prefetch_row_part(x - u0 + batch * 3 * units, 3, units, u0, wd);
-      for (std::int64_t g = 0; g < 3; ++g)  // x W + b_in
-        row.add(x + g * units, 1, b_in_part + g * wd, 1, xb + g * wd, wd);
-      if (r == z + wd) {  // z and r side by side (one part, or nothing saved)
-        row.add(xb, 1, q, 1, z, 2 * wd);
-        row.sigmoid(z, 1, z, 2 * wd);
-      } else {
-        row.add(xb, 1, q, 1, z, wd);
-        row.sigmoid(z, 1, z, wd);
-        row.add(xb + wd, 1, q + wd, 1, r, wd);
-        row.sigmoid(r, 1, r, wd);
-      }
-      row.mul(r, 1, q + 2 * wd, 1, n, wd);
-      row.add(xb + 2 * wd, 1, n, 1, n, wd);
-      row.tanh(n, 1, n, wd);
-      T* h = out + u0;
-      row.mul(z, 1, hp, 1, h, wd);
-      row.sub(&one, 0, z, 1, r_scratch, wd);  // 1 - z
-      row.mul(r_scratch, 1, n, 1, r_scratch, wd);
-      row.add(h, 1, r_scratch, 1, h, wd);  // z h_{t-1} + (1 - z) n
-      if (save)
-        std::memcpy(out + 4 * units + u0, q + 2 * wd, static_cast<std::size_t>(wd) * sizeof(T));
+      cell.x = x;
+      cell.q = pt.product.data() + b * 3 * wd;
+      cell.h_prev = h_prev + b * prev_ld + u0;
+      cell.h = out + u0;
+      cell.saved = save ? out + units + u0 : nullptr;  // z, r, n, q_n for the backward
+      gru_cell(cell);
     }
   };
   PhaseTeam(parts, steps).run(step);

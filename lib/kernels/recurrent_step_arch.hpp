@@ -1,6 +1,7 @@
 #pragma once
 // The per-instruction-set pieces of a fused recurrent step (kernels/recurrent.cpp) for one xsimd
-// architecture: the gate panel (GatePanelFn) and the LSTM cell's row (LstmCellFn). Included only
+// architecture: the gate panel (GatePanelFn) and the LSTM and GRU cells' rows (LstmCellFn,
+// GruCellFn). Included only
 // by elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same one-definition rules apply
 // (everything here is in an anonymous namespace).
 //
@@ -155,6 +156,63 @@ void lstm_cell(const LstmCellArgs& a) {
     if (gates != nullptr)
       for (std::int64_t gate = 0; gate < 4; ++gate)
         gates[gate * gs + j + k] = g_new[gate * width + k];
+  }
+}
+
+/// GruCellFn: the GRU cell on one row, a vector of units at a time (the last one through
+/// zero-padded vectors), in the order of the row kernels it replaces: (x + b_in) + q for z and
+/// r, (x_n + b_n) + r q_n for n, with the sigmoid and tanh rows' own SigmoidOp and TanhOp;
+/// z h_prev + (1 - z) n may round once where the instruction set has fused multiply-adds.
+template <class Arch, class T>
+void gru_cell(const GruCellArgs& a) {
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  const T* x = static_cast<const T*>(a.x);
+  const T* b_in = static_cast<const T*>(a.b_in);
+  const T* q = static_cast<const T*>(a.q);
+  const T* h_prev = static_cast<const T*>(a.h_prev);
+  T* h_out = static_cast<T*>(a.h);
+  T* saved = static_cast<T*>(a.saved);
+  // The cell on the vectors at xj, bj, qj (each gate `*s` apart) and hj, stored to h and saved.
+  const auto cell = [](const T* xj, std::int64_t xs, const T* bj, std::int64_t bs, const T* qj,
+                       std::int64_t qs, const T* hj, T* h, T* s_out, std::int64_t ss) {
+    const auto xb = [&](std::int64_t gate) {
+      return B::load_unaligned(xj + gate * xs) + B::load_unaligned(bj + gate * bs);
+    };
+    const B z = SigmoidOp::simd(xb(0) + B::load_unaligned(qj));
+    const B r = SigmoidOp::simd(xb(1) + B::load_unaligned(qj + qs));
+    const B qn = B::load_unaligned(qj + 2 * qs);
+    const B n = TanhOp::simd(xb(2) + r * qn);
+    (z * B::load_unaligned(hj) + (B(T(1)) - z) * n).store_unaligned(h);
+    if (s_out != nullptr) {
+      z.store_unaligned(s_out);
+      r.store_unaligned(s_out + ss);
+      n.store_unaligned(s_out + 2 * ss);
+      qn.store_unaligned(s_out + 3 * ss);
+    }
+  };
+  std::int64_t j = 0;
+  for (; j + width <= a.n; j += width)
+    cell(x + j, a.x_gate_stride, b_in + j, a.b_gate_stride, q + j, a.q_gate_stride, h_prev + j,
+         h_out + j, saved != nullptr ? saved + j : nullptr, a.saved_stride);
+  if (j == a.n) return;
+  const std::int64_t rest = a.n - j;
+  T xt[3 * width] = {}, bt[3 * width] = {}, qt[3 * width] = {}, ht[width] = {};
+  T h_new[width], s_new[4 * width];
+  for (std::int64_t k = 0; k < rest; ++k) {
+    for (std::int64_t gate = 0; gate < 3; ++gate) {
+      xt[gate * width + k] = x[gate * a.x_gate_stride + j + k];
+      bt[gate * width + k] = b_in[gate * a.b_gate_stride + j + k];
+      qt[gate * width + k] = q[gate * a.q_gate_stride + j + k];
+    }
+    ht[k] = h_prev[j + k];
+  }
+  cell(xt, width, bt, width, qt, width, ht, h_new, s_new, width);
+  for (std::int64_t k = 0; k < rest; ++k) {
+    h_out[j + k] = h_new[k];
+    if (saved != nullptr)
+      for (std::int64_t gate = 0; gate < 4; ++gate)
+        saved[gate * a.saved_stride + j + k] = s_new[gate * width + k];
   }
 }
 
