@@ -108,6 +108,17 @@ void gate_panel(const GatePanelArgs& g) {
   }
 }
 
+/// Stores a, b, c and d at out and the next three blocks, `stride` elements apart (a cell's
+/// saved activations).
+template <class B, class T>
+[[gnu::always_inline]] inline void store_blocks(const B& a, const B& b, const B& c, const B& d,
+                                                T* out, std::int64_t stride) {
+  a.store_unaligned(out);
+  b.store_unaligned(out + stride);
+  c.store_unaligned(out + 2 * stride);
+  d.store_unaligned(out + 3 * stride);
+}
+
 /// LstmCellFn: the LSTM cell on one row of z, a vector of units at a time (the last one
 /// through a zero-padded vector). The activations are the sigmoid and tanh rows' own
 /// (SigmoidOp, TanhOp), so they are what the scan form's ops compute; f c_{t-1} + i g may round
@@ -132,12 +143,7 @@ void lstm_cell(const LstmCellArgs& a) {
     const B c_new = f * B::load_unaligned(cj) + i * g;
     c_new.store_unaligned(c);
     (o * TanhOp::simd(c_new)).store_unaligned(h);
-    if (g_out != nullptr) {
-      i.store_unaligned(g_out);
-      f.store_unaligned(g_out + g_stride);
-      g.store_unaligned(g_out + 2 * g_stride);
-      o.store_unaligned(g_out + 3 * g_stride);
-    }
+    if (g_out != nullptr) store_blocks(i, f, g, o, g_out, g_stride);
   };
   std::int64_t j = 0;
   for (; j + width <= a.n; j += width)
@@ -184,12 +190,7 @@ void gru_cell(const GruCellArgs& a) {
     const B qn = B::load_unaligned(qj + 2 * qs);
     const B n = TanhOp::simd(xb(2) + r * qn);
     (z * B::load_unaligned(hj) + (B(T(1)) - z) * n).store_unaligned(h);
-    if (s_out != nullptr) {
-      z.store_unaligned(s_out);
-      r.store_unaligned(s_out + ss);
-      n.store_unaligned(s_out + 2 * ss);
-      qn.store_unaligned(s_out + 3 * ss);
-    }
+    if (s_out != nullptr) store_blocks(z, r, n, qn, s_out, ss);
   };
   std::int64_t j = 0;
   for (; j + width <= a.n; j += width)
