@@ -12,6 +12,9 @@
 //               reference of the sum: a reduction moves no bytes out)
 //   memcpy      16 MiB -> 16 MiB with std::memcpy, for comparison only
 //   chain       tanh(a*b+c)*0.5 over three f32[4M], a cached kiln::function (workload 2)
+//   chain, one loop  the same chain written as one AVX2 loop by hand (kiln's f32 tanh formula,
+//               the values in registers), on CPUs with AVX2 and FMA: what one generated loop per
+//               fused program would reach, against kiln's block interpreter; for comparison only
 //   sum         kiln::sum over f32[16M] (eager; one reduction kernel)
 //   softmax     kiln::softmax over the rows of f32[4096, 1024], a cached kiln::function
 // Bytes are the compulsory traffic: every input byte read once and every output byte written
@@ -25,6 +28,9 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
 #endif
 
 #include <algorithm>
@@ -91,6 +97,47 @@ float read_part(const float* x, std::size_t begin, std::size_t end) {
   for (; i < end; ++i) total += x[i];
   return total;
 }
+
+#if defined(__x86_64__)
+/// tanh as kiln's f32 TanhOp computes it: clamp to +-9, the rational fit with fused
+/// multiply-adds, clamp to +-1.
+[[gnu::target("avx2,fma")]] inline __m256 tanh_f32_avx2(__m256 x) {
+  const __m256 v = _mm256_min_ps(_mm256_set1_ps(9.f), _mm256_max_ps(_mm256_set1_ps(-9.f), x));
+  const __m256 s = _mm256_mul_ps(v, v);
+  __m256 p = _mm256_set1_ps(1.33551774e-08f);
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(2.06094537e-05f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.00349561055f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(0.133810446f));
+  p = _mm256_fmadd_ps(p, s, _mm256_set1_ps(1.f));
+  __m256 q = _mm256_set1_ps(7.77676917e-07f);
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(0.00032856717f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(0.0258770678f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(0.467143595f));
+  q = _mm256_fmadd_ps(q, s, _mm256_set1_ps(1.f));
+  const __m256 r = _mm256_div_ps(_mm256_mul_ps(v, p), q);
+  return _mm256_min_ps(_mm256_set1_ps(1.f), _mm256_max_ps(_mm256_set1_ps(-1.f), r));
+}
+
+/// out[begin, end) = tanh(a * b + c) * 0.5 in one AVX2 loop, the values in registers: the
+/// product and the sum rounded apart (as kiln's two instructions), then tanh_f32_avx2 and the
+/// product by 0.5. Stores as the copies store.
+[[gnu::target("avx2,fma")]] void chain_one_loop_part(const float* a, const float* b, const float* c,
+                                                     float* out, std::size_t begin, std::size_t end,
+                                                     bool stream) {
+  std::size_t i = begin;
+  for (; i + 8 <= end; i += 8) {
+    const __m256 ab = _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
+    const __m256 y = _mm256_mul_ps(tanh_f32_avx2(_mm256_add_ps(ab, _mm256_loadu_ps(c + i))),
+                                   _mm256_set1_ps(0.5f));
+    if (stream)
+      _mm256_stream_ps(out + i, y);
+    else
+      _mm256_storeu_ps(out + i, y);
+  }
+  for (; i < end; ++i) out[i] = 0.5f * std::tanh(a[i] * b[i] + c[i]);
+  if (stream) _mm_sfence();
+}
+#endif
 
 /// One row of the table.
 struct Row {
@@ -207,6 +254,34 @@ int main(int argc, char** argv) try {
                   1,
                   "tanh(a*b+c)*0.5, 3 x f32[4M] -> f32[4M]",
                   {}});
+#if defined(__x86_64__)
+  // The one-loop chain over kiln's own input tensors, into the references' output buffer.
+  const Tensor a_flat = a.contiguous(), b_flat = b.contiguous(), c_flat = c.contiguous();
+  const auto* a_in = static_cast<const float*>(a_flat.data());
+  const auto* b_in = static_cast<const float*>(b_flat.data());
+  const auto* c_in = static_cast<const float*>(c_flat.data());
+  const std::unique_ptr<ThreadTeam> one_loop =
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")
+          ? std::make_unique<ThreadTeam>(threads,
+                                         [&](int id, int t) {
+                                           const auto [begin, end] = share(floats16, id, t);
+                                           chain_one_loop_part(a_in, b_in, c_in, rout.data, begin,
+                                                               end, stream);
+                                         })
+          : nullptr;
+  if (one_loop) {
+    one_loop->run();
+    const Tensor want_all = chain(a, b, c).contiguous();
+    const float want = static_cast<const float*>(want_all.data())[n - 1];
+    check(std::abs(rout.data[n - 1] - want) <= 1e-6f, "chain, one loop: wrong result");
+    rows.push_back({"chain, one loop",
+                    4 * m16,
+                    [&] { one_loop->run(); },
+                    1,
+                    "the chain as one hand-written AVX2 loop, for comparison",
+                    {}});
+  }
+#endif
   rows.push_back({"sum f32[16M]", 4 * m16, [&] { kiln::sum(s); }, 3, "eager; reads 64 MiB", {}});
   rows.push_back({"softmax traced",
                   2 * m16,
