@@ -43,7 +43,8 @@ struct Case {
 
 // A call is cut into one part per thread when units * 4 * units * batch >= 2^19 and T times
 // that >= 2^23 (checked below, so the table keeps covering both forms): the 64- and 80-unit
-// rows (80: parts of 32 and 48 units); the others run as one part.
+// rows (80: parts of 32 and 48 units) and the 72-unit row (32 and 40); the others run as one
+// part.
 const std::vector<Case> cases = {
     {"small, last h", 3, 5, 4, 6, {}},
     {"one step", 2, 1, 3, 5, {}},
@@ -58,6 +59,9 @@ const std::vector<Case> cases = {
     // part-filled one alone on AVX-512 (32), two and a part on SSE2; 7 rows: a tile and one row.
     {"whole and part-filled panels", 7, 4, 5, 20, {.return_sequences = true}, true},
     {"whole and part-filled panels, f64", 7, 3, 5, 20, {}, false, kiln::DType::f64},
+    // 72 units in two parts of 32 and 40: the second part starts at unit 32 and ends in a
+    // part-filled panel on AVX2 and AVX-512, forward and backward.
+    {"split with a part-filled panel", 32, 13, 6, 72, {.return_sequences = true}, true},
 };
 
 template <class Layer>
@@ -433,6 +437,8 @@ TEST_CASE("the tables above cover one part and the split into parts", "[fused_re
   CHECK(part_bounds(16, 32, 64).size() == std::min<std::size_t>(threads, 2) + 1);
   CHECK(part_bounds(12, 32, 80).size() == std::min<std::size_t>(threads, 2) + 1);
   if (threads >= 2) CHECK(part_bounds(12, 32, 80)[1] == 32);  // the uneven cut
+  CHECK(part_bounds(13, 32, 72).size() == std::min<std::size_t>(threads, 2) + 1);
+  if (threads >= 2) CHECK(part_bounds(13, 32, 72)[1] == 32);  // 32 and 40
   CHECK(part_bounds(9, 32, 64).size() == 2);                  // a short call stays whole
 }
 
