@@ -152,7 +152,8 @@ void lstm_backward(const KernelCall& call) {
     tanh_c.emplace_back(static_cast<std::size_t>(q.width));
   }
   const std::vector<T> zeros(static_cast<std::size_t>(units), T(0));
-  const UnaryRowFn tanh = RowKernels::of(dtype).tanh;
+  // tanh(c_s) as the row kernels compute it (the forward's cell uses the same TanhOp)
+  const auto tanh = reinterpret_cast<UnaryRowFn>(row_kernel(Prim::tanh, dtype, dtype));
   const auto row_math = for_this_isa<BackwardRow<T>, &backward_row<T>>();
 
   // Phase k: part p's dh_s from step s + 1's dz (k > 0), then the gate math of step

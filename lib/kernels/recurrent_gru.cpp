@@ -37,15 +37,12 @@ void gru_forward(const KernelCall& call) {
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (with a row of zeros for x: the
-  // candidate gate needs r (h W_n + b_rec,n) before x is added), and b_in's columns; then the GRU
-  // cell (kernels/recurrent_step_arch.hpp) on each row of q while it is in cache.
+  // candidate gate needs r (h W_n + b_rec,n) before x is added); then the GRU cell
+  // (kernels/recurrent_step_arch.hpp) on each row of q while it is in cache.
   std::vector<PanelPart<T>> part;
-  std::vector<std::vector<T>> bias_in;
-  for (int p = 0; p < parts; ++p) {
-    const PanelPart<T>& pt = part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
-                                               bounds[static_cast<std::size_t>(p) + 1], batch);
-    bias_in.push_back(pack_gate_columns(b_in, 1, units, 3, pt.u0, pt.width));
-  }
+  for (int p = 0; p < parts; ++p)
+    part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
+                      bounds[static_cast<std::size_t>(p) + 1], batch);
   const std::vector<T> no_x(static_cast<std::size_t>(3 * units), T(0));
   const GruCellFn gru_cell = elementwise_rows().gru_cell[dtype_index(dtype)];
 
@@ -58,8 +55,8 @@ void gru_forward(const KernelCall& call) {
     pt.product_of(panels, h_prev, prev_ld, no_x.data(), 0, b_rec, nullptr);  // q
     GruCellArgs cell;
     cell.x_gate_stride = units;
-    cell.b_in = bias_in[static_cast<std::size_t>(p)].data();
-    cell.b_gate_stride = wd;
+    cell.b_in = b_in + u0;
+    cell.b_gate_stride = units;
     cell.q_gate_stride = wd;
     cell.saved_stride = units;
     cell.n = wd;

@@ -1,8 +1,8 @@
 #pragma once
 // What the fused recurrences (kernels/recurrent.cpp: LSTM; recurrent_gru.cpp: GRU) share: the
 // cut of the units into one part per thread, the team that steps the parts through the time
-// steps together, the row kernels of the gate math, and per-instruction-set builds of the
-// plain loops of the backward gate math.
+// steps together, each part's gate panels, and per-instruction-set builds of the plain loops of
+// the backward gate math.
 //
 // Each forward time step is one product (h_{t-1} times the recurrent kernel, in kiln's gate
 // panels: PanelPart, kernels/recurrent_step_arch.hpp) and the gate math on its output while that
@@ -117,38 +117,6 @@ inline std::vector<std::int64_t> part_bounds(std::int64_t steps, std::int64_t ba
 }
 
 inline int to_int(std::int64_t v) { return static_cast<int>(v); }
-
-/// The elementwise row kernels the gate math runs on, as this process's instruction set runs
-/// them (the same bits on every one: docs/architecture.md, "What each instruction set
-/// computes"), so the fused LSTM computes what the scan LSTM's ops compute.
-struct RowKernels {
-  UnaryRowFn sigmoid, tanh;
-  BinaryRowFn add, sub, mul;
-  static RowKernels of(DType dtype) {
-    const auto unary = [&](Prim p) {
-      return reinterpret_cast<UnaryRowFn>(row_kernel(p, dtype, dtype));
-    };
-    const auto binary = [&](Prim p) {
-      return reinterpret_cast<BinaryRowFn>(row_kernel(p, dtype, dtype));
-    };
-    return {unary(Prim::sigmoid), unary(Prim::tanh), binary(Prim::add), binary(Prim::sub),
-            binary(Prim::mul)};
-  }
-};
-
-/// The columns [u0, u0 + width) of each of the `gates` blocks of w [U, gates U], side by side:
-/// [U, gates width] (a part's share of the recurrent kernel, or of a bias when U is 1).
-template <class T>
-std::vector<T> pack_gate_columns(const T* w, std::int64_t rows, std::int64_t units, int gates,
-                                 std::int64_t u0, std::int64_t width) {
-  const std::int64_t n = gates * width;
-  std::vector<T> packed(static_cast<std::size_t>(rows * n));
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t g = 0; g < gates; ++g)
-      std::memcpy(packed.data() + r * n + g * width, w + r * gates * units + g * units + u0,
-                  static_cast<std::size_t>(width) * sizeof(T));
-  return packed;
-}
 
 /// Asks for a part's columns [u0, u0 + width) of each of the `gates` blocks (`units` apart) of a
 /// row of the input projection xp to be brought into L2. A forward step does this for the next
