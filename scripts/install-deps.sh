@@ -2,7 +2,7 @@
 # Installs kiln's build dependencies from Debian's packages (idempotent; needs root or sudo).
 set -euo pipefail
 packages=(g++ meson ninja-build pkg-config cmake
-          libfmt-dev xtensor-dev libxsimd-dev catch2 libopenblas-dev libxsmm-dev libdnnl-dev
+          libfmt-dev xtensor-dev libxsimd-dev libxbyak-dev catch2 libopenblas-dev libxsmm-dev libdnnl-dev
           nlohmann-json3-dev libzip-dev zlib1g-dev
           libonnx-dev libprotobuf-dev  # ONNX export (kiln::export_onnx) and its checker
           libisal-dev libpng-dev  # TensorBoard event files: CRC-32C of records, PNG images

@@ -8,6 +8,7 @@
 #include "core/fail.hpp"
 #include "core/tensor_impl.hpp"
 #include "jit/memory_plan.hpp"
+#include "kernels/fused_loop.hpp"
 #include "kernels/lowering.hpp"
 #include "kernels/rows.hpp"
 #include "state/variable_impl.hpp"
@@ -358,7 +359,9 @@ class PlanBuilder {
       const std::span<const ArrayRef> refs(step.refs);
       auto layout =
           std::make_shared<FusedLayout>(layout_fused(refs.first(refs.size() - 1), refs.back()));
-      if (layout->mode != FusedLayout::Mode::long_rows) step.fused_layout = std::move(layout);
+      if (layout->mode == FusedLayout::Mode::long_rows) continue;
+      layout->loop = fused_loop_for(*step.program, *layout);
+      step.fused_layout = std::move(layout);
     }
   }
 

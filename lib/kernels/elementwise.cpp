@@ -15,6 +15,7 @@
 #include "core/fail.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/fused.hpp"
+#include "kernels/fused_loop.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 #include "kernels/streaming.hpp"
@@ -282,7 +283,10 @@ void run_ternary(const KernelCall& call) {
 }
 
 void resolve_fused_program(FusedProgram& program) {
-  const ElementwiseRowTable& rows = elementwise_rows();
+  resolve_fused_program(program, elementwise_rows());
+}
+
+void resolve_fused_program(FusedProgram& program, const ElementwiseRowTable& rows) {
   for (FusedOp& op : program.ops) {
     const std::size_t in = dtype_index(op.in_dtype);
     switch (info(op.prim).family) {
@@ -652,11 +656,31 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
     parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / block), run_range);
 }
 
+/// A layout with a generated loop: ranges of whole blocks of fused_block elements per thread.
+void run_fused_with_loop(const FusedLayout& l, const void* const* inputs, void* out) {
+  auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+    StreamFence fence{l.stream_output};
+    const std::int64_t first = begin_block * fused_block;
+    run_fused_loop_range(*l.loop, l, inputs, out, first,
+                         std::min(end_block * fused_block, l.total) - first);
+  };
+  const std::int64_t blocks = (l.total + fused_block - 1) / fused_block;
+  if (l.total < parallel_min_elements || num_threads() == 1)
+    run_range(0, blocks);
+  else
+    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block),
+                          run_range);
+}
+
 }  // namespace
 
 void run_fused(const FusedProgram& program, const FusedLayout& layout, const void* const* inputs,
                void* out) {
   if (layout.total == 0) return;
+  if (layout.loop != nullptr) {
+    run_fused_with_loop(layout, inputs, out);
+    return;
+  }
   switch (layout.mode) {
     case FusedLayout::Mode::whole_rows:
       run_fused_whole_rows(program, layout, inputs, static_cast<char*>(out));

@@ -350,15 +350,23 @@ struct CosOp : FloatUnary {
     return xsimd::cos(x);
   }
 };
-/// exp(y) for float batches over the whole float range, in about 14 instructions: y is
-/// clamped to [-87.34, 88.8] (NaN passes through the clamp: min and max return their second
+/// exp(y) = p * scale for float batches over the whole float range, in about 14 instructions:
+/// y is clamped to [-87.34, 88.8] (NaN passes through the clamp: min and max return their second
 /// operand for NaN), Cody-Waite reduction y = n ln2 + r with |r| <= ln2/2, a degree-5
-/// polynomial for exp(r) fitted by kiln for the least relative error (9.2e-8), and 2^n built
-/// in the exponent bits. n = 128 gives the exponent bits of +inf, so the result overflows to
-/// +inf from y ~ 88.4 on; below -87.34 it stays at about 2^-126 (callers below need neither
-/// subnormal results nor the exact overflow point).
+/// polynomial p for exp(r) fitted by kiln for the least relative error (9.2e-8), and
+/// scale = 2^n built in the exponent bits. n = 128 gives the exponent bits of +inf, so the
+/// result overflows to +inf from y ~ 88.4 on; below -87.34 it stays at about 2^-126 (callers
+/// below need neither subnormal results nor the exact overflow point). The two factors are
+/// returned apart so a caller writes its own use of the product (sigmoid's fma), rather than
+/// leaving to the compiler whether p * scale + 1 is contracted: a generated fused loop
+/// (kernels/fused_loop.cpp) must give these bits.
 template <class B>
-B exp_clamped_f32(const B& y) {
+struct ExpParts {
+  B p;
+  B scale;
+};
+template <class B>
+ExpParts<B> exp_clamped_f32_parts(const B& y) {
   using I = xsimd::batch<std::int32_t, typename B::arch_type>;
   const B clamped = clamp_keeping_nan(y, -87.33654f, 88.8f);
   const B n = xsimd::nearbyint(clamped * B(1.44269504088896341f));
@@ -371,7 +379,7 @@ B exp_clamped_f32(const B& y) {
   p = xsimd::fma(p, r, B(0.999999702f));
   p = xsimd::fma(p, r, B(1.f));
   const I bits = (xsimd::batch_cast<std::int32_t>(n) + I(127)) << 23;
-  return p * xsimd::bitwise_cast<B>(bits);
+  return {p, xsimd::bitwise_cast<B>(bits)};
 }
 
 /// Float: tanh(x) = x P(x^2) / Q(x^2) on x clamped to [-9, 9] (tanh(9) rounds to 1 in float),
@@ -407,9 +415,10 @@ struct TanhOp : FloatUnary {
 struct SigmoidOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    if constexpr (std::is_same_v<typename B::value_type, float>)
-      return B(1.f) / (B(1.f) + exp_clamped_f32(flip_sign(x)));
-    else
+    if constexpr (std::is_same_v<typename B::value_type, float>) {
+      const ExpParts<B> e = exp_clamped_f32_parts(flip_sign(x));
+      return B(1.f) / xsimd::fma(e.p, e.scale, B(1.f));  // 1 + exp(-x), rounded once
+    } else
       return B(1) / (B(1) + xsimd::exp(flip_sign(x)));
   }
 };

@@ -3,9 +3,12 @@
 // run as a small register program over blocks of the output. Each block of up to
 // fused_block elements stays in L1-resident scratch slots while every instruction runs the
 // instruction set's row kernel on it, so each input is read once and the output written once.
+// Where the AVX2 row kernels run, a compiled plan replaces this interpreter with one generated
+// loop per program and layout (kernels/fused_loop.hpp) when the generator covers them.
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +17,9 @@
 #include "kernels/strided_loop.hpp"
 
 namespace kiln::detail {
+
+struct ElementwiseRowTable;
+struct FusedLoop;
 
 inline constexpr std::size_t max_fused_inputs = 8;
 inline constexpr std::size_t max_fused_slots = 8;
@@ -41,6 +47,8 @@ struct FusedProgram {
 
 /// Looks up each instruction's row kernel for this CPU. Throws if a dtype has no kernel.
 void resolve_fused_program(FusedProgram& program);
+/// The same from one instruction set's table (tests hold generated loops to the AVX2 rows).
+void resolve_fused_program(FusedProgram& program, const ElementwiseRowTable& rows);
 
 /// How a fused kernel reads one input over a block of output elements.
 enum class FusedRead : std::uint8_t { flat, broadcast, gathered };
@@ -65,6 +73,9 @@ struct FusedLayout {
   std::array<FusedRead, max_fused_inputs> how{};
   std::array<std::int64_t, max_fused_inputs> size{};  // input element bytes
   std::array<std::size_t, max_fused_inputs> gathered_inputs{};
+  /// The generated loop of the program this layout was made for (kernels/fused_loop.hpp), set
+  /// by whoever holds both (a compiled plan); null runs the block interpreter.
+  std::shared_ptr<const FusedLoop> loop;
 };
 
 /// The layout of a fused kernel over these inputs (broadcast to out.shape, stride 0 on

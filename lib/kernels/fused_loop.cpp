@@ -1,0 +1,461 @@
+// The code generator for fused elementwise loops (kernels/fused_loop.hpp). Each function it
+// writes is
+//
+//   void loop(const char* const* inputs, char* out, std::int64_t vectors)
+//
+// over `vectors` vectors of 8 floats: inputs[k] is input k at the first element (a broadcast
+// input's only element), out the output there. A broadcast input is loaded into a register
+// once, before the loop; a flat input is read at [base + offset] in the instruction that needs
+// it. Values live in ymm registers from the instruction that makes them to their last reader.
+//
+// Bit compatibility with the AVX2 row kernels is by construction: each instruction below is
+// the sequence of the xsimd 8.1 AVX2/FMA3 code behind its row kernel (operand order included,
+// since x86 min and max return their second operand for NaN and equal values), and the tails
+// (a partial vector) run the same code on zero-padded copies, as the row kernels do.
+
+#include "kernels/fused_loop.hpp"
+
+#include <xbyak/xbyak.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "kernels/elementwise_table.hpp"
+#include "kernels/fused.hpp"
+
+namespace kiln::detail {
+
+struct FusedLoop {
+  using Fn = void (*)(const char* const* inputs, char* out, std::int64_t vectors);
+  std::unique_ptr<Xbyak::CodeGenerator> code;
+  Fn plain = nullptr;     // vmovups stores
+  Fn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); set when the layout streams
+  std::int64_t num_inputs = 0;
+  std::array<bool, max_fused_inputs> broadcast{};
+};
+
+namespace {
+
+constexpr std::int64_t width = 8;  // floats per ymm register
+
+// Comparison predicates of vcmpps, as xsimd's AVX operators use them.
+constexpr std::uint8_t cmp_lt = 0x11;     // _CMP_LT_OQ
+constexpr std::uint8_t cmp_le = 0x12;     // _CMP_LE_OQ
+constexpr std::uint8_t cmp_ge = 0x1D;     // _CMP_GE_OQ
+constexpr std::uint8_t cmp_unord = 0x03;  // _CMP_UNORD_Q
+
+/// Thrown inside the writer when a program needs more than 16 live vector registers.
+struct OutOfRegisters {};
+
+bool covered(Prim prim) {
+  switch (prim) {
+    case Prim::neg:
+    case Prim::abs:
+    case Prim::square:
+    case Prim::relu:
+    case Prim::sqrt:
+    case Prim::rsqrt:
+    case Prim::tanh:
+    case Prim::sigmoid:
+    case Prim::add:
+    case Prim::sub:
+    case Prim::mul:
+    case Prim::div:
+    case Prim::maximum:
+    case Prim::minimum:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// For each instruction and operand: whether that operand is the last read of a scratch slot's
+/// value (its register is free after the instruction); and for each instruction but the last,
+/// whether its result is read at all.
+struct Liveness {
+  std::vector<std::array<bool, 3>> last_read;
+  std::vector<bool> result_read;
+};
+
+Liveness liveness_of(const FusedProgram& program) {
+  const std::size_t n = program.ops.size();
+  Liveness live{std::vector<std::array<bool, 3>>(n), std::vector<bool>(n, false)};
+  // Walking backwards: a slot operand is a last read when no later instruction reads the slot
+  // before one writes it. The last instruction writes the output, not its result_slot.
+  std::array<bool, max_fused_slots> read_later{};
+  for (std::size_t i = n; i-- > 0;) {
+    const FusedOp& op = program.ops[i];
+    if (i + 1 < n) {
+      const auto s = static_cast<std::size_t>(op.result_slot);
+      live.result_read[i] = read_later[s];
+      read_later[s] = false;
+    }
+    const std::size_t arity = info(op.prim).family == Family::binary ? 2 : 1;
+    for (std::size_t j = 0; j < arity; ++j) {
+      if (op.operands[j] >= 0) continue;
+      const auto s = static_cast<std::size_t>(-op.operands[j] - 1);
+      live.last_read[i][j] = !read_later[s];
+      read_later[s] = true;
+    }
+  }
+  return live;
+}
+
+class LoopWriter : public Xbyak::CodeGenerator {
+ public:
+  LoopWriter(const FusedProgram& program, const FusedLayout& layout)
+      : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
+        program_(program),
+        layout_(layout),
+        live_(liveness_of(program)) {}
+
+  /// Writes one loop function; returns its offset in the code.
+  std::size_t write_function(bool streamed) {
+    const std::size_t start = getSize();
+    free_ = 0xFFFF;
+    const Xbyak::Reg64 bases[] = {r8, r9, r10, r11, rcx, rbx, r12, r13};
+    push(rbx);
+    push(r12);
+    push(r13);
+    std::array<int, max_fused_inputs> broadcast_reg{};
+    std::array<Xbyak::Reg64, max_fused_inputs> base;
+    std::size_t next_base = 0;
+    for (std::size_t k = 0; k < layout_.num_inputs; ++k) {
+      if (!used(k)) continue;
+      if (layout_.how[k] == FusedRead::broadcast) {
+        broadcast_reg[k] = take();
+        mov(rax, ptr[rdi + static_cast<int>(8 * k)]);
+        vbroadcastss(Xbyak::Ymm(broadcast_reg[k]), dword[rax]);
+      } else {
+        base[k] = bases[next_base++];
+        mov(base[k], ptr[rdi + static_cast<int>(8 * k)]);
+      }
+    }
+    Xbyak::Label loop, done;
+    shl(rdx, 5);  // vectors -> bytes
+    xor_(eax, eax);
+    test(rdx, rdx);
+    jz(done, T_NEAR);
+    align(32);
+    L(loop);
+    std::array<int, max_fused_slots> slot_reg{};
+    slot_reg.fill(-1);
+    const std::size_t n = program_.ops.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      const FusedOp& op = program_.ops[i];
+      const std::size_t arity = info(op.prim).family == Family::binary ? 2 : 1;
+      std::array<int, 2> src{-1, -1};
+      std::array<int, 2> loaded{-1, -1};
+      for (std::size_t j = 0; j < arity; ++j) {
+        const std::int16_t a = op.operands[j];
+        if (a < 0) {
+          src[j] = slot_reg[static_cast<std::size_t>(-a - 1)];
+        } else if (layout_.how[static_cast<std::size_t>(a)] == FusedRead::broadcast) {
+          src[j] = broadcast_reg[static_cast<std::size_t>(a)];
+        } else if (j == 1 && op.operands[0] == a) {
+          src[j] = src[0];
+        } else {
+          loaded[j] = take();
+          vmovups(Xbyak::Ymm(loaded[j]), yword[base[static_cast<std::size_t>(a)] + rax]);
+          src[j] = loaded[j];
+        }
+      }
+      const int d = take();
+      write_op(op.prim, Xbyak::Ymm(d), Xbyak::Ymm(src[0]), Xbyak::Ymm(src[1] < 0 ? 0 : src[1]));
+      for (std::size_t j = 0; j < arity; ++j) {
+        if (loaded[j] >= 0) give_back(loaded[j]);
+        const bool repeated = j == 1 && op.operands[1] == op.operands[0];
+        if (op.operands[j] < 0 && live_.last_read[i][j] && !repeated) give_back(src[j]);
+      }
+      if (i + 1 == n) {
+        if (streamed)
+          vmovntps(yword[rsi + rax], Xbyak::Ymm(d));
+        else
+          vmovups(yword[rsi + rax], Xbyak::Ymm(d));
+        give_back(d);
+      } else if (live_.result_read[i]) {
+        slot_reg[static_cast<std::size_t>(op.result_slot)] = d;
+      } else {
+        give_back(d);
+      }
+    }
+    add(rax, 32);
+    cmp(rax, rdx);
+    jb(loop, T_NEAR);
+    L(done);
+    vzeroupper();
+    pop(r13);
+    pop(r12);
+    pop(rbx);
+    ret();
+    return start;
+  }
+
+  /// The constants the functions read, 8 copies each, after the code.
+  void write_constants() {
+    align(32);
+    for (Constant& c : constants_) {
+      L(*c.label);
+      for (std::int64_t i = 0; i < width; ++i) dd(c.bits);
+    }
+  }
+
+ private:
+  struct Constant {
+    std::uint32_t bits;
+    std::unique_ptr<Xbyak::Label> label;
+  };
+
+  bool used(std::size_t k) const {
+    for (const FusedOp& op : program_.ops) {
+      const std::size_t arity = info(op.prim).family == Family::binary ? 2 : 1;
+      for (std::size_t j = 0; j < arity; ++j)
+        if (op.operands[j] == static_cast<std::int16_t>(k)) return true;
+    }
+    return false;
+  }
+
+  int take() {
+    if (free_ == 0) throw OutOfRegisters{};
+    const int r = std::countr_zero(free_);
+    free_ &= free_ - 1;
+    return r;
+  }
+  void give_back(int r) { free_ |= 1U << static_cast<unsigned>(r); }
+
+  /// A 32-byte operand holding `bits` in every lane.
+  Xbyak::Address constant_bits(std::uint32_t bits) {
+    auto it = std::find_if(constants_.begin(), constants_.end(),
+                           [&](const Constant& c) { return c.bits == bits; });
+    if (it == constants_.end()) {
+      constants_.push_back({bits, std::make_unique<Xbyak::Label>()});
+      it = constants_.end() - 1;
+    }
+    return yword[rip + *it->label];
+  }
+  Xbyak::Address k(float value) { return constant_bits(std::bit_cast<std::uint32_t>(value)); }
+
+  /// d = min(B(hi), max(B(lo), x)), as clamp_keeping_nan (NaN passes through both).
+  void clamp(const Xbyak::Ymm& d, const Xbyak::Ymm& x, float lo, float hi) {
+    const Xbyak::Ymm t(take());
+    vmovaps(t, k(lo));
+    vmaxps(t, t, x);
+    vmovaps(d, k(hi));
+    vminps(d, d, t);
+    give_back(t.getIdx());
+  }
+
+  /// p = fma(p, x, c) for each coefficient after the first, which p starts at.
+  void polynomial(const Xbyak::Ymm& p, const Xbyak::Ymm& x, std::initializer_list<float> c) {
+    auto it = c.begin();
+    vmovaps(p, k(*it));
+    for (++it; it != c.end(); ++it) vfmadd213ps(p, x, k(*it));
+  }
+
+  /// One instruction: d from a (and b); d is distinct from both, which stay unchanged.
+  void write_op(Prim prim, const Xbyak::Ymm& d, const Xbyak::Ymm& a, const Xbyak::Ymm& b) {
+    switch (prim) {
+      case Prim::add:
+        vaddps(d, a, b);
+        break;
+      case Prim::sub:
+        vsubps(d, a, b);
+        break;
+      case Prim::mul:
+        vmulps(d, a, b);
+        break;
+      case Prim::div:
+        vdivps(d, a, b);
+        break;
+      case Prim::square:
+        vmulps(d, a, a);
+        break;
+      case Prim::neg:  // flip_sign: x ^ -0.0
+        vxorps(d, a, k(-0.0f));
+        break;
+      case Prim::abs:  // andnot(-0.0, x)
+        vandps(d, a, constant_bits(0x7FFFFFFFU));
+        break;
+      case Prim::relu:  // select(x < 0, 0, x)
+        vcmpps(d, a, k(0.0f), cmp_lt);
+        vandnps(d, d, a);
+        break;
+      case Prim::sqrt:
+        vsqrtps(d, a);
+        break;
+      case Prim::rsqrt: {  // 1 / sqrt(x)
+        const Xbyak::Ymm t(take());
+        vsqrtps(t, a);
+        vmovaps(d, k(1.0f));
+        vdivps(d, d, t);
+        give_back(t.getIdx());
+        break;
+      }
+      case Prim::maximum:
+      case Prim::minimum: {  // select((a >= b) | isnan(a), a, b), or <= for minimum
+        const Xbyak::Ymm t(take());
+        vcmpps(d, a, b, prim == Prim::maximum ? cmp_ge : cmp_le);
+        vcmpps(t, a, a, cmp_unord);
+        vorps(d, d, t);
+        vblendvps(d, b, a, d);
+        give_back(t.getIdx());
+        break;
+      }
+      case Prim::tanh:
+        write_tanh(d, a);
+        break;
+      case Prim::sigmoid:
+        write_sigmoid(d, a);
+        break;
+      default:
+        throw OutOfRegisters{};  // not reached: covered() screens the program first
+    }
+  }
+
+  /// TanhOp::simd for float: c * P(c^2) / Q(c^2) on c = clamp(x, -9, 9), clamped to [-1, 1].
+  void write_tanh(const Xbyak::Ymm& d, const Xbyak::Ymm& x) {
+    const Xbyak::Ymm s(take()), p(take()), q(take());
+    clamp(d, x, -9.f, 9.f);
+    vmulps(s, d, d);
+    polynomial(p, s, {1.33551774e-08f, 2.06094537e-05f, 0.00349561055f, 0.133810446f, 1.f});
+    polynomial(q, s, {7.77676917e-07f, 0.00032856717f, 0.0258770678f, 0.467143595f, 1.f});
+    vmulps(p, d, p);
+    vdivps(p, p, q);
+    clamp(d, p, -1.f, 1.f);
+    give_back(s.getIdx());
+    give_back(p.getIdx());
+    give_back(q.getIdx());
+  }
+
+  /// SigmoidOp::simd for float: 1 / fma(p, 2^n, 1) with exp_clamped_f32_parts(-x) = (p, 2^n).
+  void write_sigmoid(const Xbyak::Ymm& d, const Xbyak::Ymm& x) {
+    const Xbyak::Ymm y(take()), n(take());
+    vxorps(y, x, k(-0.0f));
+    clamp(d, y, -87.33654f, 88.8f);  // d: the clamped argument, then r
+    vmulps(n, d, k(1.44269504088896341f));
+    vroundps(n, n, 0);  // _MM_FROUND_TO_NEAREST_INT
+    vfmadd231ps(d, n, k(-0.693359375f));
+    vfmadd231ps(d, n, k(2.12194440e-4f));
+    vcvttps2dq(n, n);
+    vpaddd(n, n, constant_bits(127));
+    vpslld(n, n, 23);  // 2^n
+    polynomial(y, d,
+               {0.00829026196f, 0.0418979004f, 0.166676372f, 0.499991506f, 0.999999702f, 1.f});
+    vfmadd213ps(y, n, k(1.f));  // p * 2^n + 1
+    vmovaps(d, k(1.f));
+    vdivps(d, d, y);
+    give_back(y.getIdx());
+    give_back(n.getIdx());
+  }
+
+  const FusedProgram& program_;
+  const FusedLayout& layout_;
+  const Liveness live_;
+  std::uint32_t free_ = 0xFFFF;  // ymm registers not holding a value
+  std::vector<Constant> constants_;
+};
+
+bool loops_allowed_by_environment() {
+  static const bool allowed = [] {
+    const char* env = std::getenv("KILN_FUSED_LOOPS");
+    return env == nullptr || std::string_view(env) != "0";
+  }();
+  return allowed;
+}
+
+}  // namespace
+
+std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
+                                                     const FusedLayout& layout) {
+  if (cpu_simd_level() < SimdLevel::avx2) return nullptr;
+  if (layout.mode != FusedLayout::Mode::blocks || layout.num_gathered > 0) return nullptr;
+  if (layout.out_size != 4 || program.ops.empty()) return nullptr;
+  for (std::size_t k = 0; k < layout.num_inputs; ++k)
+    if (layout.size[k] != 4) return nullptr;
+  for (const FusedOp& op : program.ops) {
+    if (!covered(op.prim) || op.in_dtype != DType::f32 || op.out_dtype != DType::f32)
+      return nullptr;
+    for (std::size_t j = 0; j < (info(op.prim).family == Family::binary ? 2U : 1U); ++j)
+      if (op.operands[j] >= static_cast<std::int16_t>(layout.num_inputs)) return nullptr;
+  }
+  auto loop = std::make_shared<FusedLoop>();
+  try {
+    auto writer = std::make_unique<LoopWriter>(program, layout);
+    const std::size_t plain = writer->write_function(false);
+    const std::size_t streamed = layout.stream_output ? writer->write_function(true) : 0;
+    writer->write_constants();
+    writer->ready(Xbyak::CodeArray::PROTECT_RE);
+    const std::uint8_t* code = writer->getCode();
+    loop->plain = reinterpret_cast<FusedLoop::Fn>(code + plain);
+    if (layout.stream_output) loop->streamed = reinterpret_cast<FusedLoop::Fn>(code + streamed);
+    loop->code = std::move(writer);
+  } catch (const OutOfRegisters&) {
+    return nullptr;
+  } catch (const Xbyak::Error&) {
+    return nullptr;  // e.g. no executable memory (a hardened kernel): the interpreter runs
+  }
+  loop->num_inputs = static_cast<std::int64_t>(layout.num_inputs);
+  for (std::size_t k = 0; k < layout.num_inputs; ++k)
+    loop->broadcast[k] = layout.how[k] == FusedRead::broadcast;
+  return loop;
+}
+
+std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
+                                                const FusedLayout& layout) {
+  if (simd_level() != SimdLevel::avx2 || !loops_allowed_by_environment()) return nullptr;
+  return generate_fused_loop(program, layout);
+}
+
+void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
+                          const void* const* inputs, void* out, std::int64_t first,
+                          std::int64_t count) {
+  std::array<const char*, max_fused_inputs> at{};
+  const auto point_at = [&](std::int64_t element) {
+    for (std::size_t k = 0; k < layout.num_inputs; ++k)
+      at[k] = static_cast<const char*>(inputs[k]) + (loop.broadcast[k] ? 0 : element * 4);
+  };
+  char* out_bytes = static_cast<char*>(out);
+  // Fewer than 8 elements: the same code on zero-padded copies of the inputs.
+  const auto run_padded = [&](std::int64_t element, std::int64_t n) {
+    alignas(32) float padded[max_fused_inputs][width] = {};
+    alignas(32) float result[width];
+    point_at(element);
+    for (std::size_t k = 0; k < layout.num_inputs; ++k) {
+      if (loop.broadcast[k]) continue;
+      std::memcpy(padded[k], at[k], static_cast<std::size_t>(n) * 4);
+      at[k] = reinterpret_cast<const char*>(padded[k]);
+    }
+    loop.plain(at.data(), reinterpret_cast<char*>(result), 1);
+    std::memcpy(out_bytes + element * 4, result, static_cast<std::size_t>(n) * 4);
+  };
+  std::int64_t element = first;
+  const std::int64_t end = first + count;
+  FusedLoop::Fn body = loop.plain;
+  if (loop.streamed != nullptr) {
+    // Non-temporal stores need 32-byte aligned addresses: the head before the first one runs
+    // padded, with plain stores.
+    const auto address = reinterpret_cast<std::uintptr_t>(out_bytes + element * 4);
+    const auto head = static_cast<std::int64_t>(((32 - address % 32) % 32) / 4);
+    if (address % 4 == 0) {
+      const std::int64_t n = std::min(head, count);
+      if (n > 0) run_padded(element, n);
+      element += n;
+      body = loop.streamed;
+    }
+  }
+  const std::int64_t vectors = (end - element) / width;
+  if (vectors > 0) {
+    point_at(element);
+    body(at.data(), out_bytes + element * 4, vectors);
+    element += vectors * width;
+  }
+  if (element < end) run_padded(element, end - element);
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,42 @@
+#pragma once
+// Generated loops for fused elementwise programs: one AVX2 loop per program and layout, with
+// every intermediate value in a register, written at plan time by kiln's own code generator
+// (on top of the xbyak assembler). The block interpreter of kernels/fused.hpp passes each
+// instruction's results through L1 scratch and calls one row kernel per instruction and block;
+// a generated loop reads each input once, computes the whole program on one vector and stores
+// it. Each instruction is emitted as the same sequence of vector instructions as the AVX2 row
+// kernel it replaces (the formulas of kernels/elementwise_ops_arch.hpp, with their FMAs where
+// the source has them), so a loop gives the row kernels' bits; tests/test_fused_loop.cpp holds
+// it to that for every instruction it covers.
+
+#include <cstdint>
+#include <memory>
+
+namespace kiln::detail {
+
+struct FusedProgram;
+struct FusedLayout;
+struct FusedLoop;
+
+/// The loop for `program` over `layout`, or null when the generator does not cover them:
+/// an instruction other than f32 neg, abs, square, relu, sqrt, rsqrt, tanh, sigmoid, add, sub,
+/// mul, div, maximum and minimum; an input read other than flat or broadcast; more live values
+/// than the 16 vector registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
+/// set level; used by run_fused only through fused_loop_for.
+std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
+                                                     const FusedLayout& layout);
+
+/// generate_fused_loop when this process runs the AVX2 row kernels (simd_level() is avx2) and
+/// KILN_FUSED_LOOPS is not 0; null otherwise. The other levels keep the interpreter, whose
+/// bits a loop of another width would not be held to.
+std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
+                                                const FusedLayout& layout);
+
+/// Runs the loop over output elements [first, first + count) of `layout`: inputs[k] is input
+/// k's first element, out the output's first (run_fused splits the output between threads and
+/// fences the non-temporal stores of a streamed layout).
+void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
+                          const void* const* inputs, void* out, std::int64_t first,
+                          std::int64_t count);
+
+}  // namespace kiln::detail

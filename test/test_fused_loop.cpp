@@ -1,0 +1,244 @@
+// Generated fused loops (kernels/fused_loop.hpp) against the block interpreter running the AVX2
+// row kernels: every instruction the generator covers, alone and in programs, with flat and
+// broadcast inputs, lengths around the vector width, special values, outputs streamed at
+// every alignment, and the two-thread split; the bits must be the same (any NaN for a NaN).
+// Programs the generator does not cover must come back without a loop. On a CPU without AVX2 and
+// FMA nothing here can run (no loop is generated there), which the first check says.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <kiln/kiln.hpp>
+
+#include "kernels/elementwise_table.hpp"
+#include "kernels/fused.hpp"
+#include "kernels/fused_loop.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/streaming.hpp"
+
+namespace {
+
+using kiln::Shape;
+using kiln::detail::ArrayRef;
+using kiln::detail::FusedLayout;
+using kiln::detail::FusedOp;
+using kiln::detail::FusedProgram;
+using kiln::detail::Prim;
+
+bool cpu_runs_loops() { return kiln::detail::cpu_simd_level() >= kiln::detail::SimdLevel::avx2; }
+
+/// An instruction of a test program: operands >= 0 are inputs, < 0 scratch slots.
+FusedOp instruction(Prim prim, std::int16_t a, std::int16_t b = 0, std::int16_t slot = 0) {
+  FusedOp op;
+  op.prim = prim;
+  op.operands = {a, b, 0};
+  op.result_slot = slot;
+  return op;
+}
+
+FusedProgram program_of(std::size_t num_inputs, std::size_t num_slots, std::vector<FusedOp> ops) {
+  FusedProgram program;
+  program.num_inputs = num_inputs;
+  program.num_slots = num_slots;
+  program.ops = std::move(ops);
+  kiln::detail::resolve_fused_program(
+      program, kiln::detail::elementwise_rows(kiln::detail::SimdLevel::avx2));
+  return program;
+}
+
+/// Values every instruction must get right: signed zeros, infinities, NaN, subnormals, the
+/// clamp points of tanh and sigmoid and their neighbours, then a spread of ordinary values.
+std::vector<float> test_values(std::size_t n, std::uint32_t seed) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> special = {
+      0.0f,   -0.0f,   1.0f,   -1.0f,  inf,    -inf,    std::numeric_limits<float>::quiet_NaN(),
+      1e-40f, -1e-40f, 1e-30f, 9.0f,   -9.0f,  8.9f,    -8.9f,
+      88.8f,  -88.8f,  87.4f,  -87.4f, 100.0f, -100.0f, 0.5f,
+      2.0f,   1e20f,   -3.5f,  0.3f};
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = i < special.size() ? special[i] : wide(rng);
+  // Shuffle so the special values land in vector bodies and tails alike.
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+/// Runs `program` over inputs of `n` elements (a null pointer in `broadcast` marks a flat input;
+/// a scalar's value otherwise) through the interpreter and through a generated loop, and checks
+/// the two outputs bit for bit, and the loop's guard elements. Returns false when no loop was
+/// generated.
+bool loop_matches_interpreter(const FusedProgram& program, std::int64_t n,
+                              const std::vector<const float*>& broadcast,
+                              std::size_t output_offset = 0) {
+  const std::size_t count = static_cast<std::size_t>(n);
+  std::vector<std::vector<float>> data;
+  std::vector<ArrayRef> in;
+  for (std::size_t k = 0; k < program.num_inputs; ++k) {
+    if (broadcast[k] != nullptr) {
+      in.push_back({const_cast<float*>(broadcast[k]), kiln::f32, Shape{n}, Shape{0}});
+    } else {
+      data.push_back(test_values(count, static_cast<std::uint32_t>(k + 17 * count)));
+      in.push_back({data.back().data(), kiln::f32, Shape{n}, Shape{1}});
+    }
+  }
+  std::vector<float> expected(count + 2 * 8 + output_offset, -7.0f);
+  std::vector<float> actual = expected;
+  const ArrayRef expected_ref{expected.data() + 8 + output_offset, kiln::f32, Shape{n}, Shape{1}};
+  const ArrayRef actual_ref{actual.data() + 8 + output_offset, kiln::f32, Shape{n}, Shape{1}};
+  FusedLayout layout = kiln::detail::layout_fused(in, expected_ref);
+  REQUIRE(layout.loop == nullptr);
+  std::vector<const void*> pointers;
+  for (const ArrayRef& r : in) pointers.push_back(r.data);
+  kiln::detail::run_fused(program, layout, pointers.data(), expected_ref.data);
+  layout.loop = kiln::detail::generate_fused_loop(program, layout);
+  if (layout.loop == nullptr) return false;
+  kiln::detail::run_fused(program, layout, pointers.data(), actual_ref.data);
+  std::size_t mismatches = 0;
+  std::size_t first = 0;
+  // Bits, but any NaN for a NaN: where both operands of a commutative instruction are NaN the
+  // result is one of them, and the compiler may order the row kernel's operands either way (in
+  // its vector body and its tail alike), so not even the row kernels pin the NaN's sign.
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const bool same =
+        std::bit_cast<std::uint32_t>(expected[i]) == std::bit_cast<std::uint32_t>(actual[i]) ||
+        (std::isnan(expected[i]) && std::isnan(actual[i]));
+    if (!same && mismatches++ == 0) first = i;
+  }
+  INFO(program.text << " over " << n << " elements, output offset " << output_offset << ": "
+                    << mismatches << " elements differ, the first at " << first);
+  if (mismatches > 0) INFO("interpreter " << expected[first] << ", loop " << actual[first]);
+  CHECK(mismatches == 0);
+  return true;
+}
+
+const std::int64_t lengths[] = {1, 3, 7, 8, 9, 16, 23, 64, 1000, 4099};
+
+}  // namespace
+
+TEST_CASE("generated fused loops: this CPU runs them", "[fused_loop]") {
+  if (!cpu_runs_loops())
+    WARN("no AVX2 and FMA on this CPU: no fused loop is generated, nothing below runs one");
+  SUCCEED();
+}
+
+TEST_CASE("generated fused loops give the AVX2 row kernels' bits, instruction by instruction",
+          "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  const Prim unary[] = {Prim::neg,  Prim::abs,   Prim::square, Prim::relu,
+                        Prim::sqrt, Prim::rsqrt, Prim::tanh,   Prim::sigmoid};
+  for (Prim prim : unary) {
+    FusedProgram program = program_of(1, 0, {instruction(prim, 0)});
+    program.text = kiln::detail::name(prim);
+    for (std::int64_t n : lengths) REQUIRE(loop_matches_interpreter(program, n, {nullptr}));
+    const float scalar = -2.75f;
+    REQUIRE(loop_matches_interpreter(program, 37, {&scalar}));
+  }
+  const Prim binary[] = {Prim::add, Prim::sub, Prim::mul, Prim::div, Prim::maximum, Prim::minimum};
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float scalars[] = {0.5f, -0.0f, 0.0f, nan, inf};
+  for (Prim prim : binary) {
+    FusedProgram program = program_of(2, 0, {instruction(prim, 0, 1)});
+    program.text = kiln::detail::name(prim);
+    for (std::int64_t n : lengths)
+      REQUIRE(loop_matches_interpreter(program, n, {nullptr, nullptr}));
+    for (const float& s : scalars) {
+      CAPTURE(s);
+      REQUIRE(loop_matches_interpreter(program, 29, {&s, nullptr}));
+      REQUIRE(loop_matches_interpreter(program, 29, {nullptr, &s}));
+    }
+    // The same input on both sides (one load for both operands).
+    FusedProgram same = program_of(1, 0, {instruction(prim, 0, 0)});
+    same.text = program.text + "(x, x)";
+    REQUIRE(loop_matches_interpreter(same, 40, {nullptr}));
+  }
+}
+
+TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and dead values",
+          "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  const float half = 0.5f;
+  // tanh(a * b + c) * 0.5, the chain of workload 2.
+  FusedProgram chain =
+      program_of(4, 1,
+                 {instruction(Prim::mul, 0, 1, 0), instruction(Prim::add, -1, 2, 0),
+                  instruction(Prim::tanh, -1, 0, 0), instruction(Prim::mul, -1, 3)});
+  chain.text = "tanh(in0 * in1 + in2) * in3";
+  for (std::int64_t n : lengths)
+    REQUIRE(loop_matches_interpreter(chain, n, {nullptr, nullptr, nullptr, &half}));
+  // x * sigmoid(x): an input read by two instructions.
+  FusedProgram silu =
+      program_of(1, 1, {instruction(Prim::sigmoid, 0, 0, 0), instruction(Prim::mul, 0, -1)});
+  silu.text = "in0 * sigmoid(in0)";
+  for (std::int64_t n : lengths) REQUIRE(loop_matches_interpreter(silu, n, {nullptr}));
+  // A slot read twice by one instruction and later by another; a result nobody reads; slots
+  // written again after their last read.
+  FusedProgram shared =
+      program_of(2, 3,
+                 {instruction(Prim::sub, 0, 1, 0), instruction(Prim::mul, -1, -1, 1),
+                  instruction(Prim::relu, 1, 0, 2), instruction(Prim::maximum, -2, -1, 2),
+                  instruction(Prim::sigmoid, -3, 0, 0), instruction(Prim::minimum, -1, -3)});
+  shared.text = "min(sigmoid(max((a - b)^2, a - b)), max(...))";
+  for (std::int64_t n : lengths) REQUIRE(loop_matches_interpreter(shared, n, {nullptr, nullptr}));
+  // Two threads split the output (more than 2^18 elements), with a tail of 5.
+  REQUIRE(loop_matches_interpreter(chain, (std::int64_t{1} << 19) + 5,
+                                   {nullptr, nullptr, nullptr, &half}));
+}
+
+TEST_CASE("generated fused loops stream large outputs at every alignment", "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  kiln::detail::set_stream_output_bytes(std::int64_t{1} << 20);
+  const float half = 0.5f;
+  FusedProgram chain =
+      program_of(4, 1,
+                 {instruction(Prim::mul, 0, 1, 0), instruction(Prim::add, -1, 2, 0),
+                  instruction(Prim::tanh, -1, 0, 0), instruction(Prim::mul, -1, 3)});
+  chain.text = "tanh(in0 * in1 + in2) * in3";
+  const std::int64_t n = (std::int64_t{1} << 19) + 13;  // 2 MiB out: streamed, two threads
+  for (std::size_t offset : {0, 1, 3, 7}) {
+    const ArrayRef probe{nullptr, kiln::f32, Shape{n}, Shape{1}};
+    const ArrayRef probe_in[1] = {probe};
+    REQUIRE(kiln::detail::layout_fused(probe_in, probe).stream_output);
+    REQUIRE(loop_matches_interpreter(chain, n, {nullptr, nullptr, nullptr, &half}, offset));
+  }
+  kiln::detail::set_stream_output_bytes(0);
+}
+
+TEST_CASE("fused programs the generator does not cover keep the interpreter", "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  // exp is not among the instructions written out.
+  FusedProgram exp = program_of(1, 0, {instruction(Prim::exp, 0)});
+  std::vector<float> x(64, 1.0f), out(64);
+  const ArrayRef in[1] = {{x.data(), kiln::f32, Shape{64}, Shape{1}}};
+  const ArrayRef out_ref{out.data(), kiln::f32, Shape{64}, Shape{1}};
+  CHECK(kiln::detail::generate_fused_loop(exp, kiln::detail::layout_fused(in, out_ref)) == nullptr);
+  // A gathered input (a row broadcast down a matrix).
+  FusedProgram add = program_of(2, 0, {instruction(Prim::add, 0, 1)});
+  std::vector<float> matrix(64 * 3000), row(3000), result(64 * 3000);
+  const ArrayRef gathered[2] = {{matrix.data(), kiln::f32, Shape{64, 3000}, Shape{3000, 1}},
+                                {row.data(), kiln::f32, Shape{64, 3000}, Shape{0, 1}}};
+  const ArrayRef result_ref{result.data(), kiln::f32, Shape{64, 3000}, Shape{3000, 1}};
+  const FusedLayout gathered_layout = kiln::detail::layout_fused(gathered, result_ref);
+  if (gathered_layout.mode == FusedLayout::Mode::blocks) CHECK(gathered_layout.num_gathered > 0);
+  CHECK(kiln::detail::generate_fused_loop(add, gathered_layout) == nullptr);
+  // Eight broadcast inputs hold eight registers; eight live slots and tanh's temporaries need
+  // more than the other eight.
+  std::vector<FusedOp> ops;
+  for (std::int16_t s = 0; s < 8; ++s) ops.push_back(instruction(Prim::add, s, s, s));
+  ops.push_back(instruction(Prim::tanh, -1, 0, 0));
+  for (std::int16_t s = 1; s < 8; ++s) ops.push_back(instruction(Prim::add, -1, -1 - s, 0));
+  ops.back().result_slot = 0;
+  FusedProgram wide = program_of(8, 8, ops);
+  wide.text = "eight broadcast inputs, eight live slots";
+  const float one = 1.0f;
+  const std::vector<const float*> scalars(8, &one);
+  CHECK_FALSE(loop_matches_interpreter(wide, 100, scalars));
+}
