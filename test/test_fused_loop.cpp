@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <kiln/kiln.hpp>
@@ -162,6 +163,38 @@ TEST_CASE("generated fused loops give the AVX2 row kernels' bits, instruction by
   }
 }
 
+TEST_CASE("generated fused loops give the row kernels' bits for comparisons, where and casts",
+          "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  const Prim comparisons[] = {Prim::equal,      Prim::not_equal, Prim::less,
+                              Prim::less_equal, Prim::greater,   Prim::greater_equal};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float scalars[] = {0.0f, -0.0f, nan, 1.0f};
+  for (Prim prim : comparisons) {
+    FusedOp compare = instruction(prim, 0, 1, 0);
+    compare.out_dtype = kiln::DType::boolean;
+    // cast<f32>(a op b), as a loss's accuracy count reads it.
+    FusedOp cast = instruction(Prim::cast, -1);
+    cast.in_dtype = kiln::DType::boolean;
+    FusedProgram counted = program_of(2, 1, {compare, cast});
+    counted.text = "cast<f32>(" + std::string(kiln::detail::name(prim)) + ")";
+    // where(a op b, c, a), as relu's gradient reads it (a third input, and an input twice).
+    FusedOp where = instruction(Prim::where, -1, 2);
+    where.operands[2] = 0;
+    FusedProgram selected = program_of(3, 1, {compare, where});
+    selected.text = "where(" + std::string(kiln::detail::name(prim)) + ", in2, in0)";
+    for (std::int64_t n : lengths) {
+      REQUIRE(loop_matches_interpreter(counted, n, {nullptr, nullptr}));
+      REQUIRE(loop_matches_interpreter(selected, n, {nullptr, nullptr, nullptr}));
+    }
+    for (const float& s : scalars) {
+      CAPTURE(s);
+      REQUIRE(loop_matches_interpreter(counted, 29, {nullptr, &s}));
+      REQUIRE(loop_matches_interpreter(selected, 29, {nullptr, &s, &s}));
+    }
+  }
+}
+
 TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and dead values",
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
@@ -220,6 +253,24 @@ TEST_CASE("fused programs the generator does not cover keep the interpreter", "[
   const ArrayRef in[1] = {{x.data(), kiln::f32, Shape{64}, Shape{1}}};
   const ArrayRef out_ref{out.data(), kiln::f32, Shape{64}, Shape{1}};
   CHECK(kiln::detail::generate_fused_loop(exp, kiln::detail::layout_fused(in, out_ref)) == nullptr);
+  // A comparison's bool as the output; where with a bool input as its condition.
+  std::vector<float> y(64, 2.0f);
+  const ArrayRef two_in[2] = {in[0], {y.data(), kiln::f32, Shape{64}, Shape{1}}};
+  FusedOp compare = instruction(Prim::less, 0, 1);
+  compare.out_dtype = kiln::DType::boolean;
+  FusedProgram bool_out = program_of(2, 0, {compare});
+  std::vector<std::uint8_t> flags(64);
+  const ArrayRef flags_ref{flags.data(), kiln::DType::boolean, Shape{64}, Shape{1}};
+  CHECK(kiln::detail::generate_fused_loop(
+            bool_out, kiln::detail::layout_fused(two_in, flags_ref)) == nullptr);
+  FusedOp where = instruction(Prim::where, 0, 1);
+  where.operands[2] = 1;
+  FusedProgram bool_in = program_of(2, 0, {where});
+  bool_in.ops[0].in_dtype = kiln::f32;
+  const ArrayRef where_in[2] = {{flags.data(), kiln::DType::boolean, Shape{64}, Shape{1}},
+                                two_in[1]};
+  CHECK(kiln::detail::generate_fused_loop(bool_in, kiln::detail::layout_fused(where_in, out_ref)) ==
+        nullptr);
   // A gathered input (a row broadcast down a matrix).
   FusedProgram add = program_of(2, 0, {instruction(Prim::add, 0, 1)});
   std::vector<float> matrix(64 * 3000), row(3000), result(64 * 3000);

@@ -49,12 +49,57 @@ constexpr std::uint8_t cmp_lt = 0x11;     // _CMP_LT_OQ
 constexpr std::uint8_t cmp_le = 0x12;     // _CMP_LE_OQ
 constexpr std::uint8_t cmp_ge = 0x1D;     // _CMP_GE_OQ
 constexpr std::uint8_t cmp_unord = 0x03;  // _CMP_UNORD_Q
+constexpr std::uint8_t cmp_eq = 0x00;     // _CMP_EQ_OQ: a == b
+constexpr std::uint8_t cmp_neq = 0x04;    // _CMP_NEQ_UQ: a != b (true for NaN)
+constexpr std::uint8_t cmp_gt = 0x1E;     // _CMP_GT_OQ
 
 /// Thrown inside the writer when a program needs more than 16 live vector registers.
 struct OutOfRegisters {};
 
-bool covered(Prim prim) {
+/// The comparison predicate of a comparison primitive; 0xFF for the others.
+std::uint8_t predicate_of(Prim prim) {
   switch (prim) {
+    case Prim::equal:
+      return cmp_eq;
+    case Prim::not_equal:
+      return cmp_neq;
+    case Prim::less:
+      return cmp_lt;
+    case Prim::less_equal:
+      return cmp_le;
+    case Prim::greater:
+      return cmp_gt;
+    case Prim::greater_equal:
+      return cmp_ge;
+    default:
+      return 0xFF;
+  }
+}
+
+std::size_t arity_of(Prim prim) {
+  switch (info(prim).family) {
+    case Family::unary:
+      return 1;
+    case Family::binary:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
+/// Whether the generator writes this instruction out. Values are f32 in lanes of 4 bytes, and
+/// a comparison's bool result is a lane mask (all ones or zero) that only where and a cast to
+/// f32 read: a bool never comes from or goes to memory.
+bool covered(const FusedOp& op, bool last) {
+  const bool slot_operand = op.operands[0] < 0;
+  if (predicate_of(op.prim) != 0xFF)
+    return op.in_dtype == DType::f32 && op.out_dtype == DType::boolean && !last;
+  if (op.prim == Prim::where)
+    return op.in_dtype == DType::f32 && op.out_dtype == DType::f32 && slot_operand;
+  if (op.prim == Prim::cast)
+    return op.in_dtype == DType::boolean && op.out_dtype == DType::f32 && slot_operand;
+  if (op.in_dtype != DType::f32 || op.out_dtype != DType::f32) return false;
+  switch (op.prim) {
     case Prim::neg:
     case Prim::abs:
     case Prim::square:
@@ -96,7 +141,7 @@ Liveness liveness_of(const FusedProgram& program) {
       live.result_read[i] = read_later[s];
       read_later[s] = false;
     }
-    const std::size_t arity = info(op.prim).family == Family::binary ? 2 : 1;
+    const std::size_t arity = arity_of(op.prim);
     for (std::size_t j = 0; j < arity; ++j) {
       if (op.operands[j] >= 0) continue;
       const auto s = static_cast<std::size_t>(-op.operands[j] - 1);
@@ -149,17 +194,18 @@ class LoopWriter : public Xbyak::CodeGenerator {
     const std::size_t n = program_.ops.size();
     for (std::size_t i = 0; i < n; ++i) {
       const FusedOp& op = program_.ops[i];
-      const std::size_t arity = info(op.prim).family == Family::binary ? 2 : 1;
-      std::array<int, 2> src{-1, -1};
-      std::array<int, 2> loaded{-1, -1};
+      const std::size_t arity = arity_of(op.prim);
+      std::array<int, 3> src{-1, -1, -1};
+      std::array<int, 3> loaded{-1, -1, -1};
       for (std::size_t j = 0; j < arity; ++j) {
         const std::int16_t a = op.operands[j];
-        if (a < 0) {
+        const std::size_t earlier = first_operand_equal(op, j);
+        if (earlier < j) {
+          src[j] = src[earlier];  // one register for an operand given twice
+        } else if (a < 0) {
           src[j] = slot_reg[static_cast<std::size_t>(-a - 1)];
         } else if (layout_.how[static_cast<std::size_t>(a)] == FusedRead::broadcast) {
           src[j] = broadcast_reg[static_cast<std::size_t>(a)];
-        } else if (j == 1 && op.operands[0] == a) {
-          src[j] = src[0];
         } else {
           loaded[j] = take();
           vmovups(Xbyak::Ymm(loaded[j]), yword[base[static_cast<std::size_t>(a)] + rax]);
@@ -167,11 +213,14 @@ class LoopWriter : public Xbyak::CodeGenerator {
         }
       }
       const int d = take();
-      write_op(op.prim, Xbyak::Ymm(d), Xbyak::Ymm(src[0]), Xbyak::Ymm(src[1] < 0 ? 0 : src[1]));
+      const auto reg = [&](std::size_t j) { return Xbyak::Ymm(src[j] < 0 ? 0 : src[j]); };
+      write_op(op.prim, Xbyak::Ymm(d), reg(0), reg(1), reg(2));
+      // Free each operand's register once: a load's, or a slot value's after its last read
+      // (the liveness marks the first of repeated operands as the last read).
       for (std::size_t j = 0; j < arity; ++j) {
         if (loaded[j] >= 0) give_back(loaded[j]);
-        const bool repeated = j == 1 && op.operands[1] == op.operands[0];
-        if (op.operands[j] < 0 && live_.last_read[i][j] && !repeated) give_back(src[j]);
+        if (op.operands[j] < 0 && live_.last_read[i][j] && first_operand_equal(op, j) == j)
+          give_back(src[j]);
       }
       if (i + 1 == n) {
         if (streamed)
@@ -212,9 +261,16 @@ class LoopWriter : public Xbyak::CodeGenerator {
     std::unique_ptr<Xbyak::Label> label;
   };
 
+  /// The first operand of op equal to operand j (j itself when none before it is).
+  static std::size_t first_operand_equal(const FusedOp& op, std::size_t j) {
+    for (std::size_t e = 0; e < j; ++e)
+      if (op.operands[e] == op.operands[j]) return e;
+    return j;
+  }
+
   bool used(std::size_t k) const {
     for (const FusedOp& op : program_.ops) {
-      const std::size_t arity = info(op.prim).family == Family::binary ? 2 : 1;
+      const std::size_t arity = arity_of(op.prim);
       for (std::size_t j = 0; j < arity; ++j)
         if (op.operands[j] == static_cast<std::int16_t>(k)) return true;
     }
@@ -258,9 +314,20 @@ class LoopWriter : public Xbyak::CodeGenerator {
     for (++it; it != c.end(); ++it) vfmadd213ps(p, x, k(*it));
   }
 
-  /// One instruction: d from a (and b); d is distinct from both, which stay unchanged.
-  void write_op(Prim prim, const Xbyak::Ymm& d, const Xbyak::Ymm& a, const Xbyak::Ymm& b) {
+  /// One instruction: d from a (and b, c); d is distinct from them, which stay unchanged.
+  void write_op(Prim prim, const Xbyak::Ymm& d, const Xbyak::Ymm& a, const Xbyak::Ymm& b,
+                const Xbyak::Ymm& c) {
+    if (const std::uint8_t predicate = predicate_of(prim); predicate != 0xFF) {
+      vcmpps(d, a, b, predicate);  // the lane mask of a op b
+      return;
+    }
     switch (prim) {
+      case Prim::where:  // c ? a : b with the condition as a lane mask
+        vblendvps(d, c, b, a);
+        break;
+      case Prim::cast:  // bool (a lane mask) to f32: 1.0 or +0.0
+        vandps(d, a, k(1.0f));
+        break;
       case Prim::add:
         vaddps(d, a, b);
         break;
@@ -378,10 +445,10 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
   if (layout.out_size != 4 || program.ops.empty()) return nullptr;
   for (std::size_t k = 0; k < layout.num_inputs; ++k)
     if (layout.size[k] != 4) return nullptr;
-  for (const FusedOp& op : program.ops) {
-    if (!covered(op.prim) || op.in_dtype != DType::f32 || op.out_dtype != DType::f32)
-      return nullptr;
-    for (std::size_t j = 0; j < (info(op.prim).family == Family::binary ? 2U : 1U); ++j)
+  for (std::size_t i = 0; i < program.ops.size(); ++i) {
+    const FusedOp& op = program.ops[i];
+    if (!covered(op, i + 1 == program.ops.size())) return nullptr;
+    for (std::size_t j = 0; j < arity_of(op.prim); ++j)
       if (op.operands[j] >= static_cast<std::int16_t>(layout.num_inputs)) return nullptr;
   }
   auto loop = std::make_shared<FusedLoop>();

@@ -20,8 +20,10 @@ struct FusedLoop;
 
 /// The loop for `program` over `layout`, or null when the generator does not cover them:
 /// an instruction other than f32 neg, abs, square, relu, sqrt, rsqrt, tanh, sigmoid, add, sub,
-/// mul, div, maximum and minimum; an input read other than flat or broadcast; more live values
-/// than the 16 vector registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
+/// mul, div, maximum, minimum, the six comparisons (whose bool results, lane masks in a
+/// register, only where and a cast to f32 may read) and where; an input or output that is not
+/// f32; an input read other than flat or broadcast; more live values than the 16 vector
+/// registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
 /// set level; used by run_fused only through fused_loop_for.
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
                                                      const FusedLayout& layout);
