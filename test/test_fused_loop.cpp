@@ -226,6 +226,86 @@ TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and
                                    {nullptr, nullptr, nullptr, &half}));
 }
 
+namespace {
+
+/// How a matrix test input is read: the output's layout, a row repeated down the rows (a bias),
+/// one value per row (a column), one value, or rows of a wider matrix.
+enum class MatrixRead { flat, row, column, scalar, wider };
+
+/// Runs `program` over [rows, columns] inputs read as `reads` says, through the interpreter
+/// (from the refs: every layout mode) and through a generated loop, which must exist and
+/// give the same bits (any NaN for a NaN).
+void check_matrix_program(const FusedProgram& program, std::int64_t rows, std::int64_t columns,
+                          const std::vector<MatrixRead>& reads) {
+  const Shape shape{rows, columns};
+  std::vector<std::vector<float>> data;
+  std::vector<ArrayRef> in;
+  for (std::size_t k = 0; k < reads.size(); ++k) {
+    const std::int64_t pitch = reads[k] == MatrixRead::wider ? columns + 5 : columns;
+    data.push_back(test_values(static_cast<std::size_t>(rows * pitch), 31 + k));
+    float* base = data.back().data();
+    switch (reads[k]) {
+      case MatrixRead::flat:
+      case MatrixRead::wider:
+        in.push_back({base, kiln::f32, shape, Shape{pitch, 1}});
+        break;
+      case MatrixRead::row:
+        in.push_back({base, kiln::f32, shape, Shape{0, 1}});
+        break;
+      case MatrixRead::column:
+        in.push_back({base, kiln::f32, shape, Shape{1, 0}});
+        break;
+      case MatrixRead::scalar:
+        in.push_back({base, kiln::f32, shape, Shape{0, 0}});
+        break;
+    }
+  }
+  const std::size_t count = static_cast<std::size_t>(rows * columns);
+  std::vector<float> expected(count), actual(count);
+  const ArrayRef expected_ref{expected.data(), kiln::f32, shape, Shape{columns, 1}};
+  const ArrayRef actual_ref{actual.data(), kiln::f32, shape, Shape{columns, 1}};
+  kiln::detail::run_fused(program, in, expected_ref);
+  FusedLayout layout = kiln::detail::layout_fused(in, actual_ref);
+  layout.loop = kiln::detail::generate_fused_loop(program, layout);
+  INFO(program.text << " over " << rows << " x " << columns);
+  REQUIRE(layout.loop != nullptr);
+  std::vector<const void*> pointers;
+  for (const ArrayRef& r : in) pointers.push_back(r.data);
+  kiln::detail::run_fused(program, layout, pointers.data(), actual.data());
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < count; ++i)
+    if (std::bit_cast<std::uint32_t>(expected[i]) != std::bit_cast<std::uint32_t>(actual[i]) &&
+        !(std::isnan(expected[i]) && std::isnan(actual[i])))
+      ++mismatches;
+  CHECK(mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("generated fused loops walk matrices row by row: biases, per-row values, wider rows",
+          "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  // tanh(x * scale + bias) with the bias a row, the scale one value per row; then a program
+  // that reads rows of a wider matrix and a scalar.
+  FusedProgram affine = program_of(3, 1,
+                                   {instruction(Prim::mul, 0, 1, 0),
+                                    instruction(Prim::add, -1, 2, 0), instruction(Prim::tanh, -1)});
+  affine.text = "tanh(x * per_row + bias)";
+  FusedProgram clipped =
+      program_of(2, 1, {instruction(Prim::maximum, 0, 1, 0), instruction(Prim::sub, -1, 0)});
+  clipped.text = "max(wide, scalar) - wide";
+  // Rows of 3 (all tail), 8, 13, 1,000 (whole-row blocks), 1,030 (blocks across rows) and
+  // 3,000 (long rows); enough rows to split between two threads at the larger sizes.
+  const std::int64_t shapes[][2] = {{7, 3}, {5, 8}, {9, 13}, {300, 1000}, {17, 1030}, {200, 3000}};
+  for (const auto& s : shapes) {
+    check_matrix_program(affine, s[0], s[1],
+                         {MatrixRead::flat, MatrixRead::column, MatrixRead::row});
+    check_matrix_program(affine, s[0], s[1],
+                         {MatrixRead::row, MatrixRead::scalar, MatrixRead::flat});
+    check_matrix_program(clipped, s[0], s[1], {MatrixRead::wider, MatrixRead::scalar});
+  }
+}
+
 TEST_CASE("generated fused loops stream large outputs at every alignment", "[fused_loop]") {
   if (!cpu_runs_loops()) return;
   kiln::detail::set_stream_output_bytes(std::int64_t{1} << 20);
@@ -271,15 +351,14 @@ TEST_CASE("fused programs the generator does not cover keep the interpreter", "[
                                 two_in[1]};
   CHECK(kiln::detail::generate_fused_loop(bool_in, kiln::detail::layout_fused(where_in, out_ref)) ==
         nullptr);
-  // A gathered input (a row broadcast down a matrix).
+  // An input read with an inner stride of 2 (every other column of a wider matrix).
   FusedProgram add = program_of(2, 0, {instruction(Prim::add, 0, 1)});
-  std::vector<float> matrix(64 * 3000), row(3000), result(64 * 3000);
-  const ArrayRef gathered[2] = {{matrix.data(), kiln::f32, Shape{64, 3000}, Shape{3000, 1}},
-                                {row.data(), kiln::f32, Shape{64, 3000}, Shape{0, 1}}};
+  std::vector<float> wide_matrix(64 * 6000), result(64 * 3000);
+  const ArrayRef strided[2] = {{wide_matrix.data(), kiln::f32, Shape{64, 3000}, Shape{6000, 2}},
+                               {wide_matrix.data(), kiln::f32, Shape{64, 3000}, Shape{6000, 1}}};
   const ArrayRef result_ref{result.data(), kiln::f32, Shape{64, 3000}, Shape{3000, 1}};
-  const FusedLayout gathered_layout = kiln::detail::layout_fused(gathered, result_ref);
-  if (gathered_layout.mode == FusedLayout::Mode::blocks) CHECK(gathered_layout.num_gathered > 0);
-  CHECK(kiln::detail::generate_fused_loop(add, gathered_layout) == nullptr);
+  CHECK(kiln::detail::generate_fused_loop(add, kiln::detail::layout_fused(strided, result_ref)) ==
+        nullptr);
   // Eight broadcast inputs hold eight registers; eight live slots and tanh's temporaries need
   // more than the other eight.
   std::vector<FusedOp> ops;

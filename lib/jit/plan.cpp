@@ -359,9 +359,10 @@ class PlanBuilder {
       const std::span<const ArrayRef> refs(step.refs);
       auto layout =
           std::make_shared<FusedLayout>(layout_fused(refs.first(refs.size() - 1), refs.back()));
-      if (layout->mode == FusedLayout::Mode::long_rows) continue;
       layout->loop = fused_loop_for(*step.program, *layout);
-      step.fused_layout = std::move(layout);
+      // A long-row layout without a loop is walked from the step's refs at each call.
+      if (layout->mode != FusedLayout::Mode::long_rows || layout->loop != nullptr)
+        step.fused_layout = std::move(layout);
     }
   }
 

@@ -656,20 +656,18 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
     parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / block), run_range);
 }
 
-/// A layout with a generated loop: ranges of whole blocks of fused_block elements per thread.
+/// A layout with a generated loop: its units of work (blocks or rows) split between threads.
 void run_fused_with_loop(const FusedLayout& l, const void* const* inputs, void* out) {
-  auto run_range = [&](std::int64_t begin_block, std::int64_t end_block) {
+  const FusedLoopWork work = fused_loop_work(*l.loop, l);
+  auto run_range = [&](std::int64_t begin, std::int64_t end) {
     StreamFence fence{l.stream_output};
-    const std::int64_t first = begin_block * fused_block;
-    run_fused_loop_range(*l.loop, l, inputs, out, first,
-                         std::min(end_block * fused_block, l.total) - first);
+    run_fused_loop_range(*l.loop, l, inputs, out, begin, end);
   };
-  const std::int64_t blocks = (l.total + fused_block - 1) / fused_block;
   if (l.total < parallel_min_elements || num_threads() == 1)
-    run_range(0, blocks);
+    run_range(0, work.units);
   else
-    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / fused_block),
-                          run_range);
+    parallel_for_balanced(
+        work.units, std::max<std::int64_t>(1, parallel_grain / work.unit_elements), run_range);
 }
 
 }  // namespace

@@ -36,8 +36,16 @@ struct FusedLoop {
   std::unique_ptr<Xbyak::CodeGenerator> code;
   Fn plain = nullptr;     // vmovups stores
   Fn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); set when the layout streams
-  std::int64_t num_inputs = 0;
-  std::array<bool, max_fused_inputs> broadcast{};
+  std::size_t num_inputs = 0;
+  /// Input k is one value per call (a broadcast input, or one element per row of a matrix),
+  /// held in a register; otherwise it is read with the output's element stride.
+  std::array<bool, max_fused_inputs> scalar{};
+  /// A matrix walked row by row (an input broadcast along one of its dims): one call per row,
+  /// input k's row at row_step[k] bytes from the last. Otherwise one flat run of elements.
+  bool by_rows = false;
+  std::int64_t num_rows = 1;
+  std::int64_t row_length = 0;
+  std::array<std::int64_t, max_fused_inputs> row_step{};
 };
 
 namespace {
@@ -154,10 +162,10 @@ Liveness liveness_of(const FusedProgram& program) {
 
 class LoopWriter : public Xbyak::CodeGenerator {
  public:
-  LoopWriter(const FusedProgram& program, const FusedLayout& layout)
+  LoopWriter(const FusedProgram& program, const FusedLoop& loop)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
         program_(program),
-        layout_(layout),
+        loop_(loop),
         live_(liveness_of(program)) {}
 
   /// Writes one loop function; returns its offset in the code.
@@ -171,9 +179,9 @@ class LoopWriter : public Xbyak::CodeGenerator {
     std::array<int, max_fused_inputs> broadcast_reg{};
     std::array<Xbyak::Reg64, max_fused_inputs> base;
     std::size_t next_base = 0;
-    for (std::size_t k = 0; k < layout_.num_inputs; ++k) {
+    for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
       if (!used(k)) continue;
-      if (layout_.how[k] == FusedRead::broadcast) {
+      if (loop_.scalar[k]) {
         broadcast_reg[k] = take();
         mov(rax, ptr[rdi + static_cast<int>(8 * k)]);
         vbroadcastss(Xbyak::Ymm(broadcast_reg[k]), dword[rax]);
@@ -204,7 +212,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
           src[j] = src[earlier];  // one register for an operand given twice
         } else if (a < 0) {
           src[j] = slot_reg[static_cast<std::size_t>(-a - 1)];
-        } else if (layout_.how[static_cast<std::size_t>(a)] == FusedRead::broadcast) {
+        } else if (loop_.scalar[static_cast<std::size_t>(a)]) {
           src[j] = broadcast_reg[static_cast<std::size_t>(a)];
         } else {
           loaded[j] = take();
@@ -422,7 +430,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
 
   const FusedProgram& program_;
-  const FusedLayout& layout_;
+  const FusedLoop& loop_;
   const Liveness live_;
   std::uint32_t free_ = 0xFFFF;  // ymm registers not holding a value
   std::vector<Constant> constants_;
@@ -441,10 +449,7 @@ bool loops_allowed_by_environment() {
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
                                                      const FusedLayout& layout) {
   if (cpu_simd_level() < SimdLevel::avx2) return nullptr;
-  if (layout.mode != FusedLayout::Mode::blocks || layout.num_gathered > 0) return nullptr;
-  if (layout.out_size != 4 || program.ops.empty()) return nullptr;
-  for (std::size_t k = 0; k < layout.num_inputs; ++k)
-    if (layout.size[k] != 4) return nullptr;
+  if (layout.total == 0 || layout.out_size != 4 || program.ops.empty()) return nullptr;
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const FusedOp& op = program.ops[i];
     if (!covered(op, i + 1 == program.ops.size())) return nullptr;
@@ -452,8 +457,30 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
       if (op.operands[j] >= static_cast<std::int16_t>(layout.num_inputs)) return nullptr;
   }
   auto loop = std::make_shared<FusedLoop>();
+  loop->num_inputs = layout.num_inputs;
+  // Rows of a matrix when an input is broadcast along one dim of it (a bias down the rows, a
+  // per-row scale): each input's row is contiguous or one value.
+  const CoalescedDims<max_fused_inputs + 1>& dims = layout.dims;
+  loop->by_rows = layout.num_gathered > 0;
+  if (loop->by_rows) {
+    if (dims.rank != 2 || dims.strides[0][1] != 1 || dims.strides[0][0] != dims.shape[1])
+      return nullptr;
+    loop->num_rows = dims.shape[0];
+    loop->row_length = dims.shape[1];
+  }
+  for (std::size_t k = 0; k < layout.num_inputs; ++k) {
+    if (layout.size[k] != 4) return nullptr;
+    if (!loop->by_rows) {
+      loop->scalar[k] = layout.how[k] == FusedRead::broadcast;
+      continue;
+    }
+    const std::int64_t inner = dims.strides[k + 1][1];
+    if (inner != 0 && inner != 1) return nullptr;
+    loop->scalar[k] = inner == 0;
+    loop->row_step[k] = dims.strides[k + 1][0] * 4;
+  }
   try {
-    auto writer = std::make_unique<LoopWriter>(program, layout);
+    auto writer = std::make_unique<LoopWriter>(program, *loop);
     const std::size_t plain = writer->write_function(false);
     const std::size_t streamed = layout.stream_output ? writer->write_function(true) : 0;
     writer->write_constants();
@@ -467,9 +494,6 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
   } catch (const Xbyak::Error&) {
     return nullptr;  // e.g. no executable memory (a hardened kernel): the interpreter runs
   }
-  loop->num_inputs = static_cast<std::int64_t>(layout.num_inputs);
-  for (std::size_t k = 0; k < layout.num_inputs; ++k)
-    loop->broadcast[k] = layout.how[k] == FusedRead::broadcast;
   return loop;
 }
 
@@ -479,50 +503,73 @@ std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
   return generate_fused_loop(program, layout);
 }
 
-void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
-                          const void* const* inputs, void* out, std::int64_t first,
-                          std::int64_t count) {
-  std::array<const char*, max_fused_inputs> at{};
-  const auto point_at = [&](std::int64_t element) {
-    for (std::size_t k = 0; k < layout.num_inputs; ++k)
-      at[k] = static_cast<const char*>(inputs[k]) + (loop.broadcast[k] ? 0 : element * 4);
-  };
-  char* out_bytes = static_cast<char*>(out);
+namespace {
+
+/// Runs the loop over `count` elements: at[k] is input k there (its value, for a scalar one),
+/// out the output there.
+void run_span(const FusedLoop& loop, std::array<const char*, max_fused_inputs> at, char* out,
+              std::int64_t count) {
   // Fewer than 8 elements: the same code on zero-padded copies of the inputs.
-  const auto run_padded = [&](std::int64_t element, std::int64_t n) {
+  const auto run_padded = [&](std::int64_t n) {
     alignas(32) float padded[max_fused_inputs][width] = {};
     alignas(32) float result[width];
-    point_at(element);
-    for (std::size_t k = 0; k < layout.num_inputs; ++k) {
-      if (loop.broadcast[k]) continue;
+    std::array<const char*, max_fused_inputs> from = at;
+    for (std::size_t k = 0; k < loop.num_inputs; ++k) {
+      if (loop.scalar[k]) continue;
       std::memcpy(padded[k], at[k], static_cast<std::size_t>(n) * 4);
-      at[k] = reinterpret_cast<const char*>(padded[k]);
+      from[k] = reinterpret_cast<const char*>(padded[k]);
     }
-    loop.plain(at.data(), reinterpret_cast<char*>(result), 1);
-    std::memcpy(out_bytes + element * 4, result, static_cast<std::size_t>(n) * 4);
+    loop.plain(from.data(), reinterpret_cast<char*>(result), 1);
+    std::memcpy(out, result, static_cast<std::size_t>(n) * 4);
   };
-  std::int64_t element = first;
-  const std::int64_t end = first + count;
+  const auto advance = [&](std::int64_t n) {
+    for (std::size_t k = 0; k < loop.num_inputs; ++k)
+      if (!loop.scalar[k]) at[k] += n * 4;
+    out += n * 4;
+    count -= n;
+  };
   FusedLoop::Fn body = loop.plain;
-  if (loop.streamed != nullptr) {
+  if (loop.streamed != nullptr && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
     // Non-temporal stores need 32-byte aligned addresses: the head before the first one runs
     // padded, with plain stores.
-    const auto address = reinterpret_cast<std::uintptr_t>(out_bytes + element * 4);
-    const auto head = static_cast<std::int64_t>(((32 - address % 32) % 32) / 4);
-    if (address % 4 == 0) {
-      const std::int64_t n = std::min(head, count);
-      if (n > 0) run_padded(element, n);
-      element += n;
-      body = loop.streamed;
-    }
+    const auto address = reinterpret_cast<std::uintptr_t>(out);
+    const std::int64_t head =
+        std::min(static_cast<std::int64_t>(((32 - address % 32) % 32) / 4), count);
+    if (head > 0) run_padded(head);
+    advance(head);
+    body = loop.streamed;
   }
-  const std::int64_t vectors = (end - element) / width;
-  if (vectors > 0) {
-    point_at(element);
-    body(at.data(), out_bytes + element * 4, vectors);
-    element += vectors * width;
+  if (const std::int64_t vectors = count / width; vectors > 0) {
+    body(at.data(), out, vectors);
+    advance(vectors * width);
   }
-  if (element < end) run_padded(element, end - element);
+  if (count > 0) run_padded(count);
+}
+
+}  // namespace
+
+FusedLoopWork fused_loop_work(const FusedLoop& loop, const FusedLayout& layout) {
+  if (loop.by_rows) return {loop.num_rows, loop.row_length};
+  return {(layout.total + fused_block - 1) / fused_block, fused_block};
+}
+
+void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
+                          const void* const* inputs, void* out, std::int64_t begin,
+                          std::int64_t end) {
+  std::array<const char*, max_fused_inputs> at{};
+  if (!loop.by_rows) {
+    const std::int64_t first = begin * fused_block;
+    for (std::size_t k = 0; k < loop.num_inputs; ++k)
+      at[k] = static_cast<const char*>(inputs[k]) + (loop.scalar[k] ? 0 : first * 4);
+    run_span(loop, at, static_cast<char*>(out) + first * 4,
+             std::min(end * fused_block, layout.total) - first);
+    return;
+  }
+  for (std::int64_t row = begin; row < end; ++row) {
+    for (std::size_t k = 0; k < loop.num_inputs; ++k)
+      at[k] = static_cast<const char*>(inputs[k]) + row * loop.row_step[k];
+    run_span(loop, at, static_cast<char*>(out) + row * loop.row_length * 4, loop.row_length);
+  }
 }
 
 }  // namespace kiln::detail

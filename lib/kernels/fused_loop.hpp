@@ -22,8 +22,9 @@ struct FusedLoop;
 /// an instruction other than f32 neg, abs, square, relu, sqrt, rsqrt, tanh, sigmoid, add, sub,
 /// mul, div, maximum, minimum, the six comparisons (whose bool results, lane masks in a
 /// register, only where and a cast to f32 may read) and where; an input or output that is not
-/// f32; an input read other than flat or broadcast; more live values than the 16 vector
-/// registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
+/// f32; a gathered input other than a contiguous row or one value per row of a matrix (a bias
+/// down the rows, a per-row scale: those run one call per row); more live values than the 16
+/// vector registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
 /// set level; used by run_fused only through fused_loop_for.
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
                                                      const FusedLayout& layout);
@@ -34,11 +35,19 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
                                                 const FusedLayout& layout);
 
-/// Runs the loop over output elements [first, first + count) of `layout`: inputs[k] is input
-/// k's first element, out the output's first (run_fused splits the output between threads and
-/// fences the non-temporal stores of a streamed layout).
+/// How run_fused splits a loop's work between threads: `units` pieces of `unit_elements`
+/// output elements each (the last may be shorter): blocks of a flat run, or rows of a matrix.
+struct FusedLoopWork {
+  std::int64_t units = 0;
+  std::int64_t unit_elements = 0;
+};
+FusedLoopWork fused_loop_work(const FusedLoop& loop, const FusedLayout& layout);
+
+/// Runs the loop over units [begin, end) of fused_loop_work: inputs[k] is input k's first
+/// element, out the output's first (run_fused splits the units between threads and fences the
+/// non-temporal stores of a streamed layout).
 void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
-                          const void* const* inputs, void* out, std::int64_t first,
-                          std::int64_t count);
+                          const void* const* inputs, void* out, std::int64_t begin,
+                          std::int64_t end);
 
 }  // namespace kiln::detail
