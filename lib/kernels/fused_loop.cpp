@@ -485,7 +485,9 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     const std::size_t streamed = layout.stream_output ? writer->write_function(true) : 0;
     writer->write_constants();
     writer->ready(Xbyak::CodeArray::PROTECT_RE);
-    const std::uint8_t* code = writer->getCode();
+    // The code is read-only executable memory; a function pointer into it goes through an
+    // address (clang refuses a cast from const bytes straight to a function pointer).
+    const auto code = reinterpret_cast<std::uintptr_t>(writer->getCode());
     loop->plain = reinterpret_cast<FusedLoop::Fn>(code + plain);
     if (layout.stream_output) loop->streamed = reinterpret_cast<FusedLoop::Fn>(code + streamed);
     loop->code = std::move(writer);
