@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -304,6 +305,31 @@ TEST_CASE("generated fused loops walk matrices row by row: biases, per-row value
                          {MatrixRead::row, MatrixRead::scalar, MatrixRead::flat});
     check_matrix_program(clipped, s[0], s[1], {MatrixRead::wider, MatrixRead::scalar});
   }
+}
+
+TEST_CASE("plans take loops for flat runs and long rows, not for short rows", "[fused_loop]") {
+  // fused_loop_for is the plan's policy: a loop run row by row pays a call per row, so rows
+  // shorter than min_fused_loop_row keep the interpreter's blocks of whole rows (a 5-step LSTM
+  // of 20 units ran its bias-and-activation steps 2x slower with a loop per row).
+  FusedProgram affine =
+      program_of(2, 1, {instruction(Prim::add, 0, 1, 0), instruction(Prim::tanh, -1)});
+  const auto layout_of = [](std::int64_t rows, std::int64_t columns, bool bias) {
+    const Shape shape{rows, columns};
+    const ArrayRef x{nullptr, kiln::f32, shape, Shape{columns, 1}};
+    const ArrayRef b{nullptr, kiln::f32, shape, bias ? Shape{0, 1} : Shape{columns, 1}};
+    const ArrayRef in[2] = {x, b};
+    return kiln::detail::layout_fused(in, x);
+  };
+  const std::int64_t short_row = kiln::detail::min_fused_loop_row - 1;
+  const std::int64_t long_row = kiln::detail::min_fused_loop_row;
+  const bool loops = kiln::detail::simd_level() == kiln::detail::SimdLevel::avx2 &&
+                     std::getenv("KILN_FUSED_LOOPS") == nullptr;
+  CHECK(kiln::detail::fused_loop_for(affine, layout_of(32, short_row, true)) == nullptr);
+  CHECK((kiln::detail::fused_loop_for(affine, layout_of(32, long_row, true)) != nullptr) == loops);
+  CHECK((kiln::detail::fused_loop_for(affine, layout_of(32, 20, false)) != nullptr) == loops);
+  // The generator itself still writes the short-row loop (held to the interpreter above).
+  if (cpu_runs_loops())
+    CHECK(kiln::detail::generate_fused_loop(affine, layout_of(32, short_row, true)) != nullptr);
 }
 
 TEST_CASE("generated fused loops stream large outputs at every alignment", "[fused_loop]") {

@@ -502,6 +502,8 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
                                                 const FusedLayout& layout) {
   if (simd_level() != SimdLevel::avx2 || !loops_allowed_by_environment()) return nullptr;
+  if (layout.num_gathered > 0 && layout.dims.rank == 2 && layout.dims.shape[1] < min_fused_loop_row)
+    return nullptr;
   return generate_fused_loop(program, layout);
 }
 
