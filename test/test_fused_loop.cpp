@@ -332,6 +332,55 @@ TEST_CASE("plans take loops for flat runs and long rows, not for short rows", "[
     CHECK(kiln::detail::generate_fused_loop(affine, layout_of(32, short_row, true)) != nullptr);
 }
 
+TEST_CASE("loops of one program share their code, which lives as long as a plan uses it",
+          "[fused_loop]") {
+  if (!cpu_runs_loops()) return;
+  FusedProgram affine =
+      program_of(2, 1, {instruction(Prim::mul, 0, 1, 0), instruction(Prim::sigmoid, -1)});
+  FusedProgram other =
+      program_of(2, 1, {instruction(Prim::mul, 0, 1, 0), instruction(Prim::tanh, -1)});
+  const auto layout_of = [](std::int64_t n, bool scalar_second) {
+    const ArrayRef x{nullptr, kiln::f32, Shape{n}, Shape{1}};
+    const ArrayRef y{nullptr, kiln::f32, Shape{n}, Shape{scalar_second ? 0 : 1}};
+    const ArrayRef in[2] = {x, y};
+    return kiln::detail::layout_fused(in, x);
+  };
+  const std::size_t before = kiln::detail::live_fused_loop_codes();
+  {
+    auto a = kiln::detail::generate_fused_loop(affine, layout_of(100, false));
+    auto b = kiln::detail::generate_fused_loop(affine, layout_of(12345, false));
+    REQUIRE((a != nullptr && b != nullptr));
+    CHECK(kiln::detail::live_fused_loop_codes() == before + 1);  // shapes do not matter
+    auto c = kiln::detail::generate_fused_loop(affine, layout_of(100, true));
+    auto d = kiln::detail::generate_fused_loop(other, layout_of(100, false));
+    REQUIRE((c != nullptr && d != nullptr));
+    CHECK(kiln::detail::live_fused_loop_codes() == before + 3);  // a register input, a program
+    // Shared code gives each loop the same results.
+    std::vector<float> x = test_values(100, 5), y = test_values(100, 6), one(100), two(100);
+    const void* in[2] = {x.data(), y.data()};
+    const FusedLayout la = [&] {
+      FusedLayout l = layout_of(100, false);
+      l.loop = a;
+      return l;
+    }();
+    kiln::detail::run_fused(affine, la, in, one.data());
+    kiln::detail::run_fused(affine, layout_of(100, false), in, two.data());
+    CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+  }
+  CHECK(kiln::detail::live_fused_loop_codes() == before);
+  // Functions traced again and again (new function objects, the same programs) add no code.
+  const kiln::Tensor a = kiln::random::normal({4096}, 0, 1, 1);
+  const kiln::Tensor b = kiln::random::normal({4096}, 0, 1, 2);
+  std::size_t first = 0;
+  for (int round = 0; round < 5; ++round) {
+    auto f = kiln::function(
+        [](const kiln::Tensor& x, const kiln::Tensor& y) { return kiln::tanh(x * y + x) * 0.5f; });
+    f(a, b);
+    if (round == 0) first = kiln::detail::live_fused_loop_codes();
+    CHECK(kiln::detail::live_fused_loop_codes() == first);
+  }
+}
+
 TEST_CASE("generated fused loops stream large outputs at every alignment", "[fused_loop]") {
   if (!cpu_runs_loops()) return;
   kiln::detail::set_stream_output_bytes(std::int64_t{1} << 20);

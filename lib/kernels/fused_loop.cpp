@@ -23,7 +23,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/elementwise_table.hpp"
@@ -31,9 +34,17 @@
 
 namespace kiln::detail {
 
+/// The code written for one program and one choice of which inputs are held in registers,
+/// shared by every layout (and every plan) that needs the same: see LoopCodeCache.
+struct LoopCode {
+  std::unique_ptr<Xbyak::CodeGenerator> writer;
+  std::uintptr_t plain = 0;
+  std::uintptr_t streamed = 0;
+};
+
 struct FusedLoop {
   using Fn = void (*)(const char* const* inputs, char* out, std::int64_t vectors);
-  std::unique_ptr<Xbyak::CodeGenerator> code;
+  std::shared_ptr<const LoopCode> code;
   Fn plain = nullptr;     // vmovups stores
   Fn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); set when the layout streams
   std::size_t num_inputs = 0;
@@ -444,6 +455,97 @@ bool loops_allowed_by_environment() {
   return allowed;
 }
 
+/// Writes the code of a loop: the plain function, the streamed one when asked for, then the
+/// constants. Null when the program needs more registers than there are, or when no
+/// executable memory can be had (a hardened kernel): the interpreter runs those.
+std::shared_ptr<const LoopCode> write_loop_code(const FusedProgram& program, const FusedLoop& loop,
+                                                bool streamed) {
+  try {
+    auto code = std::make_shared<LoopCode>();
+    auto writer = std::make_unique<LoopWriter>(program, loop);
+    const std::size_t plain = writer->write_function(false);
+    const std::size_t streamed_at = streamed ? writer->write_function(true) : 0;
+    writer->write_constants();
+    writer->ready(Xbyak::CodeArray::PROTECT_RE);
+    const auto start = reinterpret_cast<std::uintptr_t>(writer->getCode());
+    code->plain = start + plain;
+    if (streamed) code->streamed = start + streamed_at;
+    code->writer = std::move(writer);
+    return code;
+  } catch (const OutOfRegisters&) {
+    return nullptr;
+  } catch (const Xbyak::Error&) {
+    return nullptr;
+  }
+}
+
+/// Loop code shared between layouts and plans: a train step's backward repeats the same few
+/// programs over many shapes, and rebuilding or retracing a function writes the same loops
+/// again. Writing one costs a page of executable memory and two system calls (map, protect),
+/// which at a few hundred fused steps made a first call a third slower. The key is everything
+/// the code depends on: each instruction (primitive, dtypes, operands, result slot), which
+/// inputs are held in registers, and whether a streamed function is written; not shapes,
+/// strides or row steps, which run_fused_loop_range applies. The cache holds weak references,
+/// so code lives as long as some plan uses it, and entries whose code is gone are swept as the
+/// table grows: nothing here outlives the plans.
+class LoopCodeCache {
+ public:
+  std::shared_ptr<const LoopCode> get(const FusedProgram& program, const FusedLoop& loop,
+                                      bool streamed) {
+    const std::string key = key_of(program, loop, streamed);
+    std::lock_guard lock(mutex_);
+    if (auto it = codes_.find(key); it != codes_.end())
+      if (auto code = it->second.lock()) return code;
+    auto code = write_loop_code(program, loop, streamed);
+    if (code == nullptr) return nullptr;
+    codes_[key] = code;
+    if (codes_.size() >= 2 * swept_size_) {
+      std::erase_if(codes_, [](const auto& entry) { return entry.second.expired(); });
+      swept_size_ = std::max<std::size_t>(codes_.size(), 32);
+    }
+    return code;
+  }
+
+  std::size_t live() {
+    std::lock_guard lock(mutex_);
+    return static_cast<std::size_t>(std::count_if(
+        codes_.begin(), codes_.end(), [](const auto& entry) { return !entry.second.expired(); }));
+  }
+
+ private:
+  static std::string key_of(const FusedProgram& program, const FusedLoop& loop, bool streamed) {
+    std::string key;
+    const auto put = [&](auto value) {
+      key.append(reinterpret_cast<const char*>(&value), sizeof value);
+    };
+    put(streamed);
+    put(loop.num_inputs);
+    for (std::size_t k = 0; k < loop.num_inputs; ++k) put(loop.scalar[k]);
+    for (const FusedOp& op : program.ops) {
+      put(op.prim);
+      put(op.in_dtype);
+      put(op.out_dtype);
+      put(op.operands);
+      put(op.result_slot);
+    }
+    return key;
+  }
+
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::weak_ptr<const LoopCode>> codes_;
+  std::size_t swept_size_ = 32;
+};
+
+LoopCodeCache& loop_code_cache() {
+  static LoopCodeCache cache;
+  return cache;
+}
+
+std::shared_ptr<const LoopCode> loop_code_for(const FusedProgram& program, const FusedLoop& loop,
+                                              bool streamed) {
+  return loop_code_cache().get(program, loop, streamed);
+}
+
 }  // namespace
 
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
@@ -479,23 +581,13 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     loop->scalar[k] = inner == 0;
     loop->row_step[k] = dims.strides[k + 1][0] * 4;
   }
-  try {
-    auto writer = std::make_unique<LoopWriter>(program, *loop);
-    const std::size_t plain = writer->write_function(false);
-    const std::size_t streamed = layout.stream_output ? writer->write_function(true) : 0;
-    writer->write_constants();
-    writer->ready(Xbyak::CodeArray::PROTECT_RE);
-    // The code is read-only executable memory; a function pointer into it goes through an
-    // address (clang refuses a cast from const bytes straight to a function pointer).
-    const auto code = reinterpret_cast<std::uintptr_t>(writer->getCode());
-    loop->plain = reinterpret_cast<FusedLoop::Fn>(code + plain);
-    if (layout.stream_output) loop->streamed = reinterpret_cast<FusedLoop::Fn>(code + streamed);
-    loop->code = std::move(writer);
-  } catch (const OutOfRegisters&) {
-    return nullptr;
-  } catch (const Xbyak::Error&) {
-    return nullptr;  // e.g. no executable memory (a hardened kernel): the interpreter runs
-  }
+  const std::shared_ptr<const LoopCode> code = loop_code_for(program, *loop, layout.stream_output);
+  if (code == nullptr) return nullptr;
+  // The code is read-only executable memory; a function pointer into it goes through an
+  // address (clang refuses a cast from const bytes straight to a function pointer).
+  loop->plain = reinterpret_cast<FusedLoop::Fn>(code->plain);
+  if (layout.stream_output) loop->streamed = reinterpret_cast<FusedLoop::Fn>(code->streamed);
+  loop->code = code;
   return loop;
 }
 
@@ -506,6 +598,8 @@ std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
     return nullptr;
   return generate_fused_loop(program, layout);
 }
+
+std::size_t live_fused_loop_codes() { return loop_code_cache().live(); }
 
 namespace {
 

@@ -9,6 +9,7 @@
 // the source has them), so a loop gives the row kernels' bits; tests/test_fused_loop.cpp holds
 // it to that for every instruction it covers.
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -42,6 +43,11 @@ inline constexpr std::int64_t min_fused_loop_row = 512;
 /// would not be held to.
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
                                                 const FusedLayout& layout);
+
+/// How many generated loop codes are alive. Loops with the same program and the same inputs
+/// held in registers share one code (written once per process while some plan uses it), so
+/// rebuilding or retracing a function does not add any.
+std::size_t live_fused_loop_codes();
 
 /// How run_fused splits a loop's work between threads: `units` pieces of `unit_elements`
 /// output elements each (the last may be shorter): blocks of a flat run, or rows of a matrix.
