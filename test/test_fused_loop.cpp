@@ -55,6 +55,16 @@ FusedProgram program_of(std::size_t num_inputs, std::size_t num_slots, std::vect
   return program;
 }
 
+/// tanh(in0 * in1 + in2) * in3: the chain of workload 2 with its 0.5 as an input.
+FusedProgram chain_program() {
+  FusedProgram chain =
+      program_of(4, 1,
+                 {instruction(Prim::mul, 0, 1, 0), instruction(Prim::add, -1, 2, 0),
+                  instruction(Prim::tanh, -1, 0, 0), instruction(Prim::mul, -1, 3)});
+  chain.text = "tanh(in0 * in1 + in2) * in3";
+  return chain;
+}
+
 /// Values every instruction must get right: signed zeros, infinities, NaN, subnormals, the
 /// clamp points of tanh and sigmoid and their neighbours, then a spread of ordinary values.
 std::vector<float> test_values(std::size_t n, std::uint32_t seed) {
@@ -200,12 +210,7 @@ TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
   const float half = 0.5f;
-  // tanh(a * b + c) * 0.5, the chain of workload 2.
-  FusedProgram chain =
-      program_of(4, 1,
-                 {instruction(Prim::mul, 0, 1, 0), instruction(Prim::add, -1, 2, 0),
-                  instruction(Prim::tanh, -1, 0, 0), instruction(Prim::mul, -1, 3)});
-  chain.text = "tanh(in0 * in1 + in2) * in3";
+  const FusedProgram chain = chain_program();
   for (std::int64_t n : lengths)
     REQUIRE(loop_matches_interpreter(chain, n, {nullptr, nullptr, nullptr, &half}));
   // x * sigmoid(x): an input read by two instructions.
@@ -385,11 +390,7 @@ TEST_CASE("generated fused loops stream large outputs at every alignment", "[fus
   if (!cpu_runs_loops()) return;
   kiln::detail::set_stream_output_bytes(std::int64_t{1} << 20);
   const float half = 0.5f;
-  FusedProgram chain =
-      program_of(4, 1,
-                 {instruction(Prim::mul, 0, 1, 0), instruction(Prim::add, -1, 2, 0),
-                  instruction(Prim::tanh, -1, 0, 0), instruction(Prim::mul, -1, 3)});
-  chain.text = "tanh(in0 * in1 + in2) * in3";
+  const FusedProgram chain = chain_program();
   const std::int64_t n = (std::int64_t{1} << 19) + 13;  // 2 MiB out: streamed, two threads
   for (std::size_t offset : {0, 1, 3, 7}) {
     const ArrayRef probe{nullptr, kiln::f32, Shape{n}, Shape{1}};
