@@ -310,12 +310,22 @@ TEST_CASE("generated fused loops walk matrices row by row: biases, per-row value
                          {MatrixRead::row, MatrixRead::scalar, MatrixRead::flat});
     check_matrix_program(clipped, s[0], s[1], {MatrixRead::wider, MatrixRead::scalar});
   }
+  // Streamed outputs (the bound set low): each row's non-temporal stores aligned apart, the
+  // rows of 13 and 1,030 starting at every alignment.
+  kiln::detail::set_stream_output_bytes(256);
+  const ArrayRef probe{nullptr, kiln::f32, Shape{9, 13}, Shape{13, 1}};
+  const ArrayRef probe_in[1] = {probe};
+  REQUIRE(kiln::detail::layout_fused(probe_in, probe).stream_output);
+  check_matrix_program(affine, 9, 13, {MatrixRead::flat, MatrixRead::column, MatrixRead::row});
+  check_matrix_program(affine, 17, 1030, {MatrixRead::row, MatrixRead::scalar, MatrixRead::flat});
+  kiln::detail::set_stream_output_bytes(0);
 }
 
 TEST_CASE("plans take loops for flat runs and long rows, not for short rows", "[fused_loop]") {
-  // fused_loop_for is the plan's policy: a loop run row by row pays a call per row, so rows
-  // shorter than min_fused_loop_row keep the interpreter's blocks of whole rows (a 5-step LSTM
-  // of 20 units ran its bias-and-activation steps 2x slower with a loop per row).
+  // fused_loop_for is the plan's policy: a loop's step from row to row and its masked tail
+  // cost as much as a short row's work, so rows shorter than min_fused_loop_row keep the
+  // interpreter's blocks of whole rows (a 5-step LSTM of 20 units ran its bias-and-activation
+  // steps 2x slower with a call per row).
   FusedProgram affine =
       program_of(2, 1, {instruction(Prim::add, 0, 1, 0), instruction(Prim::tanh, -1)});
   const auto layout_of = [](std::int64_t rows, std::int64_t columns, bool bias) {

@@ -1,17 +1,19 @@
 // The code generator for fused elementwise loops (kernels/fused_loop.hpp). Each function it
 // writes is
 //
-//   void loop(const char* const* inputs, char* out, std::int64_t vectors)
+//   void loop(const char* const* inputs, char* out, std::int64_t rows, const std::int64_t* walk)
 //
-// over `vectors` vectors of 8 floats: inputs[k] is input k at the first element (a broadcast
-// input's only element), out the output there. A broadcast input is loaded into a register
-// once, before the loop; a flat input is read at [base + offset] in the instruction that needs
-// it. Values live in ymm registers from the instruction that makes them to their last reader.
+// over `rows` rows of walk[0] floats: inputs[k] is input k at the first element (a register
+// input's value), out the output there; walk[1] and walk[2 + k] step the output and input k
+// from row to row (a flat run is one row). An input held in a register is broadcast at the
+// start of each row; a flat input is read at [base + offset] in the instruction that needs it.
+// Values live in ymm registers from the instruction that makes them to their last reader.
 //
 // Bit compatibility with the AVX2 row kernels is by construction: each instruction below is
 // the sequence of the xsimd 8.1 AVX2/FMA3 code behind its row kernel (operand order included,
-// since x86 min and max return their second operand for NaN and equal values), and the tails
-// (a partial vector) run the same code on zero-padded copies, as the row kernels do.
+// since x86 min and max return their second operand for NaN and equal values), and a row's
+// last few elements run the same code on masked loads, whose other lanes read as zero, as the
+// row kernels' zero-padded tails do.
 
 #include "kernels/fused_loop.hpp"
 
@@ -43,7 +45,10 @@ struct LoopCode {
 };
 
 struct FusedLoop {
-  using Fn = void (*)(const char* const* inputs, char* out, std::int64_t vectors);
+  /// rows rows of walk[0] elements; walk[1]: the output's row step in bytes, walk[2 + k]
+  /// input k's (see LoopWriter::write_function).
+  using Fn = void (*)(const char* const* inputs, char* out, std::int64_t rows,
+                      const std::int64_t* walk);
   std::shared_ptr<const LoopCode> code;
   Fn plain = nullptr;     // vmovups stores
   Fn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); set when the layout streams
@@ -51,8 +56,8 @@ struct FusedLoop {
   /// Input k is one value per call (a broadcast input, or one element per row of a matrix),
   /// held in a register; otherwise it is read with the output's element stride.
   std::array<bool, max_fused_inputs> scalar{};
-  /// A matrix walked row by row (an input broadcast along one of its dims): one call per row,
-  /// input k's row at row_step[k] bytes from the last. Otherwise one flat run of elements.
+  /// A matrix walked row by row (an input broadcast along one of its dims): input k's row at
+  /// row_step[k] bytes from the last. Otherwise one flat run of elements.
   bool by_rows = false;
   std::int64_t num_rows = 1;
   std::int64_t row_length = 0;
@@ -179,35 +184,103 @@ class LoopWriter : public Xbyak::CodeGenerator {
         loop_(loop),
         live_(liveness_of(program)) {}
 
-  /// Writes one loop function; returns its offset in the code.
+  /// Writes one loop function; returns its offset in the code. The function walks `rows` rows
+  /// of walk[0] elements: input k's row at walk[2 + k] bytes from the last, the output's at
+  /// walk[1]. Each row runs the program over its full vectors, then over its last few elements
+  /// (fewer than 8) with masked loads and stores (vmaskmovps: the masked-off lanes read as
+  /// zero, as the row kernels' zero-padded tails do, and are not written). An input held in a
+  /// register is loaded again at the start of each row (one value per row, or one in all).
   std::size_t write_function(bool streamed) {
     const std::size_t start = getSize();
     free_ = 0xFFFF;
     const Xbyak::Reg64 bases[] = {r8, r9, r10, r11, rcx, rbx, r12, r13};
-    push(rbx);
-    push(r12);
-    push(r13);
+    for (const Xbyak::Reg64& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
+    // The stack: each input's current row, then the address of the tail's lane mask.
+    const int frame = 8 * (static_cast<int>(max_fused_inputs) + 2);
+    const int mask_at = 8 * static_cast<int>(max_fused_inputs);
+    sub(rsp, frame);
+    mov(r14, rcx);  // walk
+    mov(r15, rdx);  // rows
+    for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
+      if (!used(k)) continue;
+      mov(rax, ptr[rdi + static_cast<int>(8 * k)]);
+      mov(ptr[rsp + static_cast<int>(8 * k)], rax);
+    }
+    mov(rbp, ptr[r14]);  // elements per row
+    mov(rdx, rbp);
+    shr(rdx, 3);
+    shl(rdx, 5);   // bytes of full vectors per row
+    and_(rbp, 7);  // elements in the tail
+    // The tail's mask: lanes [0, tail) all ones, read at lane_masks + 32 - 4 * tail.
+    lea(rdi, ptr[rip + lane_masks_]);
+    lea(rax, ptr[rbp * 4]);
+    sub(rdi, rax);
+    add(rdi, 32);
+    mov(ptr[rsp + mask_at], rdi);
     std::array<int, max_fused_inputs> broadcast_reg{};
     std::array<Xbyak::Reg64, max_fused_inputs> base;
     std::size_t next_base = 0;
     for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
       if (!used(k)) continue;
-      if (loop_.scalar[k]) {
+      if (loop_.scalar[k])
         broadcast_reg[k] = take();
-        mov(rax, ptr[rdi + static_cast<int>(8 * k)]);
-        vbroadcastss(Xbyak::Ymm(broadcast_reg[k]), dword[rax]);
-      } else {
+      else
         base[k] = bases[next_base++];
-        mov(base[k], ptr[rdi + static_cast<int>(8 * k)]);
+    }
+    Xbyak::Label row, vectors, tail, next_row, done;
+    test(r15, r15);
+    jz(done, T_NEAR);
+    L(row);
+    for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
+      if (!used(k)) continue;
+      if (loop_.scalar[k]) {
+        mov(rdi, ptr[rsp + static_cast<int>(8 * k)]);
+        vbroadcastss(Xbyak::Ymm(broadcast_reg[k]), dword[rdi]);
+      } else {
+        mov(base[k], ptr[rsp + static_cast<int>(8 * k)]);
       }
     }
-    Xbyak::Label loop, done;
-    shl(rdx, 5);  // vectors -> bytes
     xor_(eax, eax);
     test(rdx, rdx);
-    jz(done, T_NEAR);
+    jz(tail, T_NEAR);
     align(32);
-    L(loop);
+    L(vectors);
+    write_body(base, broadcast_reg, streamed, -1);
+    add(rax, 32);
+    cmp(rax, rdx);
+    jb(vectors, T_NEAR);
+    L(tail);
+    test(rbp, rbp);
+    jz(next_row, T_NEAR);
+    {
+      const int mask = take();
+      mov(rdi, ptr[rsp + mask_at]);
+      vmovups(Xbyak::Ymm(mask), yword[rdi]);
+      write_body(base, broadcast_reg, false, mask);
+      give_back(mask);
+    }
+    L(next_row);
+    for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
+      if (!used(k)) continue;
+      mov(rdi, ptr[r14 + static_cast<int>(16 + 8 * k)]);
+      add(ptr[rsp + static_cast<int>(8 * k)], rdi);
+    }
+    add(rsi, ptr[r14 + 8]);
+    dec(r15);
+    jnz(row, T_NEAR);
+    L(done);
+    vzeroupper();
+    add(rsp, frame);
+    for (const Xbyak::Reg64& r : {r15, r14, r13, r12, rbp, rbx}) pop(r);
+    ret();
+    return start;
+  }
+
+  /// The program over one vector at byte offset rax of each flat input and of the output (rsi):
+  /// full loads and stores (non-temporal when `streamed`), or, with a mask register, masked
+  /// ones. Every register the body takes is free again at its end.
+  void write_body(const std::array<Xbyak::Reg64, max_fused_inputs>& base,
+                  const std::array<int, max_fused_inputs>& broadcast_reg, bool streamed, int mask) {
     std::array<int, max_fused_slots> slot_reg{};
     slot_reg.fill(-1);
     const std::size_t n = program_.ops.size();
@@ -227,7 +300,11 @@ class LoopWriter : public Xbyak::CodeGenerator {
           src[j] = broadcast_reg[static_cast<std::size_t>(a)];
         } else {
           loaded[j] = take();
-          vmovups(Xbyak::Ymm(loaded[j]), yword[base[static_cast<std::size_t>(a)] + rax]);
+          const Xbyak::Address at = yword[base[static_cast<std::size_t>(a)] + rax];
+          if (mask < 0)
+            vmovups(Xbyak::Ymm(loaded[j]), at);
+          else
+            vmaskmovps(Xbyak::Ymm(loaded[j]), Xbyak::Ymm(mask), at);
           src[j] = loaded[j];
         }
       }
@@ -242,7 +319,9 @@ class LoopWriter : public Xbyak::CodeGenerator {
           give_back(src[j]);
       }
       if (i + 1 == n) {
-        if (streamed)
+        if (mask >= 0)
+          vmaskmovps(yword[rsi + rax], Xbyak::Ymm(mask), Xbyak::Ymm(d));
+        else if (streamed)
           vmovntps(yword[rsi + rax], Xbyak::Ymm(d));
         else
           vmovups(yword[rsi + rax], Xbyak::Ymm(d));
@@ -253,21 +332,13 @@ class LoopWriter : public Xbyak::CodeGenerator {
         give_back(d);
       }
     }
-    add(rax, 32);
-    cmp(rax, rdx);
-    jb(loop, T_NEAR);
-    L(done);
-    vzeroupper();
-    pop(r13);
-    pop(r12);
-    pop(rbx);
-    ret();
-    return start;
   }
 
   /// The constants the functions read, 8 copies each, after the code.
   void write_constants() {
     align(32);
+    L(lane_masks_);  // 8 lanes of all ones, then 8 of zero: the tails' masks
+    for (std::int64_t i = 0; i < 2 * width; ++i) dd(i < width ? 0xFFFFFFFFU : 0U);
     for (Constant& c : constants_) {
       L(*c.label);
       for (std::int64_t i = 0; i < width; ++i) dd(c.bits);
@@ -445,6 +516,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   const Liveness live_;
   std::uint32_t free_ = 0xFFFF;  // ymm registers not holding a value
   std::vector<Constant> constants_;
+  Xbyak::Label lane_masks_;
 };
 
 bool loops_allowed_by_environment() {
@@ -603,45 +675,33 @@ std::size_t live_fused_loop_codes() { return loop_code_cache().live(); }
 
 namespace {
 
-/// Runs the loop over `count` elements: at[k] is input k there (its value, for a scalar one),
-/// out the output there.
+/// The walk of one flat run of `count` elements: one row, no steps.
+using Walk = std::array<std::int64_t, 2 + max_fused_inputs>;
+
+/// Runs the loop over one flat run of `count` elements: at[k] is input k there (its value, for
+/// a scalar one), out the output there. A streamed loop's non-temporal stores need 32-byte
+/// aligned addresses: the elements before the first one run with plain stores.
 void run_span(const FusedLoop& loop, std::array<const char*, max_fused_inputs> at, char* out,
               std::int64_t count) {
-  // Fewer than 8 elements: the same code on zero-padded copies of the inputs.
-  const auto run_padded = [&](std::int64_t n) {
-    alignas(32) float padded[max_fused_inputs][width] = {};
-    alignas(32) float result[width];
-    std::array<const char*, max_fused_inputs> from = at;
-    for (std::size_t k = 0; k < loop.num_inputs; ++k) {
-      if (loop.scalar[k]) continue;
-      std::memcpy(padded[k], at[k], static_cast<std::size_t>(n) * 4);
-      from[k] = reinterpret_cast<const char*>(padded[k]);
-    }
-    loop.plain(from.data(), reinterpret_cast<char*>(result), 1);
-    std::memcpy(out, result, static_cast<std::size_t>(n) * 4);
-  };
-  const auto advance = [&](std::int64_t n) {
-    for (std::size_t k = 0; k < loop.num_inputs; ++k)
-      if (!loop.scalar[k]) at[k] += n * 4;
-    out += n * 4;
-    count -= n;
-  };
-  FusedLoop::Fn body = loop.plain;
+  Walk walk{};
   if (loop.streamed != nullptr && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
-    // Non-temporal stores need 32-byte aligned addresses: the head before the first one runs
-    // padded, with plain stores.
     const auto address = reinterpret_cast<std::uintptr_t>(out);
     const std::int64_t head =
         std::min(static_cast<std::int64_t>(((32 - address % 32) % 32) / 4), count);
-    if (head > 0) run_padded(head);
-    advance(head);
-    body = loop.streamed;
+    if (head > 0) {
+      walk[0] = head;
+      loop.plain(at.data(), out, 1, walk.data());
+      for (std::size_t k = 0; k < loop.num_inputs; ++k)
+        if (!loop.scalar[k]) at[k] += head * 4;
+      out += head * 4;
+      count -= head;
+    }
+    walk[0] = count;
+    if (count > 0) loop.streamed(at.data(), out, 1, walk.data());
+    return;
   }
-  if (const std::int64_t vectors = count / width; vectors > 0) {
-    body(at.data(), out, vectors);
-    advance(vectors * width);
-  }
-  if (count > 0) run_padded(count);
+  walk[0] = count;
+  loop.plain(at.data(), out, 1, walk.data());
 }
 
 }  // namespace
@@ -663,11 +723,24 @@ void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
              std::min(end * fused_block, layout.total) - first);
     return;
   }
-  for (std::int64_t row = begin; row < end; ++row) {
-    for (std::size_t k = 0; k < loop.num_inputs; ++k)
-      at[k] = static_cast<const char*>(inputs[k]) + row * loop.row_step[k];
-    run_span(loop, at, static_cast<char*>(out) + row * loop.row_length * 4, loop.row_length);
+  char* const out_row = static_cast<char*>(out) + begin * loop.row_length * 4;
+  for (std::size_t k = 0; k < loop.num_inputs; ++k)
+    at[k] = static_cast<const char*>(inputs[k]) + begin * loop.row_step[k];
+  if (loop.streamed != nullptr) {
+    // Each row's stores are aligned apart: one call per row.
+    for (std::int64_t row = 0; row < end - begin; ++row) {
+      std::array<const char*, max_fused_inputs> row_at{};
+      for (std::size_t k = 0; k < loop.num_inputs; ++k) row_at[k] = at[k] + row * loop.row_step[k];
+      run_span(loop, row_at, out_row + row * loop.row_length * 4, loop.row_length);
+    }
+    return;
   }
+  // The rows in one call: the generated code steps from row to row.
+  Walk walk{};
+  walk[0] = loop.row_length;
+  walk[1] = loop.row_length * 4;
+  for (std::size_t k = 0; k < loop.num_inputs; ++k) walk[2 + k] = loop.row_step[k];
+  loop.plain(at.data(), out_row, end - begin, walk.data());
 }
 
 }  // namespace kiln::detail

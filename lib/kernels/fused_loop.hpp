@@ -24,18 +24,19 @@ struct FusedLoop;
 /// mul, div, maximum, minimum, the six comparisons (whose bool results, lane masks in a
 /// register, only where and a cast to f32 may read) and where; an input or output that is not
 /// f32; a gathered input other than a contiguous row or one value per row of a matrix (a bias
-/// down the rows, a per-row scale: those run one call per row); more live values than the 16
-/// vector registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
+/// down the rows, a per-row scale: the generated code steps from row to row); more live values
+/// than the 16 vector registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
 /// set level; used by run_fused only through fused_loop_for.
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
                                                      const FusedLayout& layout);
 
-/// Rows shorter than this keep the interpreter when a loop would run row by row: a call per
-/// row (and a padded call for a row's last few elements) costs more than the interpreter's
-/// blocks of whole rows. Measured on the Zen 3, tanh(a*c+b)*0.5 with a bias b, one thread:
-/// rows of 20 took 5.3x the interpreter's time, 64 1.6x, 128 1.2x, 256 the same, 512 0.89x,
-/// 1,024 0.84x, 4,096 0.79x.
-inline constexpr std::int64_t min_fused_loop_row = 512;
+/// Rows shorter than this keep the interpreter's blocks of whole rows. The generated code
+/// walks the rows itself, but a row's last few elements (masked loads and a masked store,
+/// slow on the Zen 3) and the step to the next row cost about as much as the row's own work
+/// when rows are short. Measured on the Zen 3, tanh(a*c+b)*0.5 with a bias b, one thread, time
+/// with the loop over time with the interpreter: rows of 20 (two vectors and a tail of 4)
+/// 1.5x, 24 (three vectors) about 1.0, 40 0.85, 64 0.8, 128 to 4,096 0.6-0.8.
+inline constexpr std::int64_t min_fused_loop_row = 64;
 
 /// generate_fused_loop when this process runs the AVX2 row kernels (simd_level() is avx2),
 /// KILN_FUSED_LOOPS is not 0 and the loop would not run rows shorter than min_fused_loop_row;
