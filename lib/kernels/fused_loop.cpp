@@ -39,6 +39,8 @@ namespace kiln::detail {
 /// The code written for one program and one choice of which inputs are held in registers,
 /// shared by every layout (and every plan) that needs the same: see LoopCodeCache.
 struct LoopCode {
+  /// Owns the executable memory; nothing else of the writer (whose references to the program
+  /// and layout it was written for are not kept valid) is used once the code is ready.
   std::unique_ptr<Xbyak::CodeGenerator> writer;
   std::uintptr_t plain = 0;
   std::uintptr_t streamed = 0;
