@@ -24,7 +24,6 @@
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -36,24 +35,23 @@
 
 namespace kiln::detail {
 
+/// A generated function: rows rows of walk[0] elements; walk[1] is the output's row step in
+/// bytes, walk[2 + k] input k's (see LoopWriter::write_function).
+using LoopFn = void (*)(const char* const* inputs, char* out, std::int64_t rows,
+                        const std::int64_t* walk);
+
 /// The code written for one program and one choice of which inputs are held in registers,
 /// shared by every layout (and every plan) that needs the same: see LoopCodeCache.
 struct LoopCode {
   /// Owns the executable memory; nothing else of the writer (whose references to the program
   /// and layout it was written for are not kept valid) is used once the code is ready.
   std::unique_ptr<Xbyak::CodeGenerator> writer;
-  std::uintptr_t plain = 0;
-  std::uintptr_t streamed = 0;
+  LoopFn plain = nullptr;     // vmovups stores
+  LoopFn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); for streamed layouts
 };
 
 struct FusedLoop {
-  /// rows rows of walk[0] elements; walk[1]: the output's row step in bytes, walk[2 + k]
-  /// input k's (see LoopWriter::write_function).
-  using Fn = void (*)(const char* const* inputs, char* out, std::int64_t rows,
-                      const std::int64_t* walk);
   std::shared_ptr<const LoopCode> code;
-  Fn plain = nullptr;     // vmovups stores
-  Fn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); set when the layout streams
   std::size_t num_inputs = 0;
   /// Input k is one value per call (a broadcast input, or one element per row of a matrix),
   /// held in a register; otherwise it is read with the output's element stride.
@@ -541,9 +539,11 @@ std::shared_ptr<const LoopCode> write_loop_code(const FusedProgram& program, con
     const std::size_t streamed_at = streamed ? writer->write_function(true) : 0;
     writer->write_constants();
     writer->ready(Xbyak::CodeArray::PROTECT_RE);
+    // The code is read-only executable memory; a function pointer into it goes through an
+    // address (clang refuses a cast from const bytes straight to a function pointer).
     const auto start = reinterpret_cast<std::uintptr_t>(writer->getCode());
-    code->plain = start + plain;
-    if (streamed) code->streamed = start + streamed_at;
+    code->plain = reinterpret_cast<LoopFn>(start + plain);
+    if (streamed) code->streamed = reinterpret_cast<LoopFn>(start + streamed_at);
     code->writer = std::move(writer);
     return code;
   } catch (const OutOfRegisters&) {
@@ -655,14 +655,8 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     loop->scalar[k] = inner == 0;
     loop->row_step[k] = dims.strides[k + 1][0] * 4;
   }
-  const std::shared_ptr<const LoopCode> code = loop_code_for(program, *loop, layout.stream_output);
-  if (code == nullptr) return nullptr;
-  // The code is read-only executable memory; a function pointer into it goes through an
-  // address (clang refuses a cast from const bytes straight to a function pointer).
-  loop->plain = reinterpret_cast<FusedLoop::Fn>(code->plain);
-  if (layout.stream_output) loop->streamed = reinterpret_cast<FusedLoop::Fn>(code->streamed);
-  loop->code = code;
-  return loop;
+  loop->code = loop_code_for(program, *loop, layout.stream_output);
+  return loop->code != nullptr ? loop : nullptr;
 }
 
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
@@ -685,25 +679,26 @@ using Walk = std::array<std::int64_t, 2 + max_fused_inputs>;
 /// aligned addresses: the elements before the first one run with plain stores.
 void run_span(const FusedLoop& loop, std::array<const char*, max_fused_inputs> at, char* out,
               std::int64_t count) {
+  const LoopCode& code = *loop.code;
   Walk walk{};
-  if (loop.streamed != nullptr && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
+  if (code.streamed != nullptr && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
     const auto address = reinterpret_cast<std::uintptr_t>(out);
     const std::int64_t head =
         std::min(static_cast<std::int64_t>(((32 - address % 32) % 32) / 4), count);
     if (head > 0) {
       walk[0] = head;
-      loop.plain(at.data(), out, 1, walk.data());
+      code.plain(at.data(), out, 1, walk.data());
       for (std::size_t k = 0; k < loop.num_inputs; ++k)
         if (!loop.scalar[k]) at[k] += head * 4;
       out += head * 4;
       count -= head;
     }
     walk[0] = count;
-    if (count > 0) loop.streamed(at.data(), out, 1, walk.data());
+    if (count > 0) code.streamed(at.data(), out, 1, walk.data());
     return;
   }
   walk[0] = count;
-  loop.plain(at.data(), out, 1, walk.data());
+  code.plain(at.data(), out, 1, walk.data());
 }
 
 }  // namespace
@@ -728,7 +723,7 @@ void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
   char* const out_row = static_cast<char*>(out) + begin * loop.row_length * 4;
   for (std::size_t k = 0; k < loop.num_inputs; ++k)
     at[k] = static_cast<const char*>(inputs[k]) + begin * loop.row_step[k];
-  if (loop.streamed != nullptr) {
+  if (loop.code->streamed != nullptr) {
     // Each row's stores are aligned apart: one call per row.
     for (std::int64_t row = 0; row < end - begin; ++row) {
       std::array<const char*, max_fused_inputs> row_at{};
@@ -742,7 +737,7 @@ void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
   walk[0] = loop.row_length;
   walk[1] = loop.row_length * 4;
   for (std::size_t k = 0; k < loop.num_inputs; ++k) walk[2 + k] = loop.row_step[k];
-  loop.plain(at.data(), out_row, end - begin, walk.data());
+  loop.code->plain(at.data(), out_row, end - begin, walk.data());
 }
 
 }  // namespace kiln::detail
