@@ -1,9 +1,11 @@
-// Generated fused loops (kernels/fused_loop.hpp) against the block interpreter running the AVX2
-// row kernels: every instruction the generator covers, alone and in programs, with flat and
-// broadcast inputs, lengths around the vector width, special values, outputs streamed at
-// every alignment, and the two-thread split; the bits must be the same (any NaN for a NaN).
-// Programs the generator does not cover must come back without a loop. On a CPU without AVX2 and
-// FMA nothing here can run (no loop is generated there), which the first check says.
+// Generated fused loops (kernels/fused_loop.hpp) against the block interpreter running the row
+// kernels of the same level, at each level the CPU has (AVX2 on ymm registers; AVX-512 on zmm
+// registers where the CPU has AVX-512F): every instruction the generator covers, alone and in
+// programs, with flat and broadcast inputs, lengths around the vector width, special values,
+// outputs streamed at every alignment, and the two-thread split; the bits must be the same (any
+// NaN for a NaN). Programs the generator does not cover must come back without a loop. On a CPU
+// without AVX2 and FMA nothing here can run (no loop is generated there), which the first check
+// says.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -33,8 +35,26 @@ using kiln::detail::FusedLayout;
 using kiln::detail::FusedOp;
 using kiln::detail::FusedProgram;
 using kiln::detail::Prim;
+using kiln::detail::SimdLevel;
 
-bool cpu_runs_loops() { return kiln::detail::cpu_simd_level() >= kiln::detail::SimdLevel::avx2; }
+bool cpu_runs_loops() { return kiln::detail::cpu_simd_level() >= SimdLevel::avx2; }
+
+/// The levels loops are written for that this CPU runs: avx2, and avx512 with AVX-512F.
+std::vector<SimdLevel> loop_levels() {
+  std::vector<SimdLevel> levels{SimdLevel::avx2};
+  if (kiln::detail::cpu_simd_level() >= SimdLevel::avx512) levels.push_back(SimdLevel::avx512);
+  return levels;
+}
+
+/// The level the running test case checks: programs are resolved against its row kernels and
+/// loops are written for it. Each case picks it with GENERATE, so it runs once per level.
+SimdLevel tested_level = SimdLevel::avx2;
+
+/// Picks the level for the rest of a test case (call it through GENERATE's value).
+void test_at(SimdLevel level) {
+  tested_level = level;
+  UNSCOPED_INFO("loops at " << kiln::detail::simd_level_name(level));
+}
 
 /// An instruction of a test program: operands >= 0 are inputs, < 0 scratch slots.
 FusedOp instruction(Prim prim, std::int16_t a, std::int16_t b = 0, std::int16_t slot = 0) {
@@ -50,8 +70,7 @@ FusedProgram program_of(std::size_t num_inputs, std::size_t num_slots, std::vect
   program.num_inputs = num_inputs;
   program.num_slots = num_slots;
   program.ops = std::move(ops);
-  kiln::detail::resolve_fused_program(
-      program, kiln::detail::elementwise_rows(kiln::detail::SimdLevel::avx2));
+  kiln::detail::resolve_fused_program(program, kiln::detail::elementwise_rows(tested_level));
   return program;
 }
 
@@ -110,7 +129,7 @@ bool loop_matches_interpreter(const FusedProgram& program, std::int64_t n,
   std::vector<const void*> pointers;
   for (const ArrayRef& r : in) pointers.push_back(r.data);
   kiln::detail::run_fused(program, layout, pointers.data(), expected_ref.data);
-  layout.loop = kiln::detail::generate_fused_loop(program, layout);
+  layout.loop = kiln::detail::generate_fused_loop(program, layout, tested_level);
   if (layout.loop == nullptr) return false;
   kiln::detail::run_fused(program, layout, pointers.data(), actual_ref.data);
   std::size_t mismatches = 0;
@@ -131,7 +150,7 @@ bool loop_matches_interpreter(const FusedProgram& program, std::int64_t n,
   return true;
 }
 
-const std::int64_t lengths[] = {1, 3, 7, 8, 9, 16, 23, 64, 1000, 4099};
+const std::int64_t lengths[] = {1, 3, 7, 8, 9, 15, 16, 23, 31, 64, 1000, 4099};
 
 }  // namespace
 
@@ -141,9 +160,10 @@ TEST_CASE("generated fused loops: this CPU runs them", "[fused_loop]") {
   SUCCEED();
 }
 
-TEST_CASE("generated fused loops give the AVX2 row kernels' bits, instruction by instruction",
+TEST_CASE("generated fused loops give the row kernels' bits, instruction by instruction",
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   const Prim unary[] = {Prim::neg,  Prim::abs,   Prim::square, Prim::relu,
                         Prim::sqrt, Prim::rsqrt, Prim::tanh,   Prim::sigmoid};
   for (Prim prim : unary) {
@@ -177,6 +197,7 @@ TEST_CASE("generated fused loops give the AVX2 row kernels' bits, instruction by
 TEST_CASE("generated fused loops give the row kernels' bits for comparisons, where and casts",
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   const Prim comparisons[] = {Prim::equal,      Prim::not_equal, Prim::less,
                               Prim::less_equal, Prim::greater,   Prim::greater_equal};
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -209,6 +230,7 @@ TEST_CASE("generated fused loops give the row kernels' bits for comparisons, whe
 TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and dead values",
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   const float half = 0.5f;
   const FusedProgram chain = chain_program();
   for (std::int64_t n : lengths)
@@ -272,7 +294,7 @@ void check_matrix_program(const FusedProgram& program, std::int64_t rows, std::i
   const ArrayRef actual_ref{actual.data(), kiln::f32, shape, Shape{columns, 1}};
   kiln::detail::run_fused(program, in, expected_ref);
   FusedLayout layout = kiln::detail::layout_fused(in, actual_ref);
-  layout.loop = kiln::detail::generate_fused_loop(program, layout);
+  layout.loop = kiln::detail::generate_fused_loop(program, layout, tested_level);
   INFO(program.text << " over " << rows << " x " << columns);
   REQUIRE(layout.loop != nullptr);
   std::vector<const void*> pointers;
@@ -291,6 +313,7 @@ void check_matrix_program(const FusedProgram& program, std::int64_t rows, std::i
 TEST_CASE("generated fused loops walk matrices row by row: biases, per-row values, wider rows",
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   // tanh(x * scale + bias) with the bias a row, the scale one value per row; then a program
   // that reads rows of a wider matrix and a scalar.
   FusedProgram affine = program_of(3, 1,
@@ -326,6 +349,8 @@ TEST_CASE("plans take loops for flat runs and long rows, not for short rows", "[
   // cost as much as a short row's work, so rows shorter than min_fused_loop_row keep the
   // interpreter's blocks of whole rows (a 5-step LSTM of 20 units ran its bias-and-activation
   // steps 2x slower with a call per row).
+  tested_level =
+      kiln::detail::simd_level() >= SimdLevel::avx2 ? kiln::detail::simd_level() : SimdLevel::avx2;
   FusedProgram affine =
       program_of(2, 1, {instruction(Prim::add, 0, 1, 0), instruction(Prim::tanh, -1)});
   const auto layout_of = [](std::int64_t rows, std::int64_t columns, bool bias) {
@@ -337,19 +362,22 @@ TEST_CASE("plans take loops for flat runs and long rows, not for short rows", "[
   };
   const std::int64_t short_row = kiln::detail::min_fused_loop_row - 1;
   const std::int64_t long_row = kiln::detail::min_fused_loop_row;
-  const bool loops = kiln::detail::simd_level() == kiln::detail::SimdLevel::avx2 &&
-                     std::getenv("KILN_FUSED_LOOPS") == nullptr;
+  const bool loops =
+      kiln::detail::simd_level() >= SimdLevel::avx2 && std::getenv("KILN_FUSED_LOOPS") == nullptr;
   CHECK(kiln::detail::fused_loop_for(affine, layout_of(32, short_row, true)) == nullptr);
   CHECK((kiln::detail::fused_loop_for(affine, layout_of(32, long_row, true)) != nullptr) == loops);
   CHECK((kiln::detail::fused_loop_for(affine, layout_of(32, 20, false)) != nullptr) == loops);
   // The generator itself still writes the short-row loop (held to the interpreter above).
   if (cpu_runs_loops())
-    CHECK(kiln::detail::generate_fused_loop(affine, layout_of(32, short_row, true)) != nullptr);
+    for (SimdLevel level : loop_levels())
+      CHECK(kiln::detail::generate_fused_loop(affine, layout_of(32, short_row, true), level) !=
+            nullptr);
 }
 
 TEST_CASE("loops of one program share their code, which lives as long as a plan uses it",
           "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   FusedProgram affine =
       program_of(2, 1, {instruction(Prim::mul, 0, 1, 0), instruction(Prim::sigmoid, -1)});
   FusedProgram other =
@@ -362,12 +390,12 @@ TEST_CASE("loops of one program share their code, which lives as long as a plan 
   };
   const std::size_t before = kiln::detail::live_fused_loop_codes();
   {
-    auto a = kiln::detail::generate_fused_loop(affine, layout_of(100, false));
-    auto b = kiln::detail::generate_fused_loop(affine, layout_of(12345, false));
+    auto a = kiln::detail::generate_fused_loop(affine, layout_of(100, false), tested_level);
+    auto b = kiln::detail::generate_fused_loop(affine, layout_of(12345, false), tested_level);
     REQUIRE((a != nullptr && b != nullptr));
     CHECK(kiln::detail::live_fused_loop_codes() == before + 1);  // shapes do not matter
-    auto c = kiln::detail::generate_fused_loop(affine, layout_of(100, true));
-    auto d = kiln::detail::generate_fused_loop(other, layout_of(100, false));
+    auto c = kiln::detail::generate_fused_loop(affine, layout_of(100, true), tested_level);
+    auto d = kiln::detail::generate_fused_loop(other, layout_of(100, false), tested_level);
     REQUIRE((c != nullptr && d != nullptr));
     CHECK(kiln::detail::live_fused_loop_codes() == before + 3);  // a register input, a program
     // Shared code gives each loop the same results.
@@ -398,6 +426,7 @@ TEST_CASE("loops of one program share their code, which lives as long as a plan 
 
 TEST_CASE("generated fused loops stream large outputs at every alignment", "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   kiln::detail::set_stream_output_bytes(std::int64_t{1} << 20);
   const float half = 0.5f;
   const FusedProgram chain = chain_program();
@@ -413,12 +442,14 @@ TEST_CASE("generated fused loops stream large outputs at every alignment", "[fus
 
 TEST_CASE("fused programs the generator does not cover keep the interpreter", "[fused_loop]") {
   if (!cpu_runs_loops()) return;
+  test_at(GENERATE(from_range(loop_levels())));
   // exp is not among the instructions written out.
   FusedProgram exp = program_of(1, 0, {instruction(Prim::exp, 0)});
   std::vector<float> x(64, 1.0f), out(64);
   const ArrayRef in[1] = {{x.data(), kiln::f32, Shape{64}, Shape{1}}};
   const ArrayRef out_ref{out.data(), kiln::f32, Shape{64}, Shape{1}};
-  CHECK(kiln::detail::generate_fused_loop(exp, kiln::detail::layout_fused(in, out_ref)) == nullptr);
+  CHECK(kiln::detail::generate_fused_loop(exp, kiln::detail::layout_fused(in, out_ref),
+                                          tested_level) == nullptr);
   // A comparison's bool as the output; where with a bool input as its condition.
   std::vector<float> y(64, 2.0f);
   const ArrayRef two_in[2] = {in[0], {y.data(), kiln::f32, Shape{64}, Shape{1}}};
@@ -427,26 +458,27 @@ TEST_CASE("fused programs the generator does not cover keep the interpreter", "[
   FusedProgram bool_out = program_of(2, 0, {compare});
   std::vector<std::uint8_t> flags(64);
   const ArrayRef flags_ref{flags.data(), kiln::DType::boolean, Shape{64}, Shape{1}};
-  CHECK(kiln::detail::generate_fused_loop(
-            bool_out, kiln::detail::layout_fused(two_in, flags_ref)) == nullptr);
+  CHECK(kiln::detail::generate_fused_loop(bool_out, kiln::detail::layout_fused(two_in, flags_ref),
+                                          tested_level) == nullptr);
   FusedOp where = instruction(Prim::where, 0, 1);
   where.operands[2] = 1;
   FusedProgram bool_in = program_of(2, 0, {where});
   bool_in.ops[0].in_dtype = kiln::f32;
   const ArrayRef where_in[2] = {{flags.data(), kiln::DType::boolean, Shape{64}, Shape{1}},
                                 two_in[1]};
-  CHECK(kiln::detail::generate_fused_loop(bool_in, kiln::detail::layout_fused(where_in, out_ref)) ==
-        nullptr);
+  CHECK(kiln::detail::generate_fused_loop(bool_in, kiln::detail::layout_fused(where_in, out_ref),
+                                          tested_level) == nullptr);
   // An input read with an inner stride of 2 (every other column of a wider matrix).
   FusedProgram add = program_of(2, 0, {instruction(Prim::add, 0, 1)});
   std::vector<float> wide_matrix(64 * 6000), result(64 * 3000);
   const ArrayRef strided[2] = {{wide_matrix.data(), kiln::f32, Shape{64, 3000}, Shape{6000, 2}},
                                {wide_matrix.data(), kiln::f32, Shape{64, 3000}, Shape{6000, 1}}};
   const ArrayRef result_ref{result.data(), kiln::f32, Shape{64, 3000}, Shape{3000, 1}};
-  CHECK(kiln::detail::generate_fused_loop(add, kiln::detail::layout_fused(strided, result_ref)) ==
-        nullptr);
+  CHECK(kiln::detail::generate_fused_loop(add, kiln::detail::layout_fused(strided, result_ref),
+                                          tested_level) == nullptr);
   // Eight broadcast inputs hold eight registers; eight live slots and tanh's temporaries need
-  // more than the other eight.
+  // more than the other eight ymm registers, and fit in zmm's 32 (where the loop must then
+  // give the interpreter's bits).
   std::vector<FusedOp> ops;
   for (std::int16_t s = 0; s < 8; ++s) ops.push_back(instruction(Prim::add, s, s, s));
   ops.push_back(instruction(Prim::tanh, -1, 0, 0));
@@ -456,5 +488,5 @@ TEST_CASE("fused programs the generator does not cover keep the interpreter", "[
   wide.text = "eight broadcast inputs, eight live slots";
   const float one = 1.0f;
   const std::vector<const float*> scalars(8, &one);
-  CHECK_FALSE(loop_matches_interpreter(wide, 100, scalars));
+  CHECK(loop_matches_interpreter(wide, 100, scalars) == (tested_level == SimdLevel::avx512));
 }

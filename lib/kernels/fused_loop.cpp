@@ -7,13 +7,18 @@
 // input's value), out the output there; walk[1] and walk[2 + k] step the output and input k
 // from row to row (a flat run is one row). An input held in a register is broadcast at the
 // start of each row; a flat input is read at [base + offset] in the instruction that needs it.
-// Values live in ymm registers from the instruction that makes them to their last reader.
+// Values live in vector registers from the instruction that makes them to their last reader:
+// 16 ymm registers for the AVX2 row kernels' level, 32 zmm registers for AVX-512's.
 //
-// Bit compatibility with the AVX2 row kernels is by construction: each instruction below is
-// the sequence of the xsimd 8.1 AVX2/FMA3 code behind its row kernel (operand order included,
-// since x86 min and max return their second operand for NaN and equal values), and a row's
-// last few elements run the same code on masked loads, whose other lanes read as zero, as the
-// row kernels' zero-padded tails do.
+// Bit compatibility with the row kernels is by construction: each instruction below is the
+// sequence of the xsimd 8.1 code behind its row kernel (operand order included, since x86 min
+// and max return their second operand for NaN and equal values), and a row's last few elements
+// run the same code on masked loads, whose other lanes read as zero, as the row kernels'
+// zero-padded tails do. Each lane's result is a function of that lane's inputs alone, made of
+// IEEE-rounded operations (add, mul, div, sqrt, fma, round to nearest, the comparisons) and of
+// bit operations, the same at both widths; where AVX-512F has no form of an AVX2 instruction
+// (a comparison into a vector, vblendvps, vandps on zmm without AVX-512DQ) the zmm code gets
+// the same bits another way: lane masks in k registers, vpternlogd, vpandd and vpxord.
 
 #include "kernels/fused_loop.hpp"
 
@@ -43,11 +48,12 @@ using LoopFn = void (*)(const char* const* inputs, char* out, std::int64_t rows,
 /// The code written for one program and one choice of which inputs are held in registers,
 /// shared by every layout (and every plan) that needs the same: see LoopCodeCache.
 struct LoopCode {
+  std::int64_t width = 8;  // floats per vector: 8 (ymm, AVX2) or 16 (zmm, AVX-512)
   /// Owns the executable memory; nothing else of the writer (whose references to the program
   /// and layout it was written for are not kept valid) is used once the code is ready.
   std::unique_ptr<Xbyak::CodeGenerator> writer;
   LoopFn plain = nullptr;     // vmovups stores
-  LoopFn streamed = nullptr;  // vmovntps stores (output 32-byte aligned); for streamed layouts
+  LoopFn streamed = nullptr;  // vmovntps stores (output aligned to a vector); for streamed layouts
 };
 
 struct FusedLoop {
@@ -66,8 +72,6 @@ struct FusedLoop {
 
 namespace {
 
-constexpr std::int64_t width = 8;  // floats per ymm register
-
 // Comparison predicates of vcmpps, as xsimd's AVX operators use them.
 constexpr std::uint8_t cmp_lt = 0x11;     // _CMP_LT_OQ
 constexpr std::uint8_t cmp_le = 0x12;     // _CMP_LE_OQ
@@ -77,7 +81,9 @@ constexpr std::uint8_t cmp_eq = 0x00;     // _CMP_EQ_OQ: a == b
 constexpr std::uint8_t cmp_neq = 0x04;    // _CMP_NEQ_UQ: a != b (true for NaN)
 constexpr std::uint8_t cmp_gt = 0x1E;     // _CMP_GT_OQ
 
-/// Thrown inside the writer when a program needs more than 16 live vector registers.
+constexpr std::uint8_t cmp_nlt = 0x15;  // _CMP_NLT_UQ: !(a < b) (true for NaN)
+
+/// Thrown inside the writer when a program needs more live vector registers than there are.
 struct OutOfRegisters {};
 
 /// The comparison predicate of a comparison primitive; 0xFF for the others.
@@ -178,24 +184,29 @@ Liveness liveness_of(const FusedProgram& program) {
 
 class LoopWriter : public Xbyak::CodeGenerator {
  public:
-  LoopWriter(const FusedProgram& program, const FusedLoop& loop)
+  /// A writer for vectors of `width` floats: 8 (ymm) or 16 (zmm).
+  LoopWriter(const FusedProgram& program, const FusedLoop& loop, std::int64_t width)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
         program_(program),
         loop_(loop),
-        live_(liveness_of(program)) {}
+        live_(liveness_of(program)),
+        width_(width),
+        wide_(width == 16),
+        all_registers_(wide_ ? 0xFFFFFFFFU : 0xFFFFU) {}
 
   /// Writes one loop function; returns its offset in the code. The function walks `rows` rows
   /// of walk[0] elements: input k's row at walk[2 + k] bytes from the last, the output's at
   /// walk[1]. Each row runs the program over its full vectors, then over its last few elements
-  /// (fewer than 8) with masked loads and stores (vmaskmovps: the masked-off lanes read as
-  /// zero, as the row kernels' zero-padded tails do, and are not written). An input held in a
-  /// register is loaded again at the start of each row (one value per row, or one in all).
+  /// (fewer than a vector) with masked loads and stores (vmaskmovps with a lane mask in a ymm
+  /// register, or the k7 mask on zmm: the masked-off lanes read as zero, as the row kernels'
+  /// zero-padded tails do, and are not written). An input held in a register is loaded again at
+  /// the start of each row (one value per row, or one in all).
   std::size_t write_function(bool streamed) {
     const std::size_t start = getSize();
-    free_ = 0xFFFF;
+    free_ = all_registers_;
     const Xbyak::Reg64 bases[] = {r8, r9, r10, r11, rcx, rbx, r12, r13};
     for (const Xbyak::Reg64& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
-    // The stack: each input's current row, then the address of the tail's lane mask.
+    // The stack: each input's current row, then the address of the tail's lane mask (ymm).
     const int frame = 8 * (static_cast<int>(max_fused_inputs) + 2);
     const int mask_at = 8 * static_cast<int>(max_fused_inputs);
     sub(rsp, frame);
@@ -206,17 +217,27 @@ class LoopWriter : public Xbyak::CodeGenerator {
       mov(rax, ptr[rdi + static_cast<int>(8 * k)]);
       mov(ptr[rsp + static_cast<int>(8 * k)], rax);
     }
+    const int log2_width = wide_ ? 4 : 3;
     mov(rbp, ptr[r14]);  // elements per row
     mov(rdx, rbp);
-    shr(rdx, 3);
-    shl(rdx, 5);   // bytes of full vectors per row
-    and_(rbp, 7);  // elements in the tail
-    // The tail's mask: lanes [0, tail) all ones, read at lane_masks + 32 - 4 * tail.
-    lea(rdi, ptr[rip + lane_masks_]);
-    lea(rax, ptr[rbp * 4]);
-    sub(rdi, rax);
-    add(rdi, 32);
-    mov(ptr[rsp + mask_at], rdi);
+    shr(rdx, log2_width);
+    shl(rdx, log2_width + 2);                 // bytes of full vectors per row
+    and_(rbp, static_cast<int>(width_ - 1));  // elements in the tail
+    if (wide_) {
+      // k7: lanes [0, tail) of the tail.
+      mov(rcx, rbp);
+      mov(edi, 1);
+      shl(edi, cl);
+      dec(edi);
+      kmovw(k7, edi);
+    } else {
+      // The tail's mask: lanes [0, tail) all ones, read at lane_masks + 32 - 4 * tail.
+      lea(rdi, ptr[rip + lane_masks_]);
+      lea(rax, ptr[rbp * 4]);
+      sub(rdi, rax);
+      add(rdi, 32);
+      mov(ptr[rsp + mask_at], rdi);
+    }
     std::array<int, max_fused_inputs> broadcast_reg{};
     std::array<Xbyak::Reg64, max_fused_inputs> base;
     std::size_t next_base = 0;
@@ -235,7 +256,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
       if (!used(k)) continue;
       if (loop_.scalar[k]) {
         mov(rdi, ptr[rsp + static_cast<int>(8 * k)]);
-        vbroadcastss(Xbyak::Ymm(broadcast_reg[k]), dword[rdi]);
+        vbroadcastss(vec(broadcast_reg[k]), dword[rdi]);
       } else {
         mov(base[k], ptr[rsp + static_cast<int>(8 * k)]);
       }
@@ -245,19 +266,21 @@ class LoopWriter : public Xbyak::CodeGenerator {
     jz(tail, T_NEAR);
     align(32);
     L(vectors);
-    write_body(base, broadcast_reg, streamed, -1);
-    add(rax, 32);
+    write_body(base, broadcast_reg, streamed, false);
+    add(rax, static_cast<int>(4 * width_));
     cmp(rax, rdx);
     jb(vectors, T_NEAR);
     L(tail);
     test(rbp, rbp);
     jz(next_row, T_NEAR);
-    {
-      const int mask = take();
+    if (wide_) {
+      write_body(base, broadcast_reg, false, true);
+    } else {
+      tail_mask_ = take();
       mov(rdi, ptr[rsp + mask_at]);
-      vmovups(Xbyak::Ymm(mask), yword[rdi]);
-      write_body(base, broadcast_reg, false, mask);
-      give_back(mask);
+      vmovups(Xbyak::Ymm(tail_mask_), yword[rdi]);
+      write_body(base, broadcast_reg, false, true);
+      give_back(tail_mask_);
     }
     L(next_row);
     for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
@@ -277,10 +300,11 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
 
   /// The program over one vector at byte offset rax of each flat input and of the output (rsi):
-  /// full loads and stores (non-temporal when `streamed`), or, with a mask register, masked
-  /// ones. Every register the body takes is free again at its end.
+  /// full loads and stores (non-temporal when `streamed`), or, for a row's tail, masked ones.
+  /// Every register the body takes is free again at its end.
   void write_body(const std::array<Xbyak::Reg64, max_fused_inputs>& base,
-                  const std::array<int, max_fused_inputs>& broadcast_reg, bool streamed, int mask) {
+                  const std::array<int, max_fused_inputs>& broadcast_reg, bool streamed,
+                  bool masked) {
     std::array<int, max_fused_slots> slot_reg{};
     slot_reg.fill(-1);
     const std::size_t n = program_.ops.size();
@@ -300,17 +324,19 @@ class LoopWriter : public Xbyak::CodeGenerator {
           src[j] = broadcast_reg[static_cast<std::size_t>(a)];
         } else {
           loaded[j] = take();
-          const Xbyak::Address at = yword[base[static_cast<std::size_t>(a)] + rax];
-          if (mask < 0)
-            vmovups(Xbyak::Ymm(loaded[j]), at);
+          const Xbyak::Address at = vector_at(base[static_cast<std::size_t>(a)] + rax);
+          if (!masked)
+            vmovups(vec(loaded[j]), at);
+          else if (wide_)
+            vmovups(Xbyak::Zmm(loaded[j]) | k7 | T_z, at);
           else
-            vmaskmovps(Xbyak::Ymm(loaded[j]), Xbyak::Ymm(mask), at);
+            vmaskmovps(Xbyak::Ymm(loaded[j]), Xbyak::Ymm(tail_mask_), at);
           src[j] = loaded[j];
         }
       }
       const int d = take();
-      const auto reg = [&](std::size_t j) { return Xbyak::Ymm(src[j] < 0 ? 0 : src[j]); };
-      write_op(op.prim, Xbyak::Ymm(d), reg(0), reg(1), reg(2));
+      const auto reg = [&](std::size_t j) { return vec(src[j] < 0 ? 0 : src[j]); };
+      write_op(op.prim, vec(d), reg(0), reg(1), reg(2));
       // Free each operand's register once: a load's, or a slot value's after its last read
       // (the liveness marks the first of repeated operands as the last read).
       for (std::size_t j = 0; j < arity; ++j) {
@@ -319,12 +345,15 @@ class LoopWriter : public Xbyak::CodeGenerator {
           give_back(src[j]);
       }
       if (i + 1 == n) {
-        if (mask >= 0)
-          vmaskmovps(yword[rsi + rax], Xbyak::Ymm(mask), Xbyak::Ymm(d));
+        const Xbyak::Address out = vector_at(rsi + rax);
+        if (masked && wide_)
+          vmovups(out | k7, Xbyak::Zmm(d));
+        else if (masked)
+          vmaskmovps(out, Xbyak::Ymm(tail_mask_), Xbyak::Ymm(d));
         else if (streamed)
-          vmovntps(yword[rsi + rax], Xbyak::Ymm(d));
+          vmovntps(out, vec(d));
         else
-          vmovups(yword[rsi + rax], Xbyak::Ymm(d));
+          vmovups(out, vec(d));
         give_back(d);
       } else if (live_.result_read[i]) {
         slot_reg[static_cast<std::size_t>(op.result_slot)] = d;
@@ -334,14 +363,16 @@ class LoopWriter : public Xbyak::CodeGenerator {
     }
   }
 
-  /// The constants the functions read, 8 copies each, after the code.
+  /// The constants the functions read, a vector's worth of copies each, after the code.
   void write_constants() {
-    align(32);
-    L(lane_masks_);  // 8 lanes of all ones, then 8 of zero: the tails' masks
-    for (std::int64_t i = 0; i < 2 * width; ++i) dd(i < width ? 0xFFFFFFFFU : 0U);
+    align(64);
+    if (!wide_) {
+      L(lane_masks_);  // 8 lanes of all ones, then 8 of zero: the ymm tails' masks
+      for (std::int64_t i = 0; i < 2 * width_; ++i) dd(i < width_ ? 0xFFFFFFFFU : 0U);
+    }
     for (Constant& c : constants_) {
       L(*c.label);
-      for (std::int64_t i = 0; i < width; ++i) dd(c.bits);
+      for (std::int64_t i = 0; i < width_; ++i) dd(c.bits);
     }
   }
 
@@ -350,6 +381,14 @@ class LoopWriter : public Xbyak::CodeGenerator {
     std::uint32_t bits;
     std::unique_ptr<Xbyak::Label> label;
   };
+
+  /// Vector register r at this writer's width.
+  Xbyak::Xmm vec(int r) const {
+    return wide_ ? Xbyak::Xmm(Xbyak::Zmm(r)) : Xbyak::Xmm(Xbyak::Ymm(r));
+  }
+  /// A vector's memory operand at this writer's width.
+  Xbyak::Address vector_at(const Xbyak::RegExp& at) { return wide_ ? zword[at] : yword[at]; }
+  Xbyak::Address vector_at(const Xbyak::RegRip& at) { return wide_ ? zword[at] : yword[at]; }
 
   /// The first operand of op equal to operand j (j itself when none before it is).
   static std::size_t first_operand_equal(const FusedOp& op, std::size_t j) {
@@ -375,7 +414,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
   void give_back(int r) { free_ |= 1U << static_cast<unsigned>(r); }
 
-  /// A 32-byte operand holding `bits` in every lane.
+  /// A vector operand holding `bits` in every lane.
   Xbyak::Address constant_bits(std::uint32_t bits) {
     auto it = std::find_if(constants_.begin(), constants_.end(),
                            [&](const Constant& c) { return c.bits == bits; });
@@ -383,13 +422,13 @@ class LoopWriter : public Xbyak::CodeGenerator {
       constants_.push_back({bits, std::make_unique<Xbyak::Label>()});
       it = constants_.end() - 1;
     }
-    return yword[rip + *it->label];
+    return vector_at(rip + *it->label);
   }
   Xbyak::Address k(float value) { return constant_bits(std::bit_cast<std::uint32_t>(value)); }
 
   /// d = min(B(hi), max(B(lo), x)), as clamp_keeping_nan (NaN passes through both).
-  void clamp(const Xbyak::Ymm& d, const Xbyak::Ymm& x, float lo, float hi) {
-    const Xbyak::Ymm t(take());
+  void clamp(const Xbyak::Xmm& d, const Xbyak::Xmm& x, float lo, float hi) {
+    const Xbyak::Xmm t = vec(take());
     vmovaps(t, k(lo));
     vmaxps(t, t, x);
     vmovaps(d, k(hi));
@@ -398,25 +437,52 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
 
   /// p = fma(p, x, c) for each coefficient after the first, which p starts at.
-  void polynomial(const Xbyak::Ymm& p, const Xbyak::Ymm& x, std::initializer_list<float> c) {
+  void polynomial(const Xbyak::Xmm& p, const Xbyak::Xmm& x, std::initializer_list<float> c) {
     auto it = c.begin();
     vmovaps(p, k(*it));
     for (++it; it != c.end(); ++it) vfmadd213ps(p, x, k(*it));
   }
 
-  /// One instruction: d from a (and b, c); d is distinct from them, which stay unchanged.
-  void write_op(Prim prim, const Xbyak::Ymm& d, const Xbyak::Ymm& a, const Xbyak::Ymm& b,
-                const Xbyak::Ymm& c) {
+  /// d = the bits of a with `bits` (and: vandps, or vpandd on zmm, which needs no AVX-512DQ).
+  void and_bits(const Xbyak::Xmm& d, const Xbyak::Xmm& a, std::uint32_t bits) {
+    if (wide_)
+      vpandd(d, a, constant_bits(bits));
+    else
+      vandps(d, a, constant_bits(bits));
+  }
+  /// d = the bits of a xor `bits` (vxorps, or vpxord on zmm).
+  void xor_bits(const Xbyak::Xmm& d, const Xbyak::Xmm& a, std::uint32_t bits) {
+    if (wide_)
+      vpxord(d, a, constant_bits(bits));
+    else
+      vxorps(d, a, constant_bits(bits));
+  }
+
+  /// One instruction: d from a (and b, c); d is distinct from them, which stay unchanged. A
+  /// comparison's result is a lane mask in a vector register (all ones or zero per lane) at
+  /// both widths: on zmm the comparison sets k1 and vpternlogd writes all ones under it.
+  void write_op(Prim prim, const Xbyak::Xmm& d, const Xbyak::Xmm& a, const Xbyak::Xmm& b,
+                const Xbyak::Xmm& c) {
     if (const std::uint8_t predicate = predicate_of(prim); predicate != 0xFF) {
-      vcmpps(d, a, b, predicate);  // the lane mask of a op b
+      if (wide_) {
+        vcmpps(k1, a, b, predicate);
+        vpternlogd(Xbyak::Zmm(d.getIdx()) | k1 | T_z, d, d, 0xFF);
+      } else {
+        vcmpps(d, a, b, predicate);  // the lane mask of a op b
+      }
       return;
     }
     switch (prim) {
-      case Prim::where:  // c ? a : b with the condition as a lane mask
-        vblendvps(d, c, b, a);
+      case Prim::where:  // a ? b : c with the condition a lane mask
+        if (wide_) {
+          vptestmd(k1, a, a);
+          vblendmps(Xbyak::Zmm(d.getIdx()) | k1, c, b);
+        } else {
+          vblendvps(d, c, b, a);
+        }
         break;
       case Prim::cast:  // bool (a lane mask) to f32: 1.0 or +0.0
-        vandps(d, a, k(1.0f));
+        and_bits(d, a, std::bit_cast<std::uint32_t>(1.0f));
         break;
       case Prim::add:
         vaddps(d, a, b);
@@ -434,20 +500,25 @@ class LoopWriter : public Xbyak::CodeGenerator {
         vmulps(d, a, a);
         break;
       case Prim::neg:  // flip_sign: x ^ -0.0
-        vxorps(d, a, k(-0.0f));
+        xor_bits(d, a, 0x80000000U);
         break;
       case Prim::abs:  // andnot(-0.0, x)
-        vandps(d, a, constant_bits(0x7FFFFFFFU));
+        and_bits(d, a, 0x7FFFFFFFU);
         break;
       case Prim::relu:  // select(x < 0, 0, x)
-        vcmpps(d, a, k(0.0f), cmp_lt);
-        vandnps(d, d, a);
+        if (wide_) {
+          vcmpps(k1, a, k(0.0f), cmp_nlt);
+          vmovaps(Xbyak::Zmm(d.getIdx()) | k1 | T_z, a);
+        } else {
+          vcmpps(d, a, k(0.0f), cmp_lt);
+          vandnps(d, d, a);
+        }
         break;
       case Prim::sqrt:
         vsqrtps(d, a);
         break;
       case Prim::rsqrt: {  // 1 / sqrt(x)
-        const Xbyak::Ymm t(take());
+        const Xbyak::Xmm t = vec(take());
         vsqrtps(t, a);
         vmovaps(d, k(1.0f));
         vdivps(d, d, t);
@@ -456,8 +527,16 @@ class LoopWriter : public Xbyak::CodeGenerator {
       }
       case Prim::maximum:
       case Prim::minimum: {  // select((a >= b) | isnan(a), a, b), or <= for minimum
-        const Xbyak::Ymm t(take());
-        vcmpps(d, a, b, prim == Prim::maximum ? cmp_ge : cmp_le);
+        const std::uint8_t order = prim == Prim::maximum ? cmp_ge : cmp_le;
+        if (wide_) {
+          vcmpps(k1, a, b, order);
+          vcmpps(k2, a, a, cmp_unord);
+          korw(k1, k1, k2);
+          vblendmps(Xbyak::Zmm(d.getIdx()) | k1, b, a);
+          break;
+        }
+        const Xbyak::Xmm t = vec(take());
+        vcmpps(d, a, b, order);
         vcmpps(t, a, a, cmp_unord);
         vorps(d, d, t);
         vblendvps(d, b, a, d);
@@ -476,8 +555,8 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
 
   /// TanhOp::simd for float: c * P(c^2) / Q(c^2) on c = clamp(x, -9, 9), clamped to [-1, 1].
-  void write_tanh(const Xbyak::Ymm& d, const Xbyak::Ymm& x) {
-    const Xbyak::Ymm s(take()), p(take()), q(take());
+  void write_tanh(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
+    const Xbyak::Xmm s = vec(take()), p = vec(take()), q = vec(take());
     clamp(d, x, -9.f, 9.f);
     vmulps(s, d, d);
     polynomial(p, s, {1.33551774e-08f, 2.06094537e-05f, 0.00349561055f, 0.133810446f, 1.f});
@@ -491,12 +570,17 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
 
   /// SigmoidOp::simd for float: 1 / fma(p, 2^n, 1) with exp_clamped_f32_parts(-x) = (p, 2^n).
-  void write_sigmoid(const Xbyak::Ymm& d, const Xbyak::Ymm& x) {
-    const Xbyak::Ymm y(take()), n(take());
-    vxorps(y, x, k(-0.0f));
+  /// Rounding to the nearest integer is vroundps on ymm and vrndscaleps (its AVX-512 form, the
+  /// same result) on zmm.
+  void write_sigmoid(const Xbyak::Xmm& d, const Xbyak::Xmm& x) {
+    const Xbyak::Xmm y = vec(take()), n = vec(take());
+    xor_bits(y, x, 0x80000000U);
     clamp(d, y, -87.33654f, 88.8f);  // d: the clamped argument, then r
     vmulps(n, d, k(1.44269504088896341f));
-    vroundps(n, n, 0);  // _MM_FROUND_TO_NEAREST_INT
+    if (wide_)
+      vrndscaleps(n, n, 0);  // _MM_FROUND_TO_NEAREST_INT
+    else
+      vroundps(n, n, 0);
     vfmadd231ps(d, n, k(-0.693359375f));
     vfmadd231ps(d, n, k(2.12194440e-4f));
     vcvttps2dq(n, n);
@@ -514,7 +598,11 @@ class LoopWriter : public Xbyak::CodeGenerator {
   const FusedProgram& program_;
   const FusedLoop& loop_;
   const Liveness live_;
-  std::uint32_t free_ = 0xFFFF;  // ymm registers not holding a value
+  const std::int64_t width_;
+  const bool wide_;
+  const std::uint32_t all_registers_;
+  std::uint32_t free_ = 0;  // vector registers not holding a value
+  int tail_mask_ = -1;      // the ymm register of the tail's lane mask, while a tail is written
   std::vector<Constant> constants_;
   Xbyak::Label lane_masks_;
 };
@@ -531,10 +619,11 @@ bool loops_allowed_by_environment() {
 /// constants. Null when the program needs more registers than there are, or when no
 /// executable memory can be had (a hardened kernel): the interpreter runs those.
 std::shared_ptr<const LoopCode> write_loop_code(const FusedProgram& program, const FusedLoop& loop,
-                                                bool streamed) {
+                                                std::int64_t width, bool streamed) {
   try {
     auto code = std::make_shared<LoopCode>();
-    auto writer = std::make_unique<LoopWriter>(program, loop);
+    code->width = width;
+    auto writer = std::make_unique<LoopWriter>(program, loop, width);
     const std::size_t plain = writer->write_function(false);
     const std::size_t streamed_at = streamed ? writer->write_function(true) : 0;
     writer->write_constants();
@@ -558,19 +647,20 @@ std::shared_ptr<const LoopCode> write_loop_code(const FusedProgram& program, con
 /// again. Writing one costs a page of executable memory and two system calls (map, protect),
 /// which at a few hundred fused steps made a first call a third slower. The key is everything
 /// the code depends on: each instruction (primitive, dtypes, operands, result slot), which
-/// inputs are held in registers, and whether a streamed function is written; not shapes,
+/// inputs are held in registers, the vector width and whether a streamed function is written;
+/// not shapes,
 /// strides or row steps, which run_fused_loop_range applies. The cache holds weak references,
 /// so code lives as long as some plan uses it, and entries whose code is gone are swept as the
 /// table grows: nothing here outlives the plans.
 class LoopCodeCache {
  public:
   std::shared_ptr<const LoopCode> get(const FusedProgram& program, const FusedLoop& loop,
-                                      bool streamed) {
-    const std::string key = key_of(program, loop, streamed);
+                                      std::int64_t width, bool streamed) {
+    const std::string key = key_of(program, loop, width, streamed);
     std::lock_guard lock(mutex_);
     if (auto it = codes_.find(key); it != codes_.end())
       if (auto code = it->second.lock()) return code;
-    auto code = write_loop_code(program, loop, streamed);
+    auto code = write_loop_code(program, loop, width, streamed);
     if (code == nullptr) return nullptr;
     codes_[key] = code;
     if (codes_.size() >= 2 * swept_size_) {
@@ -587,11 +677,13 @@ class LoopCodeCache {
   }
 
  private:
-  static std::string key_of(const FusedProgram& program, const FusedLoop& loop, bool streamed) {
+  static std::string key_of(const FusedProgram& program, const FusedLoop& loop, std::int64_t width,
+                            bool streamed) {
     std::string key;
     const auto put = [&](auto value) {
       key.append(reinterpret_cast<const char*>(&value), sizeof value);
     };
+    put(width);
     put(streamed);
     put(loop.num_inputs);
     for (std::size_t k = 0; k < loop.num_inputs; ++k) put(loop.scalar[k]);
@@ -616,15 +708,15 @@ LoopCodeCache& loop_code_cache() {
 }
 
 std::shared_ptr<const LoopCode> loop_code_for(const FusedProgram& program, const FusedLoop& loop,
-                                              bool streamed) {
-  return loop_code_cache().get(program, loop, streamed);
+                                              std::int64_t width, bool streamed) {
+  return loop_code_cache().get(program, loop, width, streamed);
 }
 
 }  // namespace
 
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
-                                                     const FusedLayout& layout) {
-  if (cpu_simd_level() < SimdLevel::avx2) return nullptr;
+                                                     const FusedLayout& layout, SimdLevel level) {
+  if (level < SimdLevel::avx2 || cpu_simd_level() < level) return nullptr;
   if (layout.total == 0 || layout.out_size != 4 || program.ops.empty()) return nullptr;
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const FusedOp& op = program.ops[i];
@@ -655,16 +747,17 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     loop->scalar[k] = inner == 0;
     loop->row_step[k] = dims.strides[k + 1][0] * 4;
   }
-  loop->code = loop_code_for(program, *loop, layout.stream_output);
+  loop->code =
+      loop_code_for(program, *loop, level == SimdLevel::avx512 ? 16 : 8, layout.stream_output);
   return loop->code != nullptr ? loop : nullptr;
 }
 
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
                                                 const FusedLayout& layout) {
-  if (simd_level() != SimdLevel::avx2 || !loops_allowed_by_environment()) return nullptr;
+  if (simd_level() < SimdLevel::avx2 || !loops_allowed_by_environment()) return nullptr;
   if (layout.num_gathered > 0 && layout.dims.rank == 2 && layout.dims.shape[1] < min_fused_loop_row)
     return nullptr;
-  return generate_fused_loop(program, layout);
+  return generate_fused_loop(program, layout, simd_level());
 }
 
 std::size_t live_fused_loop_codes() { return loop_code_cache().live(); }
@@ -676,15 +769,17 @@ using Walk = std::array<std::int64_t, 2 + max_fused_inputs>;
 
 /// Runs the loop over one flat run of `count` elements: at[k] is input k there (its value, for
 /// a scalar one), out the output there. A streamed loop's non-temporal stores need 32-byte
-/// aligned addresses: the elements before the first one run with plain stores.
+/// aligned addresses (32 bytes for ymm, 64 for zmm): the elements before the first one run
+/// with plain stores.
 void run_span(const FusedLoop& loop, std::array<const char*, max_fused_inputs> at, char* out,
               std::int64_t count) {
   const LoopCode& code = *loop.code;
   Walk walk{};
   if (code.streamed != nullptr && reinterpret_cast<std::uintptr_t>(out) % 4 == 0) {
     const auto address = reinterpret_cast<std::uintptr_t>(out);
+    const auto bytes = static_cast<std::uintptr_t>(code.width * 4);
     const std::int64_t head =
-        std::min(static_cast<std::int64_t>(((32 - address % 32) % 32) / 4), count);
+        std::min(static_cast<std::int64_t>(((bytes - address % bytes) % bytes) / 4), count);
     if (head > 0) {
       walk[0] = head;
       code.plain(at.data(), out, 1, walk.data());

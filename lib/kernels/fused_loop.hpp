@@ -1,17 +1,20 @@
 #pragma once
-// Generated loops for fused elementwise programs: one AVX2 loop per program and layout, with
+// Generated loops for fused elementwise programs: one loop per program and layout (AVX2 on ymm
+// registers, or AVX-512 on zmm registers, the level of the row kernels the process runs), with
 // every intermediate value in a register, written at plan time by kiln's own code generator
 // (on top of the xbyak assembler). The block interpreter of kernels/fused.hpp passes each
 // instruction's results through L1 scratch and calls one row kernel per instruction and block;
 // a generated loop reads each input once, computes the whole program on one vector and stores
-// it. Each instruction is emitted as the same sequence of vector instructions as the AVX2 row
-// kernel it replaces (the formulas of kernels/elementwise_ops_arch.hpp, with their FMAs where
-// the source has them), so a loop gives the row kernels' bits; tests/test_fused_loop.cpp holds
-// it to that for every instruction it covers.
+// it. Each instruction is emitted as the same arithmetic as the row kernel it replaces (the
+// formulas of kernels/elementwise_ops_arch.hpp, with their FMAs where the source has them), so
+// a loop gives the row kernels' bits; tests/test_fused_loop.cpp holds it to that for every
+// instruction it covers, at each level the CPU has.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+
+#include "kernels/elementwise_table.hpp"
 
 namespace kiln::detail {
 
@@ -25,10 +28,12 @@ struct FusedLoop;
 /// register, only where and a cast to f32 may read) and where; an input or output that is not
 /// f32; a gathered input other than a contiguous row or one value per row of a matrix (a bias
 /// down the rows, a per-row scale: the generated code steps from row to row); more live values
-/// than the 16 vector registers hold; or no AVX2 and FMA on this CPU. Made for any instruction
-/// set level; used by run_fused only through fused_loop_for.
+/// than the vector registers hold (16 ymm, 32 zmm); `level` below avx2 or above what this CPU
+/// runs (cpu_simd_level()). The loop computes vectors of `level`'s width, held to the row
+/// kernels of that level: the program's own row functions may be of any level. Used by
+/// run_fused only through fused_loop_for.
 std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program,
-                                                     const FusedLayout& layout);
+                                                     const FusedLayout& layout, SimdLevel level);
 
 /// Rows shorter than this keep the interpreter's blocks of whole rows. The generated code
 /// walks the rows itself, but a row's last few elements (masked loads and a masked store,
@@ -38,10 +43,9 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
 /// 1.5x, 24 (three vectors) about 1.0, 40 0.85, 64 0.8, 128 to 4,096 0.6-0.8.
 inline constexpr std::int64_t min_fused_loop_row = 64;
 
-/// generate_fused_loop when this process runs the AVX2 row kernels (simd_level() is avx2),
-/// KILN_FUSED_LOOPS is not 0 and the loop would not run rows shorter than min_fused_loop_row;
-/// null otherwise. The other levels keep the interpreter, whose bits a loop of another width
-/// would not be held to.
+/// generate_fused_loop at simd_level(), the level of the row kernels this process runs, when
+/// that is avx2 or avx512, KILN_FUSED_LOOPS is not 0 and the loop would not run rows shorter
+/// than min_fused_loop_row; null otherwise (sse2 keeps the interpreter).
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
                                                 const FusedLayout& layout);
 
