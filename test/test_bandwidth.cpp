@@ -418,6 +418,54 @@ TEST_CASE(
   }
 }
 
+namespace {
+
+/// The columns of x [rows, ld] summed in row order, one element at a time.
+template <class T>
+std::vector<T> column_sums_in_order(const std::vector<T>& x, std::int64_t rows, std::int64_t cols,
+                                    std::int64_t ld) {
+  std::vector<T> acc(static_cast<std::size_t>(cols));
+  for (std::int64_t k = 0; k < cols; ++k) {
+    T s = x[static_cast<std::size_t>(k)];
+    for (std::int64_t r = 1; r < rows; ++r) s = s + x[static_cast<std::size_t>(r * ld + k)];
+    acc[static_cast<std::size_t>(k)] = s;
+  }
+  return acc;
+}
+
+}  // namespace
+
+TEST_CASE("every instruction set's sum rows add each column in row order", "[reduce][simd]") {
+  // The leaves of the pairwise float sums: each table's sum_rows against the scalar loop, bit
+  // for bit, on widths that use its four-vector blocks, single vectors and scalar columns, with
+  // rows apart by more than a row (a column reduction's rows), up to a leaf's 32 rows. Values
+  // spread over many magnitudes, so that any change of the order of the additions shows.
+  const auto tables = kiln::test::row_tables_of_this_cpu();
+  const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
+  for (const std::int64_t cols : {1, 7, 16, 33, 64, 100, 130}) {
+    for (const std::int64_t rows : {1, 2, 5, 31, 32}) {
+      CAPTURE(cols, rows);
+      const std::int64_t ld = cols + 3;
+      const std::vector<float> x32 =
+          (kiln::random::normal({rows * ld}, 0, 1, static_cast<std::uint64_t>(cols * 100 + rows)) *
+           kiln::exp(kiln::random::normal({rows * ld}, 0, 4, 7)))
+              .to_vector<float>();
+      const std::vector<double> x64(x32.begin(), x32.end());
+      const std::vector<float> want32 = column_sums_in_order(x32, rows, cols, ld);
+      const std::vector<double> want64 = column_sums_in_order(x64, rows, cols, ld);
+      for (const auto* table : tables) {
+        CAPTURE(table->isa_name);
+        std::vector<float> got32(static_cast<std::size_t>(cols));
+        std::vector<double> got64(static_cast<std::size_t>(cols));
+        table->sum_rows[f32](x32.data(), rows, cols, ld, got32.data());
+        table->sum_rows[f64](x64.data(), rows, cols, ld, got64.data());
+        CHECK(got32 == want32);
+        CHECK(got64 == want64);
+      }
+    }
+  }
+}
+
 TEST_CASE("every instruction set's softmax row is accurate", "[reduce][simd]") {
   // The row kernel of each table this CPU runs, called directly, on rows of lengths around the
   // vector widths of every set (and of several sum blocks) against the definition; rows with a

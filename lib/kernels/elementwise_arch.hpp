@@ -43,6 +43,7 @@
 #include "kernels/elementwise_ops_arch.hpp"
 #include "kernels/recurrent_step_arch.hpp"
 #include "kernels/softmax_rows_arch.hpp"
+#include "kernels/sum_rows_arch.hpp"
 
 namespace kiln::detail {
 
@@ -359,6 +360,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.stream_copy = &stream_copy<Arch>;
   t.softmax_row[dtype_index(DType::f32)] = &softmax_row<Arch, float>;
   t.softmax_row[dtype_index(DType::f64)] = &softmax_row<Arch, double>;
+  t.sum_rows[dtype_index(DType::f32)] = &sum_rows<Arch, float>;
+  t.sum_rows[dtype_index(DType::f64)] = &sum_rows<Arch, double>;
   t.gate_panel[dtype_index(DType::f32)] = &gate_panel<Arch, float>;
   t.gate_panel[dtype_index(DType::f64)] = &gate_panel<Arch, double>;
   t.gate_panel_width[dtype_index(DType::f32)] = 2 * xsimd::batch<float, Arch>::size;

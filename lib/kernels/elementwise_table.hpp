@@ -83,6 +83,11 @@ using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
 /// elements at next (the caller's next row, or null) on the way: the softmax primitive's row,
 /// kernels/softmax_rows_arch.hpp.
 using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next);
+/// acc[k] = the sum of x[r * ld + k] over rows r = 0, 1, ... rows - 1, added in that order, for
+/// k < cols (rows >= 1; acc overlaps nothing): the leaves of the pairwise float sums of
+/// kernels/reduce.cpp, kernels/sum_rows_arch.hpp.
+using SumRowsFn = void (*)(const void* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                           void* acc);
 /// One gate panel of a fused recurrent step (kernels/recurrent_step_arch.hpp), in elements of the
 /// panel's dtype: for each row r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + sum over
 /// p < k of a[r][p] b[p][0, w), where w is the table's gate_panel_width of the dtype and b is
@@ -149,6 +154,7 @@ struct ElementwiseRowTable {
   CopyRowsFn copy_rows = nullptr;                  // short rows in full-width vector moves
   StreamCopyFn stream_copy = nullptr;              // large outputs, non-temporal stores
   SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
+  SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype
   LstmCellFn lstm_cell[num_dtypes] = {};           // f32 and f64 only

@@ -124,6 +124,15 @@ std::int64_t accumulate_depth(std::int64_t rows) {
   return depth;
 }
 
+/// A float sum (or a stage of one, below), whose leaves run the row table's sum_rows: the same
+/// bits as the loop of accumulate_rows.
+template <class R>
+struct IsFloatSum : std::false_type {};
+template <>
+struct IsFloatSum<SumReducer<float>> : std::true_type {};
+template <>
+struct IsFloatSum<SumReducer<double>> : std::true_type {};
+
 /// acc[k] = reduction over r of x[r * ld + k] (k < cols <= ld), for rows >= 1; pairwise over
 /// row blocks. scratch holds accumulate_depth(rows) * cols accumulators.
 template <class R>
@@ -134,6 +143,11 @@ void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t co
     accumulate_rows<R>(x, half, cols, ld, acc, scratch);
     accumulate_rows<R>(x + half * ld, rows - half, cols, ld, scratch, scratch + cols);
     for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], scratch[k]);
+    return;
+  }
+  if constexpr (IsFloatSum<R>::value) {
+    constexpr DType dtype = std::is_same_v<typename R::In, float> ? DType::f32 : DType::f64;
+    elementwise_rows(simd_level()).sum_rows[dtype_index(dtype)](x, rows, cols, ld, acc);
     return;
   }
   for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::load(x[k]);
@@ -286,6 +300,8 @@ struct Stage {
     }
   }
 };
+template <class R, bool kFirst, bool kLast>
+struct IsFloatSum<Stage<R, kFirst, kLast>> : IsFloatSum<R> {};
 
 /// Where reduce_middle_axis finds its elements: [outer, rows, inner] with inner contiguous,
 /// `row` elements between consecutive rows and `outer` between consecutive outer blocks (a
