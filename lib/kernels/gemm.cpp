@@ -146,6 +146,20 @@ GemmBackend choose_avx2_f32_bt(const GemmShape& s, GemmBackend library) {
   return s.m >= 256 && s.k >= 1024 ? GemmBackend::openblas : library;
 }
 
+/// Whether this is an Intel CPU, whose oneDNN products beat libxsmm's tiles where the AMD
+/// calibration gave them to the tiles (choose).
+bool intel_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
+
 /// kiln's pool is the only one that runs GEMM work: the libraries run single-threaded kernels
 /// on tiles of C that the pool shares out (Gemm::plan_tiles). A library's own team waits at
 /// barriers for a thread that another process may keep off its core (oneDNN's OpenMP team ran
@@ -276,7 +290,8 @@ bool can_run(GemmBackend b, std::size_t element_size) {
 /// The automatic choice, from the calibration in docs/performance.md ("GEMM backends"). Where
 /// libxsmm generates AVX-512 code (and for f64): libxsmm up to mid sizes (alone when small,
 /// tiled on the pool above), where it ran at the core's peak while the libraries' blocking and
-/// threading cost more than they gave; for large problems oneDNN for f32, OpenBLAS for f64.
+/// threading cost more than they gave; for large problems oneDNN for f32, OpenBLAS for f64; on
+/// Intel CPUs f32 contractions of 256 and more go to the library too.
 /// f32 where it generates AVX2 code: choose_avx2_f32.
 GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   const bool dnnl = can_run(GemmBackend::dnnl, element_size);
@@ -297,9 +312,16 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   // Long contractions (64x256x1024: oneDNN 193 against libxsmm's 113; 256x1024x1024: 184
   // against 148), where the libraries' blocking of K pays.
   if (s.k >= 1024) return library;
-  // Tiled libxsmm wins while one dim is short: a batch's rows against a weight (an LSTM
-  // step's [64, 512] x [512, 2048]: 175 against 121), a short contraction (a weight gradient
-  // over 64 rows: 161 against 155; a projection over all steps, K = 128: a tie).
+  // On Intel CPUs oneDNN's blocking pays from K = 256 already: on a Xeon with AVX-512 (three
+  // runs of kiln_bench_gemm_calibrate) an LSTM step at hidden 512, 64x2048x512, ran at 281-314
+  // GFLOP/s against libxsmm's tiles' 126-144, its half 64x1024x512 at 280-310 against 183-191,
+  // and a Dense 1024's weight gradient, 1024x1024x256 with A^T, at 305-321 against 219-268.
+  // Shorter contractions stay with the tiles (12800x1024x128: 305-331 against oneDNN's
+  // 249-264; 1024x256x64 a tie).
+  if (f32 && s.k >= 256 && intel_cpu()) return library;
+  // Tiled libxsmm wins while one dim is short (on the Zen 4): a batch's rows against a weight
+  // (an LSTM step's [64, 512] x [512, 2048]: 175 against 121), a short contraction (a weight
+  // gradient over 64 rows: 161 against 155; a projection over all steps, K = 128: a tie).
   if (std::min({s.m, s.n, s.k}) <= 256) return GemmBackend::xsmm;
   return library;
 }
