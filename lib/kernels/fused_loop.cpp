@@ -80,8 +80,7 @@ constexpr std::uint8_t cmp_unord = 0x03;  // _CMP_UNORD_Q
 constexpr std::uint8_t cmp_eq = 0x00;     // _CMP_EQ_OQ: a == b
 constexpr std::uint8_t cmp_neq = 0x04;    // _CMP_NEQ_UQ: a != b (true for NaN)
 constexpr std::uint8_t cmp_gt = 0x1E;     // _CMP_GT_OQ
-
-constexpr std::uint8_t cmp_nlt = 0x15;  // _CMP_NLT_UQ: !(a < b) (true for NaN)
+constexpr std::uint8_t cmp_nlt = 0x15;    // _CMP_NLT_UQ: !(a < b) (true for NaN); zmm relu
 
 /// Thrown inside the writer when a program needs more live vector registers than there are.
 struct OutOfRegisters {};
