@@ -42,8 +42,8 @@ template <class Arch, class T, int R>
     const B b1 = B::load_unaligned(panel + p * 2 * width + width);
     for (int r = 0; r < R; ++r) {
       const B ar(a[r * g.lda + p]);
-      acc0[r] = xsimd::fma(ar, b0, acc0[r]);
-      acc1[r] = xsimd::fma(ar, b1, acc1[r]);
+      acc0[r] = fused_multiply_add(ar, b0, acc0[r]);
+      acc1[r] = fused_multiply_add(ar, b1, acc1[r]);
     }
   }
   const T* bias = static_cast<const T*>(g.bias);
