@@ -377,7 +377,7 @@ struct CosOp : FloatUnary {
 /// below need neither subnormal results nor the exact overflow point). The two factors are
 /// returned apart so a caller writes its own use of the product (sigmoid's fma), rather than
 /// leaving to the compiler whether p * scale + 1 is contracted: a generated fused loop
-/// (kernels/fused_loop.cpp) must give these bits.
+/// (kernels/fused_loop_writer.hpp) must give these bits.
 template <class B>
 struct ExpParts {
   B p;
