@@ -186,8 +186,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
         loop_(loop),
         live_(liveness_of(program)),
         width_(width),
-        wide_(width == 16),
-        all_registers_(wide_ ? 0xFFFFFFFFU : 0xFFFFU) {}
+        wide_(width == 16) {}
 
   /// Writes one loop function; returns its offset in the code. The function walks `rows` rows
   /// of walk[0] elements: input k's row at walk[2 + k] bytes from the last, the output's at
@@ -198,7 +197,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   /// the start of each row (one value per row, or one in all).
   std::size_t write_function(bool streamed) {
     const std::size_t start = getSize();
-    free_ = all_registers_;
+    free_ = wide_ ? 0xFFFFFFFFU : 0xFFFFU;  // 32 zmm or 16 ymm registers
     const Xbyak::Reg64 bases[] = {r8, r9, r10, r11, rcx, rbx, r12, r13};
     for (const Xbyak::Reg64& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
     // The stack: each input's current row, then the address of the tail's lane mask (ymm).
@@ -595,7 +594,6 @@ class LoopWriter : public Xbyak::CodeGenerator {
   const Liveness live_;
   const std::int64_t width_;
   const bool wide_;
-  const std::uint32_t all_registers_;
   std::uint32_t free_ = 0;  // vector registers not holding a value
   int tail_mask_ = -1;      // the ymm register of the tail's lane mask, while a tail is written
   std::vector<Constant> constants_;

@@ -147,7 +147,7 @@ void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t co
   }
   if constexpr (IsFloatSum<R>::value) {
     constexpr DType dtype = std::is_same_v<typename R::In, float> ? DType::f32 : DType::f64;
-    elementwise_rows(simd_level()).sum_rows[dtype_index(dtype)](x, rows, cols, ld, acc);
+    elementwise_rows().sum_rows[dtype_index(dtype)](x, rows, cols, ld, acc);
     return;
   }
   for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::load(x[k]);
