@@ -229,7 +229,7 @@ TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurren
 namespace {
 
 /// Every instruction set's gate panel (kernels/recurrent_step_arch.hpp) against a double-precision
-/// loop: rows around the tile of 6, K from 0 up, rows of every operand strided, and the
+/// loop: rows around the tiles of 6 and 8, K from 0 up, rows of every operand strided, and the
 /// columns of c past the panel untouched.
 template <class T>
 void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
@@ -239,7 +239,7 @@ void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
   const std::int64_t w = table.gate_panel_width[dtype_index(dtype)];
   REQUIRE(panel != nullptr);
   REQUIRE(w >= 4);
-  for (const std::int64_t rows : {1, 5, 6, 7, 12, 13, 19})
+  for (const std::int64_t rows : {1, 2, 3, 5, 6, 7, 8, 9, 10, 12, 13, 16, 17, 18, 19, 64})
     for (const std::int64_t k : {0, 1, 3, 37}) {
       INFO(table.isa_name << ", " << rows << " rows, K " << k);
       const std::int64_t lda = k + 3, ldx = w + 5, ldc = w + 2;

@@ -76,15 +76,33 @@ bool xsmm_avx512() {
   return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512;
 }
 
+/// Whether this is an Intel CPU, whose oneDNN products beat libxsmm's tiles where the AMD
+/// calibration gave them to the tiles (choose).
+bool intel_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool intel = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("intel") != 0;
+  }();
+  return intel;
+#else
+  return false;
+#endif
+}
+
 /// A small f32 product that OpenBLAS runs faster than libxsmm with AVX-512 code (work enough
 /// for OpenBLAS's call to pay; the smallest stay on libxsmm, 32x20x20: 49 against 38 GFLOP/s):
 /// a C whose rows (libxsmm's columns: it computes C^T = B^T A^T) fill their last vector by three
 /// quarters or less: libxsmm's masked last vector wastes a quarter or more of every multiply-add
 /// (32x20x80: OpenBLAS 82 against 58, 32x36x80: 91 against 78, 128x20x128: 103 against 68),
-/// while a C of one vector or less stays (32x12x80: 57 against 73). The tables are in
+/// while a C of one vector or less stays (32x12x80: 57 against 73). On Intel CPUs the work from
+/// which OpenBLAS pays is larger: on the Xeon, once libxsmm's kernels were followed by a
+/// vzeroupper (Gemm::run_tiles), 32x20x80 ran at 95 against 88 and 64x20x64 at 96 against 95,
+/// while 128x20x128 stayed OpenBLAS's (111 against 103). The tables are in
 /// docs/performance.md, "GEMM backends".
 bool openblas_beats_xsmm_avx512(const GemmShape& s) {
-  if (std::int64_t{s.m} * s.n * s.k < (std::int64_t{1} << 15)) return false;
+  const int from = intel_cpu() ? 17 : 15;  // log2 of the multiply-adds
+  if (std::int64_t{s.m} * s.n * s.k < (std::int64_t{1} << from)) return false;
   constexpr int w = 16;  // f32 lanes of a 64-byte vector
   if (s.n <= w) return false;
   const int padded = (s.n + w - 1) / w * w;
@@ -146,20 +164,6 @@ GemmBackend choose_avx2_f32_bt(const GemmShape& s, GemmBackend library) {
   return s.m >= 256 && s.k >= 1024 ? GemmBackend::openblas : library;
 }
 
-/// Whether this is an Intel CPU, whose oneDNN products beat libxsmm's tiles where the AMD
-/// calibration gave them to the tiles (choose).
-bool intel_cpu() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool intel = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel") != 0;
-  }();
-  return intel;
-#else
-  return false;
-#endif
-}
-
 /// kiln's pool is the only one that runs GEMM work: the libraries run single-threaded kernels
 /// on tiles of C that the pool shares out (Gemm::plan_tiles). A library's own team waits at
 /// barriers for a thread that another process may keep off its core (oneDNN's OpenMP team ran
@@ -172,6 +176,17 @@ void ensure_library_threads() {
     return true;
   }();
   (void)set;
+}
+
+/// libxsmm's generated kernels return with the upper halves of the vector registers in use (no
+/// vzeroupper). On Intel CPUs every SSE instruction after that (kiln's baseline code, glibc's)
+/// then waits on those halves: a planned 32x20x80 product took 1.30 us with its kernel's
+/// 1.0, and 1.06-1.11 with this after each kernel. Only called where libxsmm runs (AVX2 or
+/// AVX-512 code), so the instruction exists.
+inline void clear_upper_state() {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__ volatile("vzeroupper" ::: "memory");
+#endif
 }
 
 template <class T>
@@ -504,6 +519,7 @@ void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::i
       const bool last_row = i + tile_m_ > s.m, last_col = j + tile_n_ > s.n;
       const Kernel k = last_row ? (last_col ? corner_ : bottom_) : (last_col ? right_ : full_);
       reinterpret_cast<Xsmm>(k)(b + j, a_tile, c_tile);
+      clear_upper_state();
       continue;
     }
     GemmShape tile = s;
@@ -537,6 +553,7 @@ void Gemm<T>::run_transposed(const T* a, const T* b, T* c) const {
     a_t = scratch.data();
   }
   reinterpret_cast<Xsmm>(full_)(a_t, b, c_t);
+  clear_upper_state();
   // C^T column-major [m,n] transposed is C column-major [n,m] with ldc: C's rows.
   libxsmm_otrans(c, c_t, sizeof(T), static_cast<libxsmm_blasint>(s.m),
                  static_cast<libxsmm_blasint>(s.n), static_cast<libxsmm_blasint>(s.m),
