@@ -176,6 +176,82 @@ B clamp_keeping_nan(const B& x, typename B::value_type lo, typename B::value_typ
   return xsimd::min(B(hi), xsimd::max(B(lo), x));
 }
 
+/// The Cody-Waite reduction of exp for float batches: y = n ln2 + r with n = round(y / ln2)
+/// and |r| <= ln2/2, ln2 split so that n times its high part is exact. y must be clamped by
+/// the caller (|n| at most 150).
+template <class B>
+struct ExpReduced {
+  B n;  // an integer
+  B r;
+};
+template <class B>
+ExpReduced<B> exp_reduce_f32(const B& clamped) {
+  const B n = xsimd::nearbyint(clamped * B(1.44269504088896341f));
+  B r = fused_multiply_add(n, B(-0.693359375f), clamped);
+  r = fused_multiply_add(n, B(2.12194440e-4f), r);
+  return {n, r};
+}
+
+/// 2^n as a float batch, n an integer in [-126, 127], built in the exponent bits.
+template <class B>
+B exp2_bits_f32(const B& n) {
+  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
+  return xsimd::bitwise_cast<B>((xsimd::batch_cast<std::int32_t>(n) + I(127)) << 23);
+}
+
+/// exp(y) = p * scale for float batches over the whole float range, in about 14 instructions:
+/// y is clamped to [-87.34, 88.8] (NaN passes through the clamp: min and max return their second
+/// operand for NaN), reduced (exp_reduce_f32), p = exp(r) by a degree-5 polynomial fitted by kiln
+/// for the least relative error (9.2e-8), and scale = 2^n built in the exponent bits. n = 128
+/// gives the exponent bits of +inf, so the result overflows to +inf from y ~ 88.4 on; below
+/// -87.34 it stays at about 2^-126 (callers below need neither subnormal results nor the exact
+/// overflow point). The two factors are returned apart so a caller writes its own use of the
+/// product (sigmoid's fma), rather than leaving to the compiler whether p * scale + 1 is
+/// contracted: a generated fused loop (kernels/fused_loop_writer.hpp) must give these bits.
+template <class B>
+struct ExpParts {
+  B p;
+  B scale;
+};
+template <class B>
+ExpParts<B> exp_clamped_f32_parts(const B& y) {
+  const auto [n, r] = exp_reduce_f32(clamp_keeping_nan(y, -87.33654f, 88.8f));
+  B p = B(0.00829026196f);  // degree 5, relative error 9.2e-8
+  p = fused_multiply_add(p, r, B(0.0418979004f));
+  p = fused_multiply_add(p, r, B(0.166676372f));
+  p = fused_multiply_add(p, r, B(0.499991506f));
+  p = fused_multiply_add(p, r, B(0.999999702f));
+  p = fused_multiply_add(p, r, B(1.f));
+  return {p, exp2_bits_f32(n)};
+}
+
+/// exp(x) of float batches, the exp primitive's: within 0.9 ulp (subnormal results included) and
+/// the same bits on AVX2 and AVX-512, in 13 vector instructions on AVX-512 where xsimd's exp
+/// takes about 25 (softmax's exp pass was the part of its time that did not hide under the
+/// memory's). x is clamped to [-104, 89], beyond which exp(x) rounds to 0 or overflows (NaN
+/// passes through), reduced (exp_reduce_f32), and exp(r) = 1 + r + ... is a degree-6 polynomial
+/// fitted by kiln for the least relative error (3.1e-9), in Horner's form. p 2^n is exact until
+/// it leaves the normal range, where it rounds once: AVX-512's vscalefps computes it so, and
+/// elsewhere two exact powers of two do, the first keeping the product normal (n1 in
+/// [-100, 100]), the second rounding it.
+template <class B>
+B exp_f32(const B& x) {
+  const auto [n, r] = exp_reduce_f32(clamp_keeping_nan(x, -104.0f, 89.0f));
+  B p = B(1.381461276e-3f);
+  p = fused_multiply_add(p, r, B(8.368710056e-3f));
+  p = fused_multiply_add(p, r, B(4.166838899e-2f));
+  p = fused_multiply_add(p, r, B(1.666652113e-1f));
+  p = fused_multiply_add(p, r, B(4.999999404e-1f));
+  p = fused_multiply_add(p, r, B(1.f));
+  p = fused_multiply_add(p, r, B(1.f));
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<typename B::arch_type, xsimd::avx512f>)
+    return B(_mm512_scalef_ps(p, n));
+#endif
+  const B n1 = clamp_keeping_nan(n, -100.0f, 100.0f);
+  return (p * exp2_bits_f32(n1)) * exp2_bits_f32(n - n1);
+}
+
 // ------------------------------------------------------------------ unary ops
 // Which input types each op accepts and whether it returns bool are columns of
 // primitives.def; scalar() returns the output's element type. Floating-point inputs use
@@ -294,7 +370,10 @@ struct RoundOp : NumericUnary {
 struct ExpOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    return xsimd::exp(x);
+    if constexpr (std::is_same_v<typename B::value_type, float>)
+      return exp_f32(x);
+    else
+      return xsimd::exp(x);
   }
 };
 struct LogOp : FloatUnary {
@@ -368,39 +447,6 @@ struct CosOp : FloatUnary {
     return xsimd::cos(x);
   }
 };
-/// exp(y) = p * scale for float batches over the whole float range, in about 14 instructions:
-/// y is clamped to [-87.34, 88.8] (NaN passes through the clamp: min and max return their second
-/// operand for NaN), Cody-Waite reduction y = n ln2 + r with |r| <= ln2/2, a degree-5
-/// polynomial p for exp(r) fitted by kiln for the least relative error (9.2e-8), and
-/// scale = 2^n built in the exponent bits. n = 128 gives the exponent bits of +inf, so the
-/// result overflows to +inf from y ~ 88.4 on; below -87.34 it stays at about 2^-126 (callers
-/// below need neither subnormal results nor the exact overflow point). The two factors are
-/// returned apart so a caller writes its own use of the product (sigmoid's fma), rather than
-/// leaving to the compiler whether p * scale + 1 is contracted: a generated fused loop
-/// (kernels/fused_loop_writer.hpp) must give these bits.
-template <class B>
-struct ExpParts {
-  B p;
-  B scale;
-};
-template <class B>
-ExpParts<B> exp_clamped_f32_parts(const B& y) {
-  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
-  const B clamped = clamp_keeping_nan(y, -87.33654f, 88.8f);
-  const B n = xsimd::nearbyint(clamped * B(1.44269504088896341f));
-  B r =
-      fused_multiply_add(n, B(-0.693359375f), clamped);  // ln2 split: this part is exact in n * hi
-  r = fused_multiply_add(n, B(2.12194440e-4f), r);
-  B p = B(0.00829026196f);
-  p = fused_multiply_add(p, r, B(0.0418979004f));
-  p = fused_multiply_add(p, r, B(0.166676372f));
-  p = fused_multiply_add(p, r, B(0.499991506f));
-  p = fused_multiply_add(p, r, B(0.999999702f));
-  p = fused_multiply_add(p, r, B(1.f));
-  const I bits = (xsimd::batch_cast<std::int32_t>(n) + I(127)) << 23;
-  return {p, xsimd::bitwise_cast<B>(bits)};
-}
-
 /// Float: tanh(x) = x P(x^2) / Q(x^2) on x clamped to [-9, 9] (tanh(9) rounds to 1 in float),
 /// with P and Q of degree 4, a rational fit kiln computed for the least relative error
 /// (2e-8 before rounding; within 6 ulp in float, exactly odd, tiny x give x). NaN passes
