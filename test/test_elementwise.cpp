@@ -511,14 +511,13 @@ TEST_CASE("every instruction set's row kernels agree", "[elementwise]") {
   }
 }
 
-TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruction set",
-          "[elementwise]") {
-  using namespace kiln::detail;
-  const auto tables = kiln::test::row_tables_of_this_cpu();
-  // Every 4099th float in [-100, 100] (about a million, reaching down to 1e-38 in magnitude),
-  // then both signs of the normal powers of two.
+namespace {
+
+/// Every `step`th float from +0 up to the bit pattern `below`, each with both signs, then both
+/// signs of the normal powers of two up to 2^6: the inputs of the ulp sweeps below.
+std::vector<float> float_sweep(std::uint32_t below, std::uint32_t step) {
   std::vector<float> in;
-  for (std::uint32_t bits = 0; bits < 0x42c80000u; bits += 4099) {
+  for (std::uint32_t bits = 0; bits < below; bits += step) {
     float v = 0;
     std::memcpy(&v, &bits, sizeof v);
     in.push_back(v);
@@ -528,6 +527,28 @@ TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruc
     in.push_back(std::ldexp(1.f, e));
     in.push_back(-std::ldexp(1.f, e));
   }
+  return in;
+}
+
+/// |got - want| in floats' spacing at want's magnitude; below the normal range the unit is
+/// `tiny` (the smallest normal float where a result may be flushed to zero, the subnormals'
+/// spacing where it may not).
+double ulps_from(float got, double want, float tiny) {
+  const float mag = std::abs(static_cast<float>(want));
+  const double ulp = mag < std::numeric_limits<float>::min()
+                         ? tiny
+                         : std::nextafter(mag, std::numeric_limits<float>::infinity()) - mag;
+  return std::abs(static_cast<double>(got) - want) / ulp;
+}
+
+}  // namespace
+
+TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruction set",
+          "[elementwise]") {
+  using namespace kiln::detail;
+  const auto tables = kiln::test::row_tables_of_this_cpu();
+  // Every 4099th float in [-100, 100] (about a million, reaching down to 1e-38 in magnitude).
+  const std::vector<float> in = float_sweep(0x42c80000u, 4099);
   const auto n = static_cast<std::int64_t>(in.size());
   std::vector<float> out(in.size());
   struct Case {
@@ -546,15 +567,8 @@ TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruc
       double worst = 0;
       float worst_at = 0;
       for (std::size_t i = 0; i < in.size(); ++i) {
-        const double want = c.reference(in[i]);
-        const auto want_f = static_cast<float>(want);
-        // One ulp at the reference's magnitude; a result below the normal range may be
-        // flushed to zero, so there the unit is the smallest normal float.
-        const float mag = std::abs(want_f);
-        const double ulp = mag < std::numeric_limits<float>::min()
-                               ? std::numeric_limits<float>::min()
-                               : std::nextafter(mag, std::numeric_limits<float>::infinity()) - mag;
-        const double err = std::abs(static_cast<double>(out[i]) - want) / ulp;
+        // A result below the normal range may be flushed to zero.
+        const double err = ulps_from(out[i], c.reference(in[i]), std::numeric_limits<float>::min());
         if (err > worst) {
           worst = err;
           worst_at = in[i];
@@ -572,24 +586,13 @@ TEST_CASE(
     "[elementwise]") {
   using namespace kiln::detail;
   const auto tables = kiln::test::row_tables_of_this_cpu();
-  // Every 1021st float in [-105, 105] (about two million), the range's edges (overflow from
-  // ln(FLT_MAX) = 88.72, subnormal results below -87.34, 0 below -103.97), and both signs of
-  // the normal powers of two.
-  std::vector<float> in;
-  for (std::uint32_t bits = 0; bits < 0x42d20000u; bits += 1021) {
-    float v = 0;
-    std::memcpy(&v, &bits, sizeof v);
-    in.push_back(v);
-    in.push_back(-v);
-  }
+  // Every 1021st float in [-105, 105] (about two million) and the range's edges (overflow from
+  // ln(FLT_MAX) = 88.72, subnormal results below -87.34, 0 below -103.97).
+  std::vector<float> in = float_sweep(0x42d20000u, 1021);
   for (const float edge :
        {88.72f, 88.7228f, 88.72284f, 88.7229f, 88.73f, 89.0f, 89.5f, -87.33f, -87.34f, -100.0f,
         -103.27f, -103.28f, -103.9f, -103.97f, -103.98f, -104.0f, -104.5f})
     in.push_back(edge);
-  for (int e = -126; e < 7; ++e) {
-    in.push_back(std::ldexp(1.f, e));
-    in.push_back(-std::ldexp(1.f, e));
-  }
   const auto n = static_cast<std::int64_t>(in.size());
   const std::size_t exp_row = unary_row_index(Prim::exp);
   std::vector<std::vector<float>> outs;
@@ -607,13 +610,7 @@ TEST_CASE(
                out[i] == std::numeric_limits<float>::max()));
         continue;
       }
-      // One ulp at the reference's magnitude, the subnormals' spacing below the normal range.
-      const auto want_f = static_cast<float>(want);
-      const float mag = std::abs(want_f);
-      const double ulp = mag < std::numeric_limits<float>::min()
-                             ? std::numeric_limits<float>::denorm_min()
-                             : std::nextafter(mag, std::numeric_limits<float>::infinity()) - mag;
-      const double err = std::abs(static_cast<double>(out[i]) - want) / ulp;
+      const double err = ulps_from(out[i], want, std::numeric_limits<float>::denorm_min());
       if (err > worst) {
         worst = err;
         worst_at = in[i];
