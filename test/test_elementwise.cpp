@@ -581,8 +581,8 @@ TEST_CASE("f32 sigmoid and tanh stay within a few ulp of double on every instruc
 }
 
 TEST_CASE(
-    "f32 exp is within 1 ulp of double down to its subnormal results (1.5 without fused "
-    "multiply-adds)",
+    "f32 exp stays within 1 ulp of double on AVX-512, down to its subnormal results, and "
+    "within 1.5 elsewhere",
     "[elementwise]") {
   using namespace kiln::detail;
   const auto tables = kiln::test::row_tables_of_this_cpu();
@@ -595,45 +595,41 @@ TEST_CASE(
     in.push_back(edge);
   const auto n = static_cast<std::int64_t>(in.size());
   const std::size_t exp_row = unary_row_index(Prim::exp);
-  std::vector<std::vector<float>> outs;
+  std::vector<float> out(in.size());
   for (const auto* table : tables) {
     INFO(table->isa_name);
-    std::vector<float>& out = outs.emplace_back(in.size());
     table->unary[exp_row][dtype_index(kiln::f32)](in.data(), 1, out.data(), n);
+    // AVX-512 runs kiln's exp (exp_f32_avx512), which keeps subnormal results; the others
+    // run xsimd's, which gives 0 below -87.34, so there the unit is the smallest normal float.
+    const bool kiln_exp = std::string_view(table->isa_name) == "avx512";
+    const float tiny =
+        kiln_exp ? std::numeric_limits<float>::denorm_min() : std::numeric_limits<float>::min();
     double worst = 0;
     float worst_at = 0;
     for (std::size_t i = 0; i < in.size(); ++i) {
       const double want = std::exp(static_cast<double>(in[i]));
+      // xsimd's exp scales by 2^n in the exponent bits, which cannot hold n = 128: from
+      // x = 128.5 ln2 = 88.376 on it gives +inf where exp(x) is still a float (up to 88.7228).
+      // A known limitation of AVX2 and SSE2 (docs/performance.md, "What is left").
+      if (!kiln_exp && in[i] >= 88.3763f) {
+        CHECK(out[i] == std::numeric_limits<float>::infinity());
+        continue;
+      }
       if (want > std::numeric_limits<float>::max()) {  // rounds to +inf (above the halfway
         INFO("x = " << in[i]);                         // point to the next power of two)
         CHECK((out[i] == std::numeric_limits<float>::infinity() ||
                out[i] == std::numeric_limits<float>::max()));
         continue;
       }
-      const double err = ulps_from(out[i], want, std::numeric_limits<float>::denorm_min());
+      const double err = ulps_from(out[i], want, tiny);
       if (err > worst) {
         worst = err;
         worst_at = in[i];
       }
     }
     INFO("worst " << worst << " ulp at x = " << worst_at);
-    // SSE2 rounds each step of the reduction and the polynomial twice (1.09 ulp measured; 0.84
-    // with fused multiply-adds).
-    CHECK(worst <= (std::string_view(table->isa_name) == "sse2" ? 1.5 : 1.0));
+    CHECK(worst <= (kiln_exp ? 1.0 : 1.5));  // xsimd's: 1.43 (AVX2) and 1.47 (SSE2) measured
   }
-  // AVX2 and AVX-512 scale p by 2^n differently (two powers of two against vscalefps) and must
-  // agree bit for bit; SSE2 has no fused multiply-add, so its reduction rounds differently.
-  for (std::size_t t = 0; t < tables.size(); ++t)
-    for (std::size_t u = t + 1; u < tables.size(); ++u) {
-      if (std::string_view(tables[t]->isa_name) == "sse2" ||
-          std::string_view(tables[u]->isa_name) == "sse2")
-        continue;
-      INFO(tables[t]->isa_name << " against " << tables[u]->isa_name);
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < in.size(); ++i)
-        differ += std::memcmp(&outs[t][i], &outs[u][i], sizeof(float)) != 0 ? 1 : 0;
-      CHECK(differ == 0);
-    }
 }
 
 TEST_CASE("parallel_for covers the range once, nests inline and rethrows", "[elementwise]") {

@@ -225,17 +225,18 @@ ExpParts<B> exp_clamped_f32_parts(const B& y) {
   return {p, exp2_bits_f32(n)};
 }
 
-/// exp(x) of float batches, the exp primitive's: within 0.9 ulp (subnormal results included) and
-/// the same bits on AVX2 and AVX-512, in 13 vector instructions on AVX-512 where xsimd's exp
-/// takes about 25 (softmax's exp pass was the part of its time that did not hide under the
-/// memory's). x is clamped to [-104, 89], beyond which exp(x) rounds to 0 or overflows (NaN
-/// passes through), reduced (exp_reduce_f32), and exp(r) = 1 + r + ... is a degree-6 polynomial
-/// fitted by kiln for the least relative error (3.1e-9), in Horner's form. p 2^n is exact until
-/// it leaves the normal range, where it rounds once: AVX-512's vscalefps computes it so, and
-/// elsewhere two exact powers of two do, the first keeping the product normal (n1 in
-/// [-100, 100]), the second rounding it.
+#if defined(__AVX512F__)
+/// exp(x) of AVX-512 float batches, the exp primitive's there: within 0.9 ulp of double,
+/// subnormal results included, in 13 instructions where xsimd's exp takes about 25 (softmax's
+/// exp pass was the part of its time that did not hide under the memory's). x is clamped to
+/// [-104, 89], beyond which exp(x) rounds to 0 or overflows (NaN passes through), reduced
+/// (exp_reduce_f32), and exp(r) = 1 + r + ... is a degree-6 polynomial fitted by kiln for the
+/// least relative error (3.1e-9), in Horner's form; vscalefps computes p 2^n, exact until it
+/// leaves the normal range and rounded once there. AVX2 and SSE2 keep xsimd's exp: without
+/// vscalefps a subnormal result costs a test or a second power of two per vector, and either
+/// made softmax's unrolled exp pass (16 registers) 10-20% slower than with xsimd's.
 template <class B>
-B exp_f32(const B& x) {
+B exp_f32_avx512(const B& x) {
   const auto [n, r] = exp_reduce_f32(clamp_keeping_nan(x, -104.0f, 89.0f));
   B p = B(1.381461276e-3f);
   p = fused_multiply_add(p, r, B(8.368710056e-3f));
@@ -244,13 +245,9 @@ B exp_f32(const B& x) {
   p = fused_multiply_add(p, r, B(4.999999404e-1f));
   p = fused_multiply_add(p, r, B(1.f));
   p = fused_multiply_add(p, r, B(1.f));
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<typename B::arch_type, xsimd::avx512f>)
-    return B(_mm512_scalef_ps(p, n));
-#endif
-  const B n1 = clamp_keeping_nan(n, -100.0f, 100.0f);
-  return (p * exp2_bits_f32(n1)) * exp2_bits_f32(n - n1);
+  return B(_mm512_scalef_ps(p, n));
 }
+#endif
 
 // ------------------------------------------------------------------ unary ops
 // Which input types each op accepts and whether it returns bool are columns of
@@ -370,10 +367,12 @@ struct RoundOp : NumericUnary {
 struct ExpOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    if constexpr (std::is_same_v<typename B::value_type, float>)
-      return exp_f32(x);
-    else
-      return xsimd::exp(x);
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<typename B::value_type, float> &&
+                  std::is_same_v<typename B::arch_type, xsimd::avx512f>)
+      return exp_f32_avx512(x);
+#endif
+    return xsimd::exp(x);
   }
 };
 struct LogOp : FloatUnary {
