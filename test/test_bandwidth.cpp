@@ -395,6 +395,9 @@ TEST_CASE(
     check_rows(std::vector<float>(special.begin(), special.begin() + 33 / width * width), width);
   }
   check_rows(special, 33);
+  // Where exp(x) is near its overflow point (kiln's ExpOp, not xsimd's bare exp, whose 2^n
+  // overflowed from 88.376): beside a +inf (the shift is 0) and under a finite max.
+  check_rows({88.5f, inf, 88.7f, 1, 88.5f, 88.72f, 80, 87}, 4);
   // Rows long enough for the max's vector accumulators (4 vectors of any instruction set, then
   // single vectors, then a scalar tail), with one NaN or +inf at positions in each part, rows
   // of -inf only, and zeros of both signs.

@@ -364,7 +364,23 @@ struct RoundOp : NumericUnary {
   }
 };
 
-struct ExpOp : FloatUnary {
+/// xsimd's exp builds 2^n in the exponent bits, which cannot hold the largest n (128 for float,
+/// 1024 for double): from x = (n - 1/2) ln2 on (88.376, 709.436) it gives +inf where exp(x) is
+/// still finite (up to 88.72, 709.78). There exp(x) = exp(x - h) e^h with h = 0.693359375 (ln2's
+/// high part: x - h is exact at these magnitudes, both being multiples of x's ulp), within 2 ulp
+/// or so. Out of line, so that the loops that call exp pay only a compare and a test per vector.
+template <class B>
+[[gnu::noinline, gnu::cold]] B exp_near_overflow(const B& x, const B& e) {
+  using T = typename B::value_type;
+  constexpr T from = std::is_same_v<T, float> ? T(88.37f) : T(709.43);
+  constexpr T e_to_h = std::is_same_v<T, float> ? T(2.0004244f) : T(2.0004244339097745);
+  return xsimd::select(x >= B(from), xsimd::exp(x - B(T(0.693359375))) * B(e_to_h), e);
+}
+
+/// exp where x is below the point at which xsimd's exp overflows early (88.37 for float, 709.43
+/// for double; exp_near_overflow), as softmax's x - max <= 0 is: ExpOp's bits there, without
+/// its test.
+struct ExpBelowOverflowOp {
   template <class B>
   static B simd(const B& x) {
 #if defined(__AVX512F__)
@@ -373,6 +389,22 @@ struct ExpOp : FloatUnary {
       return exp_f32_avx512(x);
 #endif
     return xsimd::exp(x);
+  }
+};
+
+struct ExpOp : FloatUnary {
+  template <class B>
+  static B simd(const B& x) {
+    using T = typename B::value_type;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<typename B::arch_type, xsimd::avx512f>)
+      return exp_f32_avx512(x);  // right up to the overflow point
+#endif
+    const B e = xsimd::exp(x);
+    constexpr T from = std::is_same_v<T, float> ? T(88.37f) : T(709.43);
+    if (xsimd::any(x >= B(from))) [[unlikely]]
+      return exp_near_overflow(x, e);
+    return e;
   }
 };
 struct LogOp : FloatUnary {

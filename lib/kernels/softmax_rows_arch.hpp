@@ -59,13 +59,50 @@ T lane_sum(const xsimd::batch<T, Arch>& v) {
 /// kSoftmaxBlock / (4 * width) terms, whatever the row's length.
 inline constexpr std::int64_t kSoftmaxBlock = 2048;
 
+/// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, written out while the exps are
+/// added in four vector accumulators per block of kSoftmaxBlock (the blocks in double; the tail
+/// through a batch padded with -inf, whose exps are 0). Returns the sum.
+template <class Arch, class T, class Exp>
+double softmax_exps(const T* x, T* y, std::int64_t n, T shift) {
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  const B s(shift);
+  double total = 0;
+  std::int64_t i = 0;
+  while (i + width <= n) {
+    const std::int64_t block_end = n - i > kSoftmaxBlock ? i + kSoftmaxBlock : n;
+    B acc[4] = {B(T{0}), B(T{0}), B(T{0}), B(T{0})};
+    for (; i + 4 * width <= block_end; i += 4 * width)
+      for (std::int64_t k = 0; k < 4; ++k) {
+        const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i + k * width), s));
+        e.store_unaligned(y + i + k * width);
+        acc[k] += e;
+      }
+    for (; i + width <= block_end; i += width) {
+      const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i), s));
+      e.store_unaligned(y + i);
+      acc[0] += e;
+    }
+    total += static_cast<double>(lane_sum<Arch, T>((acc[0] + acc[1]) + (acc[2] + acc[3])));
+  }
+  if (i < n) {
+    T rest[width];
+    for (std::int64_t j = 0; j < width; ++j) rest[j] = j < n - i ? x[i + j] : -__builtin_inf();
+    const B e = Exp::simd(SubOp::simd(B::load_unaligned(rest), s));
+    e.store_unaligned(rest);
+    for (std::int64_t j = 0; j < n - i; ++j) y[i + j] = rest[j];
+    total += static_cast<double>(lane_sum<Arch, T>(e));
+  }
+  return total;
+}
+
 /// SoftmaxRowFn: out[i] = softmax(x)[i] for one row of n >= 1 elements, in three passes over
 /// the row (in may be out):
 /// - shift = the max of the row's non-NaN elements when that is finite, else 0 (a row with a
 ///   NaN gives NaN everywhere through the sum, so skipping NaN in the max changes nothing);
-/// - e = exp(x - shift), the row table's sub then exp bit for bit, written to out while its sum
-///   is accumulated (four vector accumulators per block of kSoftmaxBlock, the blocks in
-///   double; the tail through a batch padded with -inf, whose exps are 0);
+/// - e = exp(x - shift), the row table's sub then exp bit for bit (softmax_exps); with a finite
+///   shift every x - shift is at most 0 (or NaN), where ExpBelowOverflowOp gives ExpOp's bits
+///   without its test for the top of the range;
 /// - out = e * (1 / sum), one rounding of a product by the reciprocal, as the composite
 ///   e * (1 / sum(e)) of lib/ops/reduce.cpp: 0 / 0 and inf / inf give NaN either way.
 /// Between the first pass and the second it asks for the n elements at `next` (the caller's
@@ -85,37 +122,13 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
     for (std::int64_t at = 0; at < n * static_cast<std::int64_t>(sizeof(T)); at += 64)
       __builtin_prefetch(line + at, 0, 2);
   }
-  if (!__builtin_isfinite(shift)) shift = T{0};
-  const B s(shift);
-  double total = 0;
-  std::int64_t i = 0;
-  while (i + width <= n) {
-    const std::int64_t block_end = n - i > kSoftmaxBlock ? i + kSoftmaxBlock : n;
-    B acc[4] = {B(T{0}), B(T{0}), B(T{0}), B(T{0})};
-    for (; i + 4 * width <= block_end; i += 4 * width)
-      for (std::int64_t k = 0; k < 4; ++k) {
-        const B e = ExpOp::simd(SubOp::simd(B::load_unaligned(x + i + k * width), s));
-        e.store_unaligned(y + i + k * width);
-        acc[k] += e;
-      }
-    for (; i + width <= block_end; i += width) {
-      const B e = ExpOp::simd(SubOp::simd(B::load_unaligned(x + i), s));
-      e.store_unaligned(y + i);
-      acc[0] += e;
-    }
-    total += static_cast<double>(lane_sum<Arch, T>((acc[0] + acc[1]) + (acc[2] + acc[3])));
-  }
-  if (i < n) {
-    T rest[width];
-    for (std::int64_t j = 0; j < width; ++j) rest[j] = j < n - i ? x[i + j] : -__builtin_inf();
-    const B e = ExpOp::simd(SubOp::simd(B::load_unaligned(rest), s));
-    e.store_unaligned(rest);
-    for (std::int64_t j = 0; j < n - i; ++j) y[i + j] = rest[j];
-    total += static_cast<double>(lane_sum<Arch, T>(e));
-  }
+  const double total = __builtin_isfinite(shift)
+                           ? softmax_exps<Arch, T, ExpBelowOverflowOp>(x, y, n, shift)
+                           : softmax_exps<Arch, T, ExpOp>(x, y, n, T{0});
   const T inverse = T{1} / static_cast<T>(total);
   const B scale(inverse);
-  for (i = 0; i + width <= n; i += width) (B::load_unaligned(y + i) * scale).store_unaligned(y + i);
+  std::int64_t i = 0;
+  for (; i + width <= n; i += width) (B::load_unaligned(y + i) * scale).store_unaligned(y + i);
   for (; i < n; ++i) y[i] *= inverse;
 }
 
