@@ -364,6 +364,21 @@ struct RoundOp : NumericUnary {
   }
 };
 
+/// Whether the exp primitive of batch type B is kiln's own (exp_f32_avx512) rather than xsimd's.
+template <class B>
+inline constexpr bool kiln_exp_v =
+#if defined(__AVX512F__)
+    std::is_same_v<typename B::value_type, float>&&
+        std::is_same_v<typename B::arch_type, xsimd::avx512f>;
+#else
+    false;
+#endif
+
+/// Where xsimd's exp starts to overflow early (exp_near_overflow), a little below x = (n - 1/2)
+/// ln2 for the largest n (88.376 for float, 709.436 for double).
+template <class T>
+inline constexpr T exp_overflow_from = std::is_same_v<T, float> ? T(88.37f) : T(709.43);
+
 /// xsimd's exp builds 2^n in the exponent bits, which cannot hold the largest n (128 for float,
 /// 1024 for double): from x = (n - 1/2) ln2 on (88.376, 709.436) it gives +inf where exp(x) is
 /// still finite (up to 88.72, 709.78). There exp(x) = exp(x - h) e^h with h = 0.693359375 (ln2's
@@ -372,21 +387,18 @@ struct RoundOp : NumericUnary {
 template <class B>
 [[gnu::noinline, gnu::cold]] B exp_near_overflow(const B& x, const B& e) {
   using T = typename B::value_type;
-  constexpr T from = std::is_same_v<T, float> ? T(88.37f) : T(709.43);
   constexpr T e_to_h = std::is_same_v<T, float> ? T(2.0004244f) : T(2.0004244339097745);
-  return xsimd::select(x >= B(from), xsimd::exp(x - B(T(0.693359375))) * B(e_to_h), e);
+  return xsimd::select(x >= B(exp_overflow_from<T>), xsimd::exp(x - B(T(0.693359375))) * B(e_to_h),
+                       e);
 }
 
-/// exp where x is below the point at which xsimd's exp overflows early (88.37 for float, 709.43
-/// for double; exp_near_overflow), as softmax's x - max <= 0 is: ExpOp's bits there, without
-/// its test.
+/// exp where x is below exp_overflow_from, as softmax's x - max <= 0 is: ExpOp's bits there,
+/// without its test.
 struct ExpBelowOverflowOp {
   template <class B>
   static B simd(const B& x) {
 #if defined(__AVX512F__)
-    if constexpr (std::is_same_v<typename B::value_type, float> &&
-                  std::is_same_v<typename B::arch_type, xsimd::avx512f>)
-      return exp_f32_avx512(x);
+    if constexpr (kiln_exp_v<B>) return exp_f32_avx512(x);
 #endif
     return xsimd::exp(x);
   }
@@ -395,15 +407,11 @@ struct ExpBelowOverflowOp {
 struct ExpOp : FloatUnary {
   template <class B>
   static B simd(const B& x) {
-    using T = typename B::value_type;
-#if defined(__AVX512F__)
-    if constexpr (std::is_same_v<T, float> && std::is_same_v<typename B::arch_type, xsimd::avx512f>)
-      return exp_f32_avx512(x);  // right up to the overflow point
-#endif
-    const B e = xsimd::exp(x);
-    constexpr T from = std::is_same_v<T, float> ? T(88.37f) : T(709.43);
-    if (xsimd::any(x >= B(from))) [[unlikely]]
-      return exp_near_overflow(x, e);
+    const B e = ExpBelowOverflowOp::simd(x);
+    if constexpr (!kiln_exp_v<B>) {  // kiln's is right up to the overflow point
+      if (xsimd::any(x >= B(exp_overflow_from<typename B::value_type>))) [[unlikely]]
+        return exp_near_overflow(x, e);
+    }
     return e;
   }
 };

@@ -182,7 +182,8 @@ void ensure_library_threads() {
 /// vzeroupper). On Intel CPUs every SSE instruction after that (kiln's baseline code, glibc's)
 /// then waits on those halves: a planned 32x20x80 product took 1.30 us with its kernel's
 /// 1.0, and 1.06-1.11 with this after each kernel. Only called where libxsmm runs (AVX2 or
-/// AVX-512 code), so the instruction exists.
+/// AVX-512 code), so the instruction exists; this file is compiled for the baseline (SSE2), so
+/// none of its own values lives in the upper halves it clears.
 inline void clear_upper_state() {
 #if defined(__x86_64__) || defined(__i386__)
   __asm__ volatile("vzeroupper" ::: "memory");
