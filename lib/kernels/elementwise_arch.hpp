@@ -41,6 +41,7 @@
 #include "kernels/convert.hpp"
 #include "kernels/copy_rows_arch.hpp"
 #include "kernels/elementwise_ops_arch.hpp"
+#include "kernels/elementwise_ops_binary_arch.hpp"
 #include "kernels/recurrent_step_arch.hpp"
 #include "kernels/softmax_rows_arch.hpp"
 #include "kernels/sum_rows_arch.hpp"
