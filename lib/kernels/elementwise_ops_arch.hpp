@@ -226,29 +226,72 @@ ExpParts<B> exp_clamped_f32_parts(const B& y) {
   return {p, exp2_bits_f32(n)};
 }
 
-#if defined(__AVX512F__)
-/// exp(x) of AVX-512 float batches, the exp primitive's there: within 0.9 ulp of double,
-/// subnormal results included, in 13 instructions where xsimd's exp takes about 25 (softmax's
-/// exp pass was the part of its time that did not hide under the memory's). x is clamped to
-/// [-104, 89], beyond which exp(x) rounds to 0 or overflows (NaN passes through), reduced
-/// (exp_reduce_f32), and exp(r) = 1 + r + ... is a degree-6 polynomial fitted by kiln for the
-/// least relative error (3.1e-9), in Horner's form; vscalefps computes p 2^n, exact until it
-/// leaves the normal range and rounded once there. AVX2 and SSE2 keep xsimd's exp: without
-/// vscalefps a subnormal result costs a test or a second power of two per vector, and either
-/// made softmax's unrolled exp pass (16 registers) 10-20% slower than with xsimd's.
+/// exp's Cody-Waite reduction as exp_reduce_f32, with n rounded once: t = x log2(e) + (1.5 2^23
+/// + 127) in one fma, where floats are 1 apart, rounds the exact product to the integer n (it is
+/// never half-way: log2(e)'s float has the odd factor 66,863, which no float times it can cancel
+/// to leave an odd multiple of 1/2 under 2^24), and n = t - (1.5 2^23 + 127) exactly. t's low
+/// mantissa bits hold n + 127, 2^n's exponent bits for n in [-126, 127]. x must be clamped by the
+/// caller to |x| <= 104 (t stays in its binade). Two operations where nearbyint takes three.
 template <class B>
-B exp_f32_avx512(const B& x) {
-  const auto [n, r] = exp_reduce_f32(clamp_keeping_nan(x, -104.0f, 89.0f));
+struct ExpRounded {
+  B n;  // an integer
+  B r;
+  B t;  // bits: n + 127 in the low mantissa bits
+};
+template <class B>
+ExpRounded<B> exp_reduce_rounded_f32(const B& clamped) {
+  constexpr float offset = 12583039.0f;  // 1.5 * 2^23 + 127
+  const B t = fused_multiply_add(clamped, B(1.44269504088896341f), B(offset));
+  const B n = t - B(offset);
+  B r = fused_multiply_add(n, B(-0.693359375f), clamped);
+  r = fused_multiply_add(n, B(2.12194440e-4f), r);
+  return {n, r, t};
+}
+
+/// exp(r) for |r| <= ln2/2 as 1 + r + ..., a degree-6 polynomial fitted by kiln for the least
+/// relative error (3.1e-9), in Horner's form: kiln's exps on AVX-512 and AVX2 share it, so they
+/// give the same bits wherever the result is a normal float.
+template <class B>
+B exp_poly_f32(const B& r) {
   B p = B(1.381461276e-3f);
   p = fused_multiply_add(p, r, B(8.368710056e-3f));
   p = fused_multiply_add(p, r, B(4.166838899e-2f));
   p = fused_multiply_add(p, r, B(1.666652113e-1f));
   p = fused_multiply_add(p, r, B(4.999999404e-1f));
   p = fused_multiply_add(p, r, B(1.f));
-  p = fused_multiply_add(p, r, B(1.f));
-  return B(_mm512_scalef_ps(p, n));
+  return fused_multiply_add(p, r, B(1.f));
+}
+
+#if defined(__AVX512F__)
+/// exp(x) of AVX-512 float batches, the exp primitive's there: within 0.9 ulp of double,
+/// subnormal results included, in 13 instructions where xsimd's exp takes about 25 (softmax's
+/// exp pass was the part of its time that did not hide under the memory's). x is clamped to
+/// [-104, 89], beyond which exp(x) rounds to 0 or overflows (NaN passes through), reduced
+/// (exp_reduce_f32), exp(r) is exp_poly_f32, and vscalefps computes p 2^n, exact until it
+/// leaves the normal range and rounded once there.
+template <class B>
+B exp_f32_avx512(const B& x) {
+  const auto [n, r, t] = exp_reduce_rounded_f32(clamp_keeping_nan(x, -104.0f, 89.0f));
+  return B(_mm512_scalef_ps(exp_poly_f32(r), n));
 }
 #endif
+
+/// exp(x) of AVX2 (FMA) float batches for x below exp_overflow_from (88.37) or NaN, in 13
+/// instructions where xsimd's exp takes about 25: exp_f32_avx512's steps with 2^n from t's bits
+/// shifted into the exponent field instead of vscalefps, so the two give the same bits wherever
+/// the result is a normal float. x is clamped below at -88 (NaN passes through). Below the
+/// normal range it keeps the subnormal results down to x = -87.68 (2^-126.5; n = -126, one
+/// rounding of p 2^n, as vscalefps), and gives 0 below, where n = -127 makes the exponent bits
+/// 0: a second power of two or a test per vector for the rest cost softmax's unrolled exp pass
+/// 10-20% (xsimd's exp gives 0 from -87.34 on). Above 88.37 the lanes are not exp(x) (n = 128
+/// and up leave the exponent field): ExpOp replaces them (exp_near_overflow), as it does
+/// xsimd's, and softmax's x - max is at most 0.
+template <class B>
+B exp_f32_avx2(const B& x) {
+  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
+  const auto [n, r, t] = exp_reduce_rounded_f32(xsimd::max(B(-88.0f), x));
+  return exp_poly_f32(r) * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(t) << 23);
+}
 
 // ------------------------------------------------------------------ unary ops
 // Which input types each op accepts and whether it returns bool are columns of
@@ -365,7 +408,8 @@ struct RoundOp : NumericUnary {
   }
 };
 
-/// Whether the exp primitive of batch type B is kiln's own (exp_f32_avx512) rather than xsimd's.
+/// Whether the exp primitive of batch type B is kiln's exp_f32_avx512, right up to the overflow
+/// point, rather than kiln's exp_f32_avx2 or xsimd's exp, which need ExpOp's near-overflow test.
 template <class B>
 inline constexpr bool kiln_exp_v =
 #if defined(__AVX512F__)
@@ -375,8 +419,13 @@ inline constexpr bool kiln_exp_v =
     false;
 #endif
 
-/// Where xsimd's exp starts to overflow early (exp_near_overflow), a little below x = (n - 1/2)
-/// ln2 for the largest n (88.376 for float, 709.436 for double).
+/// Whether B's exp is exp_f32_avx2: float batches of AVX2 with FMA (the AVX2 table's).
+template <class B>
+inline constexpr bool kiln_exp_avx2_v = std::is_same_v<typename B::value_type, float>&&
+    std::is_same_v<typename B::arch_type, xsimd::fma3<xsimd::avx2>>;
+
+/// Where xsimd's exp (and exp_f32_avx2) starts to overflow early (exp_near_overflow), a little
+/// below x = (n - 1/2) ln2 for the largest n (88.376 for float, 709.436 for double).
 template <class T>
 inline constexpr T exp_overflow_from = std::is_same_v<T, float> ? T(88.37f) : T(709.43);
 
@@ -401,6 +450,7 @@ struct ExpBelowOverflowOp {
 #if defined(__AVX512F__)
     if constexpr (kiln_exp_v<B>) return exp_f32_avx512(x);
 #endif
+    if constexpr (kiln_exp_avx2_v<B>) return exp_f32_avx2(x);
     return xsimd::exp(x);
   }
 };
