@@ -17,13 +17,15 @@
 //               fused program would reach, against kiln's block interpreter; for comparison only
 //   sum         kiln::sum over f32[16M] (eager; one reduction kernel)
 //   softmax     kiln::softmax over the rows of f32[4096, 1024], a cached kiln::function
+//   log_softmax kiln::log_softmax over the same rows (the reference: copy 1->1)
 // Bytes are the compulsory traffic: every input byte read once and every output byte written
-// once (chain 4 x 16 MiB, sum 64 MiB, softmax 2 x 16 MiB, copy 1->1 2 x 16 MiB, copy 3->1
-// 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference is split over as many
-// persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller included, two barrier
-// waits per call. The copies store as kiln's kernels do: non-temporal stores (movntps) when the
-// 16 MiB output is larger than the last-level cache (kiln::detail::stream_output_bytes(), from
-// sysfs), plain stores otherwise; the header line says which.
+// once (chain 4 x 16 MiB, sum 64 MiB, softmax and log_softmax 2 x 16 MiB, copy 1->1
+// 2 x 16 MiB, copy 3->1 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference is
+// split over as many persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller
+// included, two barrier waits per call. The copies store as kiln's kernels do: non-temporal stores
+// (movntps) when the 16 MiB output is larger than the last-level cache
+// (kiln::detail::stream_output_bytes(), from sysfs), plain stores otherwise; the header line says
+// which.
 #include <fmt/format.h>
 
 #if defined(__SSE2__)
@@ -261,6 +263,12 @@ int main(int argc, char** argv) try {
     const float row_sum = kiln::sum(kiln::slice(p, 0, 7, 8)).item<float>();
     check(std::abs(row_sum - 1.0f) < 1e-4f, "softmax: a row does not sum to 1");
   }
+  auto log_softmax = kiln::function([](const Tensor& x) { return kiln::log_softmax(x, -1); });
+  {
+    const Tensor p = kiln::exp(log_softmax(logits));
+    const float row_sum = kiln::sum(kiln::slice(p, 0, 7, 8)).item<float>();
+    check(std::abs(row_sum - 1.0f) < 1e-4f, "log_softmax: a row's exps do not sum to 1");
+  }
 
   constexpr double m16 = static_cast<double>(mib16);
   std::vector<Row> rows;
@@ -332,6 +340,8 @@ int main(int argc, char** argv) try {
                   0,
                   "rows of f32[4096, 1024], last axis",
                   {}});
+  rows.push_back(
+      {"log_softmax traced", 2 * m16, [&] { log_softmax(logits); }, 0, "the same rows", {}});
 
   // Calibrate each row's calls per sample, then sample the rows in turn.
   std::vector<std::int64_t> calls(rows.size(), 1);

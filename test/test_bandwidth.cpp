@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include <kiln/kiln.hpp>
@@ -505,6 +506,147 @@ TEST_CASE("every instruction set's softmax row is accurate", "[reduce][simd]") {
               as_expected && (std::isnan(special) || i == at ? std::isnan(y32[i]) : y32[i] == 0.0f);
         CHECK(as_expected);
       }
+    }
+  }
+}
+
+namespace {
+
+/// log_softmax along rows of n from its definition in long double: each value and the error
+/// allowed to it, 8 roundings of each of its two terms (x - max and the log of the sum, whose
+/// difference may cancel) and of 1 (the sum, at least 1, is rounded: its log is off by about
+/// that rounding, however small the log). A row with a NaN is NaN everywhere; with +inf, NaN there
+/// and -inf elsewhere; of -inf only, NaN everywhere (-inf - log 0): the composite's values.
+struct LogSoftmaxReference {
+  std::vector<long double> value, bound;
+};
+LogSoftmaxReference reference_log_softmax(const std::vector<double>& x, std::size_t n, bool f32) {
+  const long double eps = f32 ? 0x1p-23L : 0x1p-52L, tiny = f32 ? 0x1p-149L : 0x1p-1074L;
+  const long double nan = std::numeric_limits<long double>::quiet_NaN();
+  const long double inf = std::numeric_limits<long double>::infinity();
+  LogSoftmaxReference out{std::vector<long double>(x.size()), std::vector<long double>(x.size())};
+  for (std::size_t row = 0; row < x.size(); row += n) {
+    long double max = -inf;
+    bool has_nan = false;
+    for (std::size_t i = row; i < row + n; ++i) {
+      has_nan = has_nan || std::isnan(x[i]);
+      if (!std::isnan(x[i])) max = std::max<long double>(max, x[i]);
+    }
+    long double sum = 0;
+    if (std::isfinite(max))
+      for (std::size_t i = row; i < row + n; ++i) sum += std::exp(x[i] - max);
+    const long double lse = std::log(sum);
+    for (std::size_t i = row; i < row + n; ++i) {
+      if (has_nan || max == -inf || x[i] == inf)
+        out.value[i] = nan;
+      else if (max == inf)
+        out.value[i] = -inf;
+      else
+        out.value[i] = (x[i] - max) - lse;
+      out.bound[i] = 8 * eps * (std::fabs(x[i] - max) + std::fabs(lse) + 1) + tiny;
+    }
+  }
+  return out;
+}
+
+/// The first element of got off the reference (NaN for NaN, infinities exactly), or -1.
+std::int64_t first_off(const Tensor& got, const LogSoftmaxReference& want) {
+  const std::vector<double> v = kiln::cast(got, kiln::f64).to_vector<double>();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const long double w = want.value[i];
+    const bool ok = std::isnan(w)   ? std::isnan(v[i])
+                    : std::isinf(w) ? v[i] == w
+                                    : std::fabs(v[i] - w) <= want.bound[i];
+    if (!ok) return static_cast<std::int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("the log_softmax primitive is accurate, eager and traced alike, and the composite too",
+          "[reduce]") {
+  const StreamAbove8MiB streamed;
+  const std::pair<Shape, std::int64_t> cases[] = {
+      {{4096, 1024}, -1},  // streamed and split over threads
+      {{37, 3}, 1},        // short rows
+      {{5}, 0},            // one row shorter than a vector
+      {{1, 200001}, -1},   // blocks of the sum
+      {{6, 70, 1, 1}, 1},  // trailing dims of size 1
+      {{6, 70}, 0},        // an axis that is not last: the composite
+      {{3, 0, 4}, 2},      // no rows
+  };
+  for (const auto& [shape, axis] : cases) {
+    CAPTURE(shape, axis);
+    for (kiln::DType dtype : {kiln::f32, kiln::f64}) {
+      CAPTURE(kiln::dtype_name(dtype));
+      const Tensor x = kiln::cast(
+          kiln::random::normal(shape, 0, 3, static_cast<std::uint64_t>(shape.numel())), dtype);
+      const Tensor eager = kiln::log_softmax(x, axis);
+      auto traced = kiln::function([&](const Tensor& t) { return kiln::log_softmax(t, axis); });
+      CHECK(same_bits(traced(x), eager));
+      if (shape.numel() == 0) continue;
+      const Tensor rows = rows_along(x, axis);
+      const auto n = static_cast<std::size_t>(rows.shape()[rows.shape().size() - 1]);
+      const LogSoftmaxReference want = reference_log_softmax(
+          kiln::cast(rows, kiln::f64).to_vector<double>(), n, dtype == kiln::f32);
+      CHECK(first_off(rows_along(eager, axis), want) == -1);
+    }
+  }
+  // Special values (as softmax's above), near exp's overflow point, and long rows with a NaN,
+  // +inf or -inf in each part of the max's and the sum's loops; the composite (a leading axis
+  // of the transposed rows) must agree with the same reference.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto check_rows = [&](const std::vector<float>& values, std::int64_t width) {
+    const Tensor x = kiln::reshape(kiln::tensor<float>(values),
+                                   {static_cast<std::int64_t>(values.size()) / width, width});
+    const LogSoftmaxReference want = reference_log_softmax(
+        kiln::cast(x, kiln::f64).to_vector<double>(), static_cast<std::size_t>(width), true);
+    CHECK(first_off(kiln::log_softmax(x, -1), want) == -1);
+    CHECK(first_off(kiln::transpose(kiln::log_softmax(kiln::transpose(x), 0)), want) == -1);
+  };
+  check_rows({1, inf, 2,    3,    -inf, -inf,  -inf, -inf, 0, nan,
+              1, 2,   1000, 1000, 999,  -1000, -0.f, -0.f, 0, -0.f},
+             4);
+  check_rows({88.5f, inf, 88.7f, 1, 88.5f, 88.72f, 80, 87, -100, -90, -88, 0}, 4);
+  for (std::int64_t length : {67, 1031}) {
+    CAPTURE(length);
+    std::vector<float> base =
+        kiln::random::normal({length}, 0, 3, static_cast<std::uint64_t>(length)).to_vector<float>();
+    std::vector<float> rows;
+    for (std::int64_t at : {std::int64_t{0}, std::int64_t{63}, length / 2, length - 1})
+      for (float v : {nan, inf, -inf}) {
+        rows.insert(rows.end(), base.begin(), base.end());
+        rows[rows.size() - static_cast<std::size_t>(length - at)] = v;
+      }
+    rows.insert(rows.end(), static_cast<std::size_t>(length), -inf);
+    check_rows(rows, length);
+  }
+}
+
+TEST_CASE("every instruction set's log_softmax row is accurate", "[reduce][simd]") {
+  const auto tables = kiln::test::row_tables_of_this_cpu();
+  const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
+  for (const std::int64_t n : {1, 2, 7, 8, 15, 16, 17, 63, 64, 65, 129, 1000, 4097, 10001}) {
+    CAPTURE(n);
+    const std::vector<float> x32 =
+        kiln::random::normal({n}, 0, 4, static_cast<std::uint64_t>(n)).to_vector<float>();
+    const std::vector<double> x64(x32.begin(), x32.end());
+    const auto size = static_cast<std::size_t>(n);
+    const LogSoftmaxReference want32 = reference_log_softmax(x64, size, true);
+    const LogSoftmaxReference want64 = reference_log_softmax(x64, size, false);
+    for (const auto* table : tables) {
+      CAPTURE(table->isa_name);
+      std::vector<double> y64(x64.size());
+      std::vector<float> y32(x32.size());
+      table->log_softmax_row[f64](x64.data(), y64.data(), n, nullptr);
+      table->log_softmax_row[f32](x32.data(), y32.data(), n, x64.data());  // asks for another row
+      CHECK(first_off(kiln::tensor<double>(y64), want64) == -1);
+      CHECK(first_off(kiln::tensor<float>(y32), want32) == -1);
+      std::vector<float> in_place = x32;  // out == in, as the primitive may ask
+      table->log_softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
+      CHECK(in_place == y32);
     }
   }
 }

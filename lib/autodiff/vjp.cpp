@@ -188,6 +188,10 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const auto axes = axes_vector(e.attrs.axes);
       return {y * (g - sum(g * y, axes, /*keepdims*/ true))};
     }
+    case Prim::log_softmax: {  // d/dx of x - logsumexp(x): g - softmax(x) sum(g)
+      const auto axes = axes_vector(e.attrs.axes);
+      return {g - exp(y) * sum(g, axes, /*keepdims*/ true)};
+    }
     case Prim::reduce_prod: {
       // Exact with zeros: d prod / d x_i is the product of the other entries.
       const auto axes = axes_vector(e.attrs.axes);

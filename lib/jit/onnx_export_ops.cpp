@@ -205,9 +205,11 @@ std::string OnnxWriter::reduce(const Node& n, const std::string& x, const Node& 
       if (!n.attrs.ints.empty() && n.attrs.ints[0] == 1) attr(node, "select_last_index", 1);
       return out;
     }
-    case Prim::softmax: {
+    case Prim::softmax:
+    case Prim::log_softmax: {
       const std::string out = fresh("v");
-      attr(emit(graph_, "Softmax", {x}, {out}), "axis", axes.at(0));
+      attr(emit(graph_, n.prim == Prim::softmax ? "Softmax" : "LogSoftmax", {x}, {out}), "axis",
+           axes.at(0));
       return out;
     }
     case Prim::dim_size: {

@@ -361,6 +361,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.stream_copy = &stream_copy<Arch>;
   t.softmax_row[dtype_index(DType::f32)] = &softmax_row<Arch, float>;
   t.softmax_row[dtype_index(DType::f64)] = &softmax_row<Arch, double>;
+  t.log_softmax_row[dtype_index(DType::f32)] = &log_softmax_row<Arch, float>;
+  t.log_softmax_row[dtype_index(DType::f64)] = &log_softmax_row<Arch, double>;
   t.sum_rows[dtype_index(DType::f32)] = &sum_rows<Arch, float>;
   t.sum_rows[dtype_index(DType::f64)] = &sum_rows<Arch, double>;
   t.gate_panel[dtype_index(DType::f32)] = &gate_panel<Arch, float>;

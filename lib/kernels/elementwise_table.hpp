@@ -79,9 +79,9 @@ using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* 
 /// and plain stores for its unaligned head and tail. The caller fences (sfence) before the
 /// result is read by another thread.
 using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
-/// out[0, n) = the softmax of the row in[0, n), n >= 1 (in may be out), asking for the n
-/// elements at next (the caller's next row, or null) on the way: the softmax primitive's row,
-/// kernels/softmax_rows_arch.hpp.
+/// out[0, n) = the softmax (or log_softmax) of the row in[0, n), n >= 1 (in may be out), asking
+/// for the n elements at next (the caller's next row, or null) on the way: the softmax and
+/// log_softmax primitives' rows, kernels/softmax_rows_arch.hpp.
 using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next);
 /// acc[k] = the sum of x[r * ld + k] over rows r = 0, 1, ... rows - 1, added in that order, for
 /// k < cols (rows >= 1; acc overlaps nothing): the leaves of the pairwise float sums of
@@ -154,6 +154,7 @@ struct ElementwiseRowTable {
   CopyRowsFn copy_rows = nullptr;                  // short rows in full-width vector moves
   StreamCopyFn stream_copy = nullptr;              // large outputs, non-temporal stores
   SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
+  SoftmaxRowFn log_softmax_row[num_dtypes] = {};   // floating-point dtypes only
   SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype

@@ -478,9 +478,10 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
-/// Prim::softmax over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
-/// each row by the row table's softmax_row (max, exp and its sum, the product by the sum's
-/// reciprocal), asking for the next row as it goes. Rows are split over the threads. A large
+/// Prim::softmax and Prim::log_softmax over contiguous rows of n = in.shape[axes[0]] elements
+/// (every later dim is 1): each row by the row table's softmax_row (max, exp and its sum, the
+/// product by the sum's reciprocal) or log_softmax_row (max, the sum of the exps, x - max minus
+/// the sum's log), asking for the next row as it goes. Rows are split over the threads. A large
 /// output is written with non-temporal stores: each row is computed in this thread's scratch
 /// (in L1) and then streamed out.
 template <class T>
@@ -490,7 +491,9 @@ void softmax_typed(const KernelCall& call) {
   const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
   if (rows == 0) return;
   const ElementwiseRowTable& table = elementwise_rows();
-  const SoftmaxRowFn softmax_row = table.softmax_row[dtype_index(in.dtype)];
+  const SoftmaxRowFn softmax_row = call.prim == Prim::log_softmax
+                                       ? table.log_softmax_row[dtype_index(in.dtype)]
+                                       : table.softmax_row[dtype_index(in.dtype)];
   const StreamCopyFn stream_copy = table.stream_copy;
   const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
   const T* x = in.ptr<const T>();
@@ -637,6 +640,7 @@ void run_reduce(const KernelCall& call) {
         arg_extremum_typed<T, false>(call);
         break;
       case Prim::softmax:
+      case Prim::log_softmax:
         if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
         break;
       case Prim::dim_size: {

@@ -61,12 +61,13 @@ inline constexpr std::int64_t kSoftmaxBlock = 2048;
 
 /// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, written out while the exps are
 /// added in four vector accumulators per block of kSoftmaxBlock (the blocks in double; the tail
-/// through a batch padded with -inf, whose exps are 0). Returns the sum. Each step of four
+/// through a batch padded with -inf, whose exps are 0). Returns the sum. With kStore false only
+/// the sum (log_softmax_row; y is not touched). Each step of four
 /// vectors also asks for the same bytes of `next` (the next row, as long as this one) to be
 /// brought into L2, and the rest of it after the loop: spread over the pass, the prefetches
 /// wait on nothing (all at once, 64 of them for a row of 1,024 f32 stalled on the core's fill
 /// buffers: a tenth of softmax's time at AVX2).
-template <class Arch, class T, class Exp>
+template <class Arch, class T, class Exp, bool kStore = true>
 double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
@@ -82,13 +83,13 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next)
         __builtin_prefetch(next + i * static_cast<std::int64_t>(sizeof(T)) + at, 0, 2);
       for (std::int64_t k = 0; k < 4; ++k) {
         const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i + k * width), s));
-        e.store_unaligned(y + i + k * width);
+        if constexpr (kStore) e.store_unaligned(y + i + k * width);
         acc[k] += e;
       }
     }
     for (; i + width <= block_end; i += width) {
       const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i), s));
-      e.store_unaligned(y + i);
+      if constexpr (kStore) e.store_unaligned(y + i);
       acc[0] += e;
     }
     total += static_cast<double>(lane_sum<Arch, T>((acc[0] + acc[1]) + (acc[2] + acc[3])));
@@ -100,8 +101,10 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next)
     T rest[width];
     for (std::int64_t j = 0; j < width; ++j) rest[j] = j < n - i ? x[i + j] : -__builtin_inf();
     const B e = Exp::simd(SubOp::simd(B::load_unaligned(rest), s));
-    e.store_unaligned(rest);
-    for (std::int64_t j = 0; j < n - i; ++j) y[i + j] = rest[j];
+    if constexpr (kStore) {
+      e.store_unaligned(rest);
+      for (std::int64_t j = 0; j < n - i; ++j) y[i + j] = rest[j];
+    }
     total += static_cast<double>(lane_sum<Arch, T>(e));
   }
   return total;
@@ -138,6 +141,34 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
   std::int64_t i = 0;
   for (; i + width <= n; i += width) (B::load_unaligned(y + i) * scale).store_unaligned(y + i);
   for (; i < n; ++i) y[i] *= inverse;
+}
+
+/// SoftmaxRowFn of the log_softmax primitive: out[i] = (x[i] - shift) - log(sum exp(x - shift))
+/// for one row of n >= 1 elements, in three passes over the row (in may be out), as the composite
+/// of lib/ops/reduce.cpp computes it: the shift and the sum as softmax_row's (the exps added, not
+/// stored), the log by the row table's LogOp on one batch, and each output two rounded
+/// subtractions. A row with a NaN gives NaN everywhere (through the sum), one with +inf NaN there
+/// and -inf elsewhere, one of -inf only NaN (-inf - log 0): the composite's values.
+template <class Arch, class T>
+void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
+  const T* x = static_cast<const T*>(in);
+  T* y = static_cast<T*>(out);
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  const T max = max_skipping_nan<Arch, T>(x, n);
+  const bool finite = __builtin_isfinite(max);
+  const T shift = finite ? max : T{0};
+  const char* ahead = static_cast<const char*>(next != nullptr ? next : in);
+  const double total = finite
+                           ? softmax_exps<Arch, T, ExpBelowOverflowOp, false>(x, y, n, shift, ahead)
+                           : softmax_exps<Arch, T, ExpOp, false>(x, y, n, shift, ahead);
+  T lanes[width];
+  LogOp::simd(B(static_cast<T>(total))).store_unaligned(lanes);
+  const B s(shift), log_sum(lanes[0]);
+  std::int64_t i = 0;
+  for (; i + width <= n; i += width)
+    SubOp::simd(SubOp::simd(B::load_unaligned(x + i), s), log_sum).store_unaligned(y + i);
+  for (; i < n; ++i) y[i] = (x[i] - shift) - lanes[0];
 }
 
 }  // namespace

@@ -200,19 +200,28 @@ Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& axes, bool ke
 }
 Tensor logsumexp(const Tensor& x) { return logsumexp(x, every_axis(x, "logsumexp")); }
 
-Tensor softmax(const Tensor& x, std::int64_t axis) {
-  const std::vector<std::int64_t> axes{axis};
-  const Reduction r = plan_reduction(x, axes, true, "softmax");
-  require_floating(x, "softmax");
-  // Rows that are contiguous in memory (the axis is the last one above size 1) and static
-  // shapes: the softmax primitive, which reads each row once and writes it once, with the bits
-  // of the composite below (the same row kernels and pairwise sums).
+namespace {
+
+/// Whether softmax and log_softmax over r's axis run as their primitives: rows that are
+/// contiguous in memory (the axis is the last one above size 1), not empty, and static shapes.
+/// The primitives read each row once and write it once; elsewhere the composites below run.
+bool rows_primitive_applies(const Tensor& x, const Reduction& r) {
   bool rows = r.extent > 0 && !r.dynamic_extent;
   for (std::size_t d = 0; d < x.shape().size(); ++d) {
     rows = rows && !is_dynamic_dim(x.shape()[d]);
     if (static_cast<std::int64_t>(d) > r.attrs.axes[0]) rows = rows && x.shape()[d] == 1;
   }
-  if (rows) return detail::apply(Prim::softmax, {x}, r.attrs, x.dtype(), x.shape());
+  return rows;
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& x, std::int64_t axis) {
+  const std::vector<std::int64_t> axes{axis};
+  const Reduction r = plan_reduction(x, axes, true, "softmax");
+  require_floating(x, "softmax");
+  if (rows_primitive_applies(x, r))
+    return detail::apply(Prim::softmax, {x}, r.attrs, x.dtype(), x.shape());
   const Tensor e = exp(x - stable_shift(x, axes, r));
   return e * (1.0 / sum(e, axes, true));
 }
@@ -221,6 +230,8 @@ Tensor log_softmax(const Tensor& x, std::int64_t axis) {
   const std::vector<std::int64_t> axes{axis};
   const Reduction r = plan_reduction(x, axes, true, "log_softmax");
   require_floating(x, "log_softmax");
+  if (rows_primitive_applies(x, r))
+    return detail::apply(Prim::log_softmax, {x}, r.attrs, x.dtype(), x.shape());
   const Tensor shifted = x - stable_shift(x, axes, r);
   return shifted - log(sum(exp(shifted), axes, true));
 }
