@@ -54,24 +54,29 @@ T lane_sum(const xsimd::batch<T, Arch>& v) {
   return lanes[0];
 }
 
-/// Elements per block of the exp pass: within a block the exps are added in four vector
-/// accumulators; the blocks' sums are added in double. So every partial sum adds at most
-/// kSoftmaxBlock / (4 * width) terms, whatever the row's length.
+/// Elements per block of the exp pass: within a block the exps are added in two or four vector
+/// accumulators (softmax_exps); the blocks' sums are added in double. So every partial sum adds
+/// at most kSoftmaxBlock / 8 terms, whatever the row's length.
 inline constexpr std::int64_t kSoftmaxBlock = 2048;
 
 /// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, written out while the exps are
-/// added in four vector accumulators per block of kSoftmaxBlock (the blocks in double; the tail
-/// through a batch padded with -inf, whose exps are 0). Returns the sum. With kStore false only
-/// the sum (log_softmax_row; y is not touched). Each step of four
-/// vectors also asks for the same bytes of `next` (the next row, as long as this one) to be
-/// brought into L2, and the rest of it after the loop: spread over the pass, the prefetches
-/// wait on nothing (all at once, 64 of them for a row of 1,024 f32 stalled on the core's fill
-/// buffers: a tenth of softmax's time at AVX2).
+/// added in two or four vector accumulators per block of kSoftmaxBlock (the blocks in double; the
+/// tail through a batch padded with -inf, whose exps are 0). Returns the sum. With kStore false
+/// only the sum (log_softmax_row; y is not touched). Each step of four vectors also asks for the
+/// same bytes of `next` (the next row, as long as this one) to be brought into L2, and the rest of
+/// it after the loop: spread over the pass, the prefetches wait on nothing (all at once, 64 of them
+/// for a row of 1,024 f32 stalled on the core's fill buffers: a tenth of softmax's time at AVX2).
 template <class Arch, class T, class Exp, bool kStore = true>
 double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
   constexpr std::int64_t step_bytes = 4 * width * static_cast<std::int64_t>(sizeof(T));
+  // Vectors of 8 or more lanes add into two accumulators (each step of four vectors adds two
+  // exps to each), narrower ones into four. With four, AVX2's 16 registers could not also hold
+  // exp's constants: the compiler kept two of the f32 accumulators in memory (softmax at AVX2
+  // 8% slower). With two, a lane adds at most kSoftmaxBlock / 16 terms; four keep SSE2's f64
+  // lanes at kSoftmaxBlock / 8.
+  constexpr std::int64_t accumulators = width >= 8 ? 2 : 4;
   const B s(shift);
   double total = 0;
   std::int64_t i = 0;
@@ -84,7 +89,7 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next)
       for (std::int64_t k = 0; k < 4; ++k) {
         const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i + k * width), s));
         if constexpr (kStore) e.store_unaligned(y + i + k * width);
-        acc[k] += e;
+        acc[k % accumulators] += e;
       }
     }
     for (; i + width <= block_end; i += width) {
@@ -92,7 +97,9 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next)
       if constexpr (kStore) e.store_unaligned(y + i);
       acc[0] += e;
     }
-    total += static_cast<double>(lane_sum<Arch, T>((acc[0] + acc[1]) + (acc[2] + acc[3])));
+    const B both = acc[0] + acc[1];
+    total +=
+        static_cast<double>(lane_sum<Arch, T>(accumulators == 2 ? both : both + (acc[2] + acc[3])));
   }
   for (std::int64_t at = i * static_cast<std::int64_t>(sizeof(T));
        at < n * static_cast<std::int64_t>(sizeof(T)); at += 64)
