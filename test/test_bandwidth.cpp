@@ -470,46 +470,6 @@ TEST_CASE("every instruction set's sum rows add each column in row order", "[red
   }
 }
 
-TEST_CASE("every instruction set's softmax row is accurate", "[reduce][simd]") {
-  // The row kernel of each table this CPU runs, called directly, on rows of lengths around the
-  // vector widths of every set (and of several sum blocks) against the definition; rows with a
-  // NaN (NaN everywhere) and with +inf (NaN there, 0 elsewhere: the shift is 0, the sum inf).
-  const auto tables = kiln::test::row_tables_of_this_cpu();
-  const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
-  for (const std::int64_t n : {1, 2, 7, 8, 15, 16, 17, 63, 64, 65, 129, 1000, 4097, 10001}) {
-    CAPTURE(n);
-    const std::vector<float> x32 =
-        kiln::random::normal({n}, 0, 4, static_cast<std::uint64_t>(n)).to_vector<float>();
-    const std::vector<double> x64(x32.begin(), x32.end());
-    const std::vector<ReferenceElement> want = reference_softmax(x64, static_cast<std::size_t>(n));
-    for (const auto* table : tables) {
-      CAPTURE(table->isa_name);
-      std::vector<double> y64(x64.size());
-      std::vector<float> y32(x32.size());
-      table->softmax_row[f64](x64.data(), y64.data(), n, nullptr);
-      table->softmax_row[f32](x32.data(), y32.data(), n, x64.data());  // asks for another row
-      CHECK(first_inaccurate(kiln::tensor<double>(y64), want) == -1);
-      CHECK(first_inaccurate(kiln::tensor<float>(y32), want) == -1);
-      std::vector<float> in_place = x32;  // out == in, as the primitive may ask
-      table->softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
-      CHECK(in_place == y32);
-      for (const float special :
-           {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-        CAPTURE(special);
-        std::vector<float> row = x32;
-        const auto at = static_cast<std::size_t>(n / 2);
-        row[at] = special;
-        table->softmax_row[f32](row.data(), y32.data(), n, nullptr);
-        bool as_expected = true;
-        for (std::size_t i = 0; i < y32.size(); ++i)
-          as_expected =
-              as_expected && (std::isnan(special) || i == at ? std::isnan(y32[i]) : y32[i] == 0.0f);
-        CHECK(as_expected);
-      }
-    }
-  }
-}
-
 namespace {
 
 /// log_softmax along rows of n from its definition in long double: each value and the error
@@ -625,7 +585,11 @@ TEST_CASE("the log_softmax primitive is accurate, eager and traced alike, and th
   }
 }
 
-TEST_CASE("every instruction set's log_softmax row is accurate", "[reduce][simd]") {
+TEST_CASE("every instruction set's softmax and log_softmax rows are accurate", "[reduce][simd]") {
+  // The row kernel of each table this CPU runs, called directly, on rows of lengths around the
+  // vector widths of every set (and of several sum blocks) against the definition; rows with a
+  // NaN (NaN everywhere) and with +inf (NaN there, 0 elsewhere: the shift is 0, the sum inf;
+  // log_softmax -inf elsewhere).
   const auto tables = kiln::test::row_tables_of_this_cpu();
   const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
   for (const std::int64_t n : {1, 2, 7, 8, 15, 16, 17, 63, 64, 65, 129, 1000, 4097, 10001}) {
@@ -633,20 +597,50 @@ TEST_CASE("every instruction set's log_softmax row is accurate", "[reduce][simd]
     const std::vector<float> x32 =
         kiln::random::normal({n}, 0, 4, static_cast<std::uint64_t>(n)).to_vector<float>();
     const std::vector<double> x64(x32.begin(), x32.end());
-    const auto size = static_cast<std::size_t>(n);
-    const LogSoftmaxReference want32 = reference_log_softmax(x64, size, true);
-    const LogSoftmaxReference want64 = reference_log_softmax(x64, size, false);
+    const std::vector<ReferenceElement> want = reference_softmax(x64, static_cast<std::size_t>(n));
+    const LogSoftmaxReference log_want32 =
+        reference_log_softmax(x64, static_cast<std::size_t>(n), true);
+    const LogSoftmaxReference log_want64 =
+        reference_log_softmax(x64, static_cast<std::size_t>(n), false);
     for (const auto* table : tables) {
       CAPTURE(table->isa_name);
       std::vector<double> y64(x64.size());
       std::vector<float> y32(x32.size());
-      table->log_softmax_row[f64](x64.data(), y64.data(), n, nullptr);
-      table->log_softmax_row[f32](x32.data(), y32.data(), n, x64.data());  // asks for another row
-      CHECK(first_off(kiln::tensor<double>(y64), want64) == -1);
-      CHECK(first_off(kiln::tensor<float>(y32), want32) == -1);
+      table->softmax_row[f64](x64.data(), y64.data(), n, nullptr);
+      table->softmax_row[f32](x32.data(), y32.data(), n, x64.data());  // asks for another row
+      CHECK(first_inaccurate(kiln::tensor<double>(y64), want) == -1);
+      CHECK(first_inaccurate(kiln::tensor<float>(y32), want) == -1);
       std::vector<float> in_place = x32;  // out == in, as the primitive may ask
+      table->softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
+      CHECK(in_place == y32);
+      table->log_softmax_row[f64](x64.data(), y64.data(), n, nullptr);
+      table->log_softmax_row[f32](x32.data(), y32.data(), n, x64.data());
+      CHECK(first_off(kiln::tensor<double>(y64), log_want64) == -1);
+      CHECK(first_off(kiln::tensor<float>(y32), log_want32) == -1);
+      in_place = x32;
       table->log_softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
       CHECK(in_place == y32);
+      for (const float special :
+           {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        CAPTURE(special);
+        std::vector<float> row = x32;
+        const auto at = static_cast<std::size_t>(n / 2);
+        row[at] = special;
+        table->softmax_row[f32](row.data(), y32.data(), n, nullptr);
+        bool as_expected = true;
+        for (std::size_t i = 0; i < y32.size(); ++i)
+          as_expected =
+              as_expected && (std::isnan(special) || i == at ? std::isnan(y32[i]) : y32[i] == 0.0f);
+        CHECK(as_expected);
+        table->log_softmax_row[f32](row.data(), y32.data(), n, nullptr);
+        bool log_as_expected = true;
+        for (std::size_t i = 0; i < y32.size(); ++i)
+          log_as_expected =
+              log_as_expected &&
+              (std::isnan(special) || i == at ? std::isnan(y32[i])
+                                              : y32[i] == -std::numeric_limits<float>::infinity());
+        CHECK(log_as_expected);
+      }
     }
   }
 }
