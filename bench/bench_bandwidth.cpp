@@ -18,10 +18,11 @@
 //   sum         kiln::sum over f32[16M] (eager; one reduction kernel)
 //   softmax     kiln::softmax over the rows of f32[4096, 1024], a cached kiln::function
 //   log_softmax kiln::log_softmax over the same rows (the reference: copy 1->1)
+//   logsumexp   kiln::logsumexp over the same rows, one value out per row (the reference: read)
 // Bytes are the compulsory traffic: every input byte read once and every output byte written
-// once (chain 4 x 16 MiB, sum 64 MiB, softmax and log_softmax 2 x 16 MiB, copy 1->1
-// 2 x 16 MiB, copy 3->1 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference is
-// split over as many persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller
+// once (chain 4 x 16 MiB, sum 64 MiB, softmax and log_softmax 2 x 16 MiB, logsumexp 16 MiB, copy
+// 1->1 2 x 16 MiB, copy 3->1 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference
+// is split over as many persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller
 // included, two barrier waits per call. The copies store as kiln's kernels do: non-temporal stores
 // (movntps) when the 16 MiB output is larger than the last-level cache
 // (kiln::detail::stream_output_bytes(), from sysfs), plain stores otherwise; the header line says
@@ -269,6 +270,13 @@ int main(int argc, char** argv) try {
     const float row_sum = kiln::sum(kiln::slice(p, 0, 7, 8)).item<float>();
     check(std::abs(row_sum - 1.0f) < 1e-4f, "log_softmax: a row's exps do not sum to 1");
   }
+  auto logsumexp = kiln::function([](const Tensor& x) { return kiln::logsumexp(x, {-1}); });
+  {
+    const float lse = kiln::slice(logsumexp(logits), 0, 7, 8).item<float>();
+    const float direct =
+        kiln::log(kiln::sum(kiln::exp(kiln::slice(logits, 0, 7, 8)))).item<float>();
+    check(std::abs(lse - direct) < 1e-4f, "logsumexp: wrong result");
+  }
 
   constexpr double m16 = static_cast<double>(mib16);
   std::vector<Row> rows;
@@ -342,6 +350,12 @@ int main(int argc, char** argv) try {
                   {}});
   rows.push_back(
       {"log_softmax traced", 2 * m16, [&] { log_softmax(logits); }, 0, "the same rows", {}});
+  rows.push_back({"logsumexp traced",
+                  m16,
+                  [&] { logsumexp(logits); },
+                  3,
+                  "the same rows, one value out per row",
+                  {}});
 
   // Calibrate each row's calls per sample, then sample the rows in turn.
   std::vector<std::int64_t> calls(rows.size(), 1);

@@ -509,6 +509,31 @@ LogSoftmaxReference reference_log_softmax(const std::vector<double>& x, std::siz
   return out;
 }
 
+/// logsumexp of each row of n from its definition in long double, and the error allowed: 8
+/// roundings of the max, of the log of the sum and of 1 (as log_softmax's). NaN for a row with
+/// a NaN, +inf for one with +inf, -inf for a row of -inf only.
+LogSoftmaxReference reference_logsumexp(const std::vector<double>& x, std::size_t n, bool f32) {
+  const long double eps = f32 ? 0x1p-23L : 0x1p-52L;
+  const long double inf = std::numeric_limits<long double>::infinity();
+  LogSoftmaxReference out;
+  for (std::size_t row = 0; row < x.size(); row += n) {
+    long double max = -inf, sum = 0;
+    bool has_nan = false;
+    for (std::size_t i = row; i < row + n; ++i) {
+      has_nan = has_nan || std::isnan(x[i]);
+      if (!std::isnan(x[i])) max = std::max<long double>(max, x[i]);
+    }
+    if (std::isfinite(max))
+      for (std::size_t i = row; i < row + n; ++i) sum += std::exp(x[i] - max);
+    const long double log_sum = std::log(sum);
+    out.value.push_back(has_nan              ? std::numeric_limits<long double>::quiet_NaN()
+                        : std::isfinite(max) ? max + log_sum
+                                             : max);
+    out.bound.push_back(8 * eps * (std::fabs(max) + std::fabs(log_sum) + 1));
+  }
+  return out;
+}
+
 /// The first element of got off the reference (NaN for NaN, infinities exactly), or -1.
 std::int64_t first_off(const Tensor& got, const LogSoftmaxReference& want) {
   const std::vector<double> v = kiln::cast(got, kiln::f64).to_vector<double>();
@@ -585,7 +610,45 @@ TEST_CASE("the log_softmax primitive is accurate, eager and traced alike, and th
   }
 }
 
-TEST_CASE("every instruction set's softmax and log_softmax rows are accurate", "[reduce][simd]") {
+TEST_CASE("the logsumexp primitive is accurate, eager and traced alike, with kept dims or not",
+          "[reduce]") {
+  const std::pair<Shape, std::int64_t> cases[] = {
+      {{4096, 1024}, -1}, {{37, 3}, 1},       {{5}, 0},
+      {{1, 200001}, -1},  {{6, 70, 1, 1}, 1}, {{6, 70}, 0},  // the composite
+  };
+  for (const auto& [shape, axis] : cases) {
+    for (const bool keepdims : {false, true}) {
+      CAPTURE(shape, axis, keepdims);
+      for (kiln::DType dtype : {kiln::f32, kiln::f64}) {
+        CAPTURE(kiln::dtype_name(dtype));
+        const Tensor x = kiln::cast(
+            kiln::random::normal(shape, 0, 3, static_cast<std::uint64_t>(shape.numel())), dtype);
+        const Tensor eager = kiln::logsumexp(x, {axis}, keepdims);
+        auto traced =
+            kiln::function([&](const Tensor& t) { return kiln::logsumexp(t, {axis}, keepdims); });
+        CHECK(same_bits(traced(x), eager));
+        const Tensor rows = rows_along(x, axis);
+        const auto n = static_cast<std::size_t>(rows.shape()[rows.shape().size() - 1]);
+        CHECK(first_off(kiln::reshape(eager, {-1}),
+                        reference_logsumexp(kiln::cast(rows, kiln::f64).to_vector<double>(), n,
+                                            dtype == kiln::f32)) == -1);
+      }
+    }
+  }
+  // Rows with NaN, +inf, -inf and -inf only, through the primitive and the composite.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> values{1, inf, 2,  3,     -inf, -inf, -inf, -inf, 0,    nan,
+                                  1, 2,   88, 88.7f, 89,   -100, -0.f, -0.f, -0.f, 0};
+  const Tensor x = kiln::reshape(kiln::tensor<float>(values), {5, 4});
+  const LogSoftmaxReference want =
+      reference_logsumexp(kiln::cast(x, kiln::f64).to_vector<double>(), 4, true);
+  CHECK(first_off(kiln::logsumexp(x, {1}), want) == -1);
+  CHECK(first_off(kiln::logsumexp(kiln::transpose(x), {0}), want) == -1);
+}
+
+TEST_CASE("every instruction set's softmax, log_softmax and logsumexp rows are accurate",
+          "[reduce][simd]") {
   // The row kernel of each table this CPU runs, called directly, on rows of lengths around the
   // vector widths of every set (and of several sum blocks) against the definition; rows with a
   // NaN (NaN everywhere) and with +inf (NaN there, 0 elsewhere: the shift is 0, the sum inf;
@@ -602,6 +665,10 @@ TEST_CASE("every instruction set's softmax and log_softmax rows are accurate", "
         reference_log_softmax(x64, static_cast<std::size_t>(n), true);
     const LogSoftmaxReference log_want64 =
         reference_log_softmax(x64, static_cast<std::size_t>(n), false);
+    const LogSoftmaxReference lse_want32 =
+        reference_logsumexp(x64, static_cast<std::size_t>(n), true);
+    const LogSoftmaxReference lse_want64 =
+        reference_logsumexp(x64, static_cast<std::size_t>(n), false);
     for (const auto* table : tables) {
       CAPTURE(table->isa_name);
       std::vector<double> y64(x64.size());
@@ -620,6 +687,10 @@ TEST_CASE("every instruction set's softmax and log_softmax rows are accurate", "
       in_place = x32;
       table->log_softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
       CHECK(in_place == y32);
+      table->logsumexp_row[f64](x64.data(), y64.data(), n, nullptr);
+      table->logsumexp_row[f32](x32.data(), y32.data(), n, x64.data());
+      CHECK(first_off(kiln::tensor<double>({y64[0]}), lse_want64) == -1);
+      CHECK(first_off(kiln::tensor<float>({y32[0]}), lse_want32) == -1);
       for (const float special :
            {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
         CAPTURE(special);

@@ -188,6 +188,11 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const auto axes = axes_vector(e.attrs.axes);
       return {y * (g - sum(g * y, axes, /*keepdims*/ true))};
     }
+    case Prim::logsumexp: {  // softmax(x) g, as exp(x - y)
+      const Tensor& a = x(0);
+      return {with_kept_dims(g, a.shape(), e.attrs) *
+              exp(a - with_kept_dims(y, a.shape(), e.attrs))};
+    }
     case Prim::log_softmax: {  // d/dx of x - logsumexp(x): g - softmax(x) sum(g)
       const auto axes = axes_vector(e.attrs.axes);
       return {g - exp(y) * sum(g, axes, /*keepdims*/ true)};

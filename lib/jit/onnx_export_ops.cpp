@@ -191,6 +191,8 @@ std::string OnnxWriter::reduce(const Node& n, const std::string& x, const Node& 
       return reduce_with("ReduceMax", x);
     case Prim::reduce_min:
       return reduce_with("ReduceMin", x);
+    case Prim::logsumexp:
+      return reduce_with("ReduceLogSumExp", x);
     case Prim::reduce_all:
       return cast_to(reduce_with("ReduceMin", cast_to(x, DType::i32)), DType::boolean);
     case Prim::reduce_any:

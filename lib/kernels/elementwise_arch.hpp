@@ -363,6 +363,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.softmax_row[dtype_index(DType::f64)] = &softmax_row<Arch, double>;
   t.log_softmax_row[dtype_index(DType::f32)] = &log_softmax_row<Arch, float>;
   t.log_softmax_row[dtype_index(DType::f64)] = &log_softmax_row<Arch, double>;
+  t.logsumexp_row[dtype_index(DType::f32)] = &logsumexp_row<Arch, float>;
+  t.logsumexp_row[dtype_index(DType::f64)] = &logsumexp_row<Arch, double>;
   t.sum_rows[dtype_index(DType::f32)] = &sum_rows<Arch, float>;
   t.sum_rows[dtype_index(DType::f64)] = &sum_rows<Arch, double>;
   t.gate_panel[dtype_index(DType::f32)] = &gate_panel<Arch, float>;

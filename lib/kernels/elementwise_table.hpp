@@ -155,6 +155,7 @@ struct ElementwiseRowTable {
   StreamCopyFn stream_copy = nullptr;              // large outputs, non-temporal stores
   SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
   SoftmaxRowFn log_softmax_row[num_dtypes] = {};   // floating-point dtypes only
+  SoftmaxRowFn logsumexp_row[num_dtypes] = {};     // floating-point dtypes only; one element out
   SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype

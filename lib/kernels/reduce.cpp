@@ -519,6 +519,28 @@ void softmax_typed(const KernelCall& call) {
     run_rows(0, rows);
 }
 
+/// Prim::logsumexp over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
+/// one value per row by the row table's logsumexp_row, asking for the next row as it goes; rows
+/// split over the threads.
+template <class T>
+void logsumexp_typed(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  const std::int64_t n = in.shape[static_cast<std::size_t>(call.attrs.axes[0])];
+  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
+  if (rows == 0) return;
+  const SoftmaxRowFn row = elementwise_rows().logsumexp_row[dtype_index(in.dtype)];
+  const T* x = in.ptr<const T>();
+  T* y = call.out.ptr<T>();
+  auto run_rows = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r)
+      row(x + r * n, y + r, n, r + 1 < end ? x + (r + 1) * n : nullptr);
+  };
+  if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
+    parallel_for_balanced(rows, 1, run_rows);
+  else
+    run_rows(0, rows);
+}
+
 /// True when v should replace best as the running arg-extremum: NaN wins and stays (the first
 /// NaN, or with kLast the last one); with kLast an equal value replaces it too.
 template <class T, bool kMax, bool kLast = false>
@@ -642,6 +664,9 @@ void run_reduce(const KernelCall& call) {
       case Prim::softmax:
       case Prim::log_softmax:
         if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
+        break;
+      case Prim::logsumexp:
+        if constexpr (std::is_floating_point_v<T>) logsumexp_typed<T>(call);
         break;
       case Prim::dim_size: {
         std::int64_t count = 1;

@@ -178,6 +178,27 @@ void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next
   for (; i < n; ++i) y[i] = (x[i] - shift) - lanes[0];
 }
 
+/// SoftmaxRowFn of the logsumexp primitive, which writes one element: out[0] = shift + log(sum
+/// exp(x - shift)) for one row of n >= 1 elements, the shift and the sum as log_softmax_row's, the
+/// log by the row table's LogOp and the add by its AddOp, as the composite computes them. A row
+/// with a NaN gives NaN, one with +inf +inf, one of -inf only -inf (log 0 + 0).
+template <class Arch, class T>
+void logsumexp_row(const void* in, void* out, std::int64_t n, const void* next) {
+  const T* x = static_cast<const T*>(in);
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  const T max = max_skipping_nan<Arch, T>(x, n);
+  const bool finite = __builtin_isfinite(max);
+  const T shift = finite ? max : T{0};
+  const char* ahead = static_cast<const char*>(next != nullptr ? next : in);
+  const double total =
+      finite ? softmax_exps<Arch, T, ExpBelowOverflowOp, false>(x, nullptr, n, shift, ahead)
+             : softmax_exps<Arch, T, ExpOp, false>(x, nullptr, n, shift, ahead);
+  T lanes[width];
+  AddOp::simd(LogOp::simd(B(static_cast<T>(total))), B(shift)).store_unaligned(lanes);
+  *static_cast<T*>(out) = lanes[0];
+}
+
 }  // namespace
 
 }  // namespace kiln::detail

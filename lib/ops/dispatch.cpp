@@ -128,7 +128,7 @@ bool computes_u64(Prim p) {
     case Family::ternary:
     case Family::reduce:
     case Family::indexing:
-      return p != Prim::softmax && p != Prim::log_softmax;
+      return p != Prim::softmax && p != Prim::log_softmax && p != Prim::logsumexp;
     default:
       return false;
   }

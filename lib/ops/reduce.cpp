@@ -190,19 +190,9 @@ Tensor mean(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdim
 }
 Tensor mean(const Tensor& x) { return mean(x, every_axis(x, "mean")); }
 
-Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
-  const Reduction r = plan_reduction(x, axes, keepdims, "logsumexp");
-  require_floating(x, "logsumexp");
-  const Tensor shift = stable_shift(x, axes, r);
-  const Tensor kept = log(sum(exp(x - shift), axes, true)) + shift;
-  // Summing over the size-1 reduced dims only drops them.
-  return keepdims ? kept : sum(kept, axes, false);
-}
-Tensor logsumexp(const Tensor& x) { return logsumexp(x, every_axis(x, "logsumexp")); }
-
 namespace {
 
-/// Whether softmax and log_softmax over r's axis run as their primitives: rows that are
+/// Whether softmax, log_softmax and logsumexp over r's axis run as their primitives: rows that are
 /// contiguous in memory (the axis is the last one above size 1), not empty, and static shapes.
 /// The primitives read each row once and write it once; elsewhere the composites below run.
 bool rows_primitive_applies(const Tensor& x, const Reduction& r) {
@@ -215,6 +205,18 @@ bool rows_primitive_applies(const Tensor& x, const Reduction& r) {
 }
 
 }  // namespace
+
+Tensor logsumexp(const Tensor& x, const std::vector<std::int64_t>& axes, bool keepdims) {
+  const Reduction r = plan_reduction(x, axes, keepdims, "logsumexp");
+  require_floating(x, "logsumexp");
+  if (r.attrs.axes.size() == 1 && rows_primitive_applies(x, r))
+    return detail::apply(Prim::logsumexp, {x}, r.attrs, x.dtype(), r.out_shape);
+  const Tensor shift = stable_shift(x, axes, r);
+  const Tensor kept = log(sum(exp(x - shift), axes, true)) + shift;
+  // Summing over the size-1 reduced dims only drops them.
+  return keepdims ? kept : sum(kept, axes, false);
+}
+Tensor logsumexp(const Tensor& x) { return logsumexp(x, every_axis(x, "logsumexp")); }
 
 Tensor softmax(const Tensor& x, std::int64_t axis) {
   const std::vector<std::int64_t> axes{axis};
