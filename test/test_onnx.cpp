@@ -80,7 +80,8 @@ std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
   const Tensor a = kiln::exp(x * -0.5f) + kiln::log1p(kiln::abs(x)) - kiln::rsqrt(x * x + 1.f);
   const Tensor b = kiln::where(x > 0.f, kiln::sqrt(kiln::abs(x)), kiln::square(x) * 2.f);
   const Tensor ab = kiln::concat({a, b}, 1);
-  const Tensor c = kiln::softmax(ab, 1) + kiln::log_softmax(ab, 1) * 0.1f;
+  const Tensor c = kiln::softmax(ab, 1) + kiln::log_softmax(ab, 1) * 0.1f +
+                   kiln::logsumexp(ab, {1}, true) * 0.01f;
   const Tensor t = kiln::transpose(kiln::reshape(c, {2, 3, 4}), {2, 0, 1});
   const Tensor s = kiln::slice(kiln::pad(t, {{1, 0}, {0, 1}, {2, 2}}, 0.5), 0, 1, 5, 2);
   const Tensor r = kiln::sum(s, {1}) + kiln::max(s, {1}) - kiln::mean(s, {1});
