@@ -150,53 +150,55 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
   for (; i < n; ++i) y[i] *= inverse;
 }
 
+/// What log_softmax_row and logsumexp_row share: a row's shift (as softmax_row's) and the log of
+/// the sum of exp(x - shift) (softmax_exps' sum, the exps not stored; the log by the row table's
+/// LogOp on one batch, as the composites take it).
+template <class T>
+struct ShiftAndLogSum {
+  T shift;
+  T log_sum;
+};
+template <class Arch, class T>
+ShiftAndLogSum<T> shift_and_log_sum(const T* x, std::int64_t n, const void* next) {
+  using B = xsimd::batch<T, Arch>;
+  const T max = max_skipping_nan<Arch, T>(x, n);
+  const bool finite = __builtin_isfinite(max);
+  const T shift = finite ? max : T{0};
+  const char* ahead = static_cast<const char*>(next != nullptr ? next : x);
+  const double total =
+      finite ? softmax_exps<Arch, T, ExpBelowOverflowOp, false>(x, nullptr, n, shift, ahead)
+             : softmax_exps<Arch, T, ExpOp, false>(x, nullptr, n, shift, ahead);
+  T lanes[B::size];
+  LogOp::simd(B(static_cast<T>(total))).store_unaligned(lanes);
+  return {shift, lanes[0]};
+}
+
 /// SoftmaxRowFn of the log_softmax primitive: out[i] = (x[i] - shift) - log(sum exp(x - shift))
 /// for one row of n >= 1 elements, in three passes over the row (in may be out), as the composite
-/// of lib/ops/reduce.cpp computes it: the shift and the sum as softmax_row's (the exps added, not
-/// stored), the log by the row table's LogOp on one batch, and each output two rounded
-/// subtractions. A row with a NaN gives NaN everywhere (through the sum), one with +inf NaN there
-/// and -inf elsewhere, one of -inf only NaN (-inf - log 0): the composite's values.
+/// of lib/ops/reduce.cpp computes it (shift_and_log_sum, then two rounded subtractions per
+/// element). A row with a NaN gives NaN everywhere (through the sum), one with +inf NaN there and
+/// -inf elsewhere, one of -inf only NaN (-inf - log 0): the composite's values.
 template <class Arch, class T>
 void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  const T max = max_skipping_nan<Arch, T>(x, n);
-  const bool finite = __builtin_isfinite(max);
-  const T shift = finite ? max : T{0};
-  const char* ahead = static_cast<const char*>(next != nullptr ? next : in);
-  const double total = finite
-                           ? softmax_exps<Arch, T, ExpBelowOverflowOp, false>(x, y, n, shift, ahead)
-                           : softmax_exps<Arch, T, ExpOp, false>(x, y, n, shift, ahead);
-  T lanes[width];
-  LogOp::simd(B(static_cast<T>(total))).store_unaligned(lanes);
-  const B s(shift), log_sum(lanes[0]);
+  const auto [shift, log_sum] = shift_and_log_sum<Arch, T>(x, n, next);
+  const B s(shift), l(log_sum);
   std::int64_t i = 0;
   for (; i + width <= n; i += width)
-    SubOp::simd(SubOp::simd(B::load_unaligned(x + i), s), log_sum).store_unaligned(y + i);
-  for (; i < n; ++i) y[i] = (x[i] - shift) - lanes[0];
+    SubOp::simd(SubOp::simd(B::load_unaligned(x + i), s), l).store_unaligned(y + i);
+  for (; i < n; ++i) y[i] = (x[i] - shift) - log_sum;
 }
 
-/// SoftmaxRowFn of the logsumexp primitive, which writes one element: out[0] = shift + log(sum
-/// exp(x - shift)) for one row of n >= 1 elements, the shift and the sum as log_softmax_row's, the
-/// log by the row table's LogOp and the add by its AddOp, as the composite computes them. A row
-/// with a NaN gives NaN, one with +inf +inf, one of -inf only -inf (log 0 + 0).
+/// SoftmaxRowFn of the logsumexp primitive, which writes one element: out[0] = log(sum exp(x -
+/// shift)) + shift for one row of n >= 1 elements (shift_and_log_sum), as the composite computes
+/// it. A row with a NaN gives NaN, one with +inf +inf, one of -inf only -inf (log 0 + 0).
 template <class Arch, class T>
 void logsumexp_row(const void* in, void* out, std::int64_t n, const void* next) {
-  const T* x = static_cast<const T*>(in);
-  using B = xsimd::batch<T, Arch>;
-  constexpr std::int64_t width = B::size;
-  const T max = max_skipping_nan<Arch, T>(x, n);
-  const bool finite = __builtin_isfinite(max);
-  const T shift = finite ? max : T{0};
-  const char* ahead = static_cast<const char*>(next != nullptr ? next : in);
-  const double total =
-      finite ? softmax_exps<Arch, T, ExpBelowOverflowOp, false>(x, nullptr, n, shift, ahead)
-             : softmax_exps<Arch, T, ExpOp, false>(x, nullptr, n, shift, ahead);
-  T lanes[width];
-  AddOp::simd(LogOp::simd(B(static_cast<T>(total))), B(shift)).store_unaligned(lanes);
-  *static_cast<T*>(out) = lanes[0];
+  const auto [shift, log_sum] = shift_and_log_sum<Arch, T>(static_cast<const T*>(in), n, next);
+  *static_cast<T*>(out) = log_sum + shift;
 }
 
 }  // namespace
