@@ -478,12 +478,13 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
-/// Prim::softmax and Prim::log_softmax over contiguous rows of n = in.shape[axes[0]] elements
-/// (every later dim is 1): each row by the row table's softmax_row (max, exp and its sum, the
-/// product by the sum's reciprocal) or log_softmax_row (max, the sum of the exps, x - max minus
-/// the sum's log), asking for the next row as it goes. Rows are split over the threads. A large
-/// output is written with non-temporal stores: each row is computed in this thread's scratch
-/// (in L1) and then streamed out.
+/// Prim::softmax, Prim::log_softmax and Prim::logsumexp over contiguous rows of
+/// n = in.shape[axes[0]] elements (every later dim is 1): each row by the row table's
+/// softmax_row (max, exp and its sum, the product by the sum's reciprocal), log_softmax_row
+/// (max, the sum of the exps, x - max minus the sum's log) or logsumexp_row (one value per row:
+/// the max plus that log), asking for the next row as it goes. Rows are split over the threads.
+/// A large output of whole rows is written with non-temporal stores: each row is computed in
+/// this thread's scratch (in L1) and then streamed out.
 template <class T>
 void softmax_typed(const KernelCall& call) {
   const ArrayRef& in = call.inputs[0];
@@ -491,11 +492,14 @@ void softmax_typed(const KernelCall& call) {
   const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
   if (rows == 0) return;
   const ElementwiseRowTable& table = elementwise_rows();
-  const SoftmaxRowFn softmax_row = call.prim == Prim::log_softmax
-                                       ? table.log_softmax_row[dtype_index(in.dtype)]
-                                       : table.softmax_row[dtype_index(in.dtype)];
+  const std::size_t d = dtype_index(in.dtype);
+  const SoftmaxRowFn softmax_row = call.prim == Prim::log_softmax ? table.log_softmax_row[d]
+                                   : call.prim == Prim::logsumexp ? table.logsumexp_row[d]
+                                                                  : table.softmax_row[d];
+  const std::int64_t out_row = call.prim == Prim::logsumexp ? 1 : n;  // elements out per row
   const StreamCopyFn stream_copy = table.stream_copy;
-  const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
+  const bool stream =
+      out_row == n && rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
   const T* x = in.ptr<const T>();
   T* y = call.out.ptr<T>();
   auto run_rows = [&](std::int64_t begin, std::int64_t end) {
@@ -503,7 +507,7 @@ void softmax_typed(const KernelCall& call) {
     for (std::int64_t r = begin; r < end; ++r) {
       const T* next = r + 1 < end ? x + (r + 1) * n : nullptr;
       if (!stream) {
-        softmax_row(x + r * n, y + r * n, n, next);
+        softmax_row(x + r * n, y + r * out_row, n, next);
         continue;
       }
       softmax_row(x + r * n, row_out.data(), n, next);
@@ -512,28 +516,6 @@ void softmax_typed(const KernelCall& call) {
 #if defined(__SSE2__)
     if (stream) _mm_sfence();  // this thread's streamed rows, before the result is published
 #endif
-  };
-  if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
-    parallel_for_balanced(rows, 1, run_rows);
-  else
-    run_rows(0, rows);
-}
-
-/// Prim::logsumexp over contiguous rows of n = in.shape[axes[0]] elements (every later dim is 1):
-/// one value per row by the row table's logsumexp_row, asking for the next row as it goes; rows
-/// split over the threads.
-template <class T>
-void logsumexp_typed(const KernelCall& call) {
-  const ArrayRef& in = call.inputs[0];
-  const std::int64_t n = in.shape[static_cast<std::size_t>(call.attrs.axes[0])];
-  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
-  if (rows == 0) return;
-  const SoftmaxRowFn row = elementwise_rows().logsumexp_row[dtype_index(in.dtype)];
-  const T* x = in.ptr<const T>();
-  T* y = call.out.ptr<T>();
-  auto run_rows = [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t r = begin; r < end; ++r)
-      row(x + r * n, y + r, n, r + 1 < end ? x + (r + 1) * n : nullptr);
   };
   if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
     parallel_for_balanced(rows, 1, run_rows);
@@ -663,10 +645,8 @@ void run_reduce(const KernelCall& call) {
         break;
       case Prim::softmax:
       case Prim::log_softmax:
-        if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
-        break;
       case Prim::logsumexp:
-        if constexpr (std::is_floating_point_v<T>) logsumexp_typed<T>(call);
+        if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
         break;
       case Prim::dim_size: {
         std::int64_t count = 1;

@@ -117,13 +117,31 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next)
   return total;
 }
 
+/// A row's exp pass with its shift: shift = the max of the row's non-NaN elements when that is
+/// finite, else 0, then softmax_exps with it (the exps stored in y when kStore). With a finite
+/// shift every x - shift is at most 0 (or NaN), where ExpBelowOverflowOp gives ExpOp's bits
+/// without its test for the top of the range. `next` is the row to ask for (null: this one, which
+/// is in L1 by then).
+template <class T>
+struct ShiftedSum {
+  T shift;
+  double total;
+};
+template <class Arch, class T, bool kStore>
+ShiftedSum<T> shifted_exp_sum(const T* x, T* y, std::int64_t n, const void* next) {
+  const T max = max_skipping_nan<Arch, T>(x, n);
+  const bool finite = __builtin_isfinite(max);
+  const T shift = finite ? max : T{0};
+  const char* ahead = static_cast<const char*>(next != nullptr ? next : x);
+  return {shift, finite ? softmax_exps<Arch, T, ExpBelowOverflowOp, kStore>(x, y, n, shift, ahead)
+                        : softmax_exps<Arch, T, ExpOp, kStore>(x, y, n, shift, ahead)};
+}
+
 /// SoftmaxRowFn: out[i] = softmax(x)[i] for one row of n >= 1 elements, in three passes over
 /// the row (in may be out):
-/// - shift = the max of the row's non-NaN elements when that is finite, else 0 (a row with a
-///   NaN gives NaN everywhere through the sum, so skipping NaN in the max changes nothing);
-/// - e = exp(x - shift), the row table's sub then exp bit for bit (softmax_exps); with a finite
-///   shift every x - shift is at most 0 (or NaN), where ExpBelowOverflowOp gives ExpOp's bits
-///   without its test for the top of the range;
+/// - the shift and e = exp(x - shift), the row table's sub then exp bit for bit, stored
+///   (shifted_exp_sum; a row with a NaN gives NaN everywhere through the sum, so skipping NaN in
+///   the max changes nothing);
 /// - out = e * (1 / sum), one rounding of a product by the reciprocal, as the composite
 ///   e * (1 / sum(e)) of lib/ops/reduce.cpp: 0 / 0 and inf / inf give NaN either way.
 /// The exp pass asks for the n elements at `next` (the caller's next row; null for none) to be
@@ -138,12 +156,7 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
   T* y = static_cast<T*>(out);
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  T shift = max_skipping_nan<Arch, T>(x, n);
-  const char* ahead = static_cast<const char*>(next != nullptr ? next : in);
-  const double total = __builtin_isfinite(shift)
-                           ? softmax_exps<Arch, T, ExpBelowOverflowOp>(x, y, n, shift, ahead)
-                           : softmax_exps<Arch, T, ExpOp>(x, y, n, T{0}, ahead);
-  const T inverse = T{1} / static_cast<T>(total);
+  const T inverse = T{1} / static_cast<T>(shifted_exp_sum<Arch, T, true>(x, y, n, next).total);
   const B scale(inverse);
   std::int64_t i = 0;
   for (; i + width <= n; i += width) (B::load_unaligned(y + i) * scale).store_unaligned(y + i);
@@ -161,13 +174,7 @@ struct ShiftAndLogSum {
 template <class Arch, class T>
 ShiftAndLogSum<T> shift_and_log_sum(const T* x, std::int64_t n, const void* next) {
   using B = xsimd::batch<T, Arch>;
-  const T max = max_skipping_nan<Arch, T>(x, n);
-  const bool finite = __builtin_isfinite(max);
-  const T shift = finite ? max : T{0};
-  const char* ahead = static_cast<const char*>(next != nullptr ? next : x);
-  const double total =
-      finite ? softmax_exps<Arch, T, ExpBelowOverflowOp, false>(x, nullptr, n, shift, ahead)
-             : softmax_exps<Arch, T, ExpOp, false>(x, nullptr, n, shift, ahead);
+  const auto [shift, total] = shifted_exp_sum<Arch, T, false>(x, nullptr, n, next);
   T lanes[B::size];
   LogOp::simd(B(static_cast<T>(total))).store_unaligned(lanes);
   return {shift, lanes[0]};
