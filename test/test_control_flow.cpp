@@ -1,5 +1,6 @@
 // Control flow (kiln::scan, while_loop, cond): eager results against hand-written C++ loops,
-// traced results bit for bit against eager ones (static and dynamic trip counts), variables read
+// traced results bit for bit against eager ones (static and dynamic trip counts; within float
+// tolerance where loop hoisting stacks a per-step product into one GEMM), variables read
 // by reference inside bodies, captures, nesting, and that repeated traced calls grow nothing.
 // Errors, gradients, and the cases that crash at the time of writing (run in child processes)
 // are in test_control_flow_errors.cpp.
@@ -78,6 +79,23 @@ std::string bit_difference(const ScanResult& a, const ScanResult& b) {
     CHECK(difference_.empty());                           \
   } while (false)
 
+/// Empty when a and b hold the same shapes and every value of a is within 1e-6 (|b| + 1) of b's;
+/// else the first difference.
+std::string value_difference(const Tensors& a, const Tensors& b) {
+  if (a.size() != b.size()) return fmt::format("{} tensors against {}", a.size(), b.size());
+  for (std::size_t t = 0; t < a.size(); ++t) {
+    if (a[t].shape() != b[t].shape() || a[t].dtype() != b[t].dtype())
+      return fmt::format("tensor {}: {} against {}", t, a[t].shape().to_string(),
+                         b[t].shape().to_string());
+    const auto x = kiln::cast(a[t], kiln::f64).to_vector<double>();
+    const auto y = kiln::cast(b[t], kiln::f64).to_vector<double>();
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (!(std::abs(x[i] - y[i]) <= 1e-6 * (std::abs(y[i]) + 1)))
+        return fmt::format("tensor {}: element {}: {} against {}", t, i, x[i], y[i]);
+  }
+  return "";
+}
+
 template <class T>
 Tensor t(std::vector<T> values, const Shape& shape) {
   return kiln::tensor(values, shape);
@@ -89,6 +107,11 @@ struct ScanCase {
   kiln::ScanBody body;
   Tensors init, xs;
   kiln::ScanOptions options{};
+  /// Whether the traced loop may compute a per-step matmul for all steps at once (loop
+  /// hoisting stacks `x_t W` into one GEMM of T b rows). A library may round those rows
+  /// otherwise than b-row products (oneDNN does, on Zen 2), so such a case is compared within
+  /// float tolerance; every other case bit for bit.
+  bool stacks_products = false;
 };
 
 /// The cases of the reference tests, traced against eager below.
@@ -153,8 +176,12 @@ std::vector<ScanCase> scan_cases() {
     Tensor h = kiln::tanh(kiln::matmul(x[0], w) + carry[0]);
     return ScanResult{{h}, {kiln::sum(h, {1})}};
   };
-  c.push_back(
-      {"matrix steps", matrix, {kiln::zeros({2, 4})}, {kiln::random::normal({7, 2, 3}, 0, 1, 16)}});
+  c.push_back({"matrix steps",
+               matrix,
+               {kiln::zeros({2, 4})},
+               {kiln::random::normal({7, 2, 3}, 0, 1, 16)},
+               {},
+               true});
   return c;
 }
 
@@ -316,11 +343,20 @@ TEST_CASE("a zero-length scan returns init and ys with a leading dim of 0, eager
 
 // ------------------------------------------------------------------ scan, traced
 
-TEST_CASE("scan traced is bit-identical to eager", "[control_flow]") {
+TEST_CASE("scan traced is bit-identical to eager, or within tolerance where it stacks products",
+          "[control_flow]") {
   for (const ScanCase& c : scan_cases()) {
     INFO("case: " << c.name);
     const ScanResult eager = kiln::scan(c.body, c.init, c.xs, c.options);
-    CHECK_SAME_BITS(traced_scan(c), eager);
+    const ScanResult traced = traced_scan(c);
+    if (!c.stacks_products) {
+      CHECK_SAME_BITS(traced, eager);
+      continue;
+    }
+    const std::string carries = value_difference(traced.first, eager.first);
+    const std::string ys = value_difference(traced.second, eager.second);
+    INFO("carries: " << carries << "; ys: " << ys);
+    CHECK((carries.empty() && ys.empty()));
   }
 }
 
@@ -351,8 +387,11 @@ TEST_CASE("an unrolled scan traces one copy of the body per step, with the same 
   o.input_signature = {kiln::TensorSpec({2}), kiln::TensorSpec({-1, 2})};
   auto dynamic = kiln::function(
       [](const Tensor& init, const Tensor& xs) {
-        return kiln::scan([](const Tensor& c, const Tensor& x) { return std::pair{c + x, c}; },
-                          init, xs, {.unroll = true});
+        return kiln::scan(
+            [](const Tensor& c, const Tensor& x) {
+              return std::pair{c + x, c};
+            },
+            init, xs, {.unroll = true});
       },
       o);
   CHECK_THROWS_WITH(dynamic(kiln::zeros({2}), kiln::zeros({3, 2})),

@@ -25,10 +25,16 @@ using kiln::Shape;
 using kiln::Tensor;
 using kiln::detail::GemmBackend;
 
-/// Forces a backend for its lifetime.
+/// Forces a backend for its lifetime, then restores the one forced before (KILN_GEMM's, when the
+/// suite runs under it), so that later tests still run the backend they were asked to.
 struct ForcedBackend {
-  explicit ForcedBackend(GemmBackend b) { kiln::detail::set_gemm_backend(b); }
-  ~ForcedBackend() { kiln::detail::set_gemm_backend(GemmBackend::automatic); }
+  explicit ForcedBackend(GemmBackend b) : previous(kiln::detail::forced_gemm_backend()) {
+    kiln::detail::set_gemm_backend(b);
+  }
+  ~ForcedBackend() { kiln::detail::set_gemm_backend(previous); }
+  ForcedBackend(const ForcedBackend&) = delete;
+  ForcedBackend& operator=(const ForcedBackend&) = delete;
+  GemmBackend previous;
 };
 
 /// Multiples of 1/8 in [-1, 1], from a seed.
