@@ -19,8 +19,12 @@
 //   softmax     kiln::softmax over the rows of f32[4096, 1024], a cached kiln::function
 //   log_softmax kiln::log_softmax over the same rows (the reference: copy 1->1)
 //   logsumexp   kiln::logsumexp over the same rows, one value out per row (the reference: read)
+//   layer_norm  kiln::nn::layer_norm over rows of normal samples, f32[4096, 1024], gamma and beta
+//               f32[1024] (the reference: copy 1->1)
+//   rms_norm    kiln::nn::rms_norm over those rows, gamma f32[1024] (copy 1->1)
 // Bytes are the compulsory traffic: every input byte read once and every output byte written
-// once (chain 4 x 16 MiB, sum 64 MiB, softmax and log_softmax 2 x 16 MiB, logsumexp 16 MiB, copy
+// once (chain 4 x 16 MiB, sum 64 MiB, softmax, log_softmax, layer_norm and rms_norm 2 x 16 MiB
+// (gamma and beta stay in cache), logsumexp 16 MiB, copy
 // 1->1 2 x 16 MiB, copy 3->1 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference
 // is split over as many persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller
 // included, two barrier waits per call. The copies store as kiln's kernels do: non-temporal stores
@@ -277,6 +281,24 @@ int main(int argc, char** argv) try {
         kiln::log(kiln::sum(kiln::exp(kiln::slice(logits, 0, 7, 8)))).item<float>();
     check(std::abs(lse - direct) < 1e-4f, "logsumexp: wrong result");
   }
+  // Rows of normal samples for the norms (a row of the linspace above has a variance far below
+  // epsilon).
+  const Tensor activations = kiln::random::normal({4096, 1024}, 0, 1, 5);
+  const Tensor gamma = kiln::full(Shape{1024}, 1.5), beta = kiln::full(Shape{1024}, 0.25);
+  auto layer_norm =
+      kiln::function([&](const Tensor& x) { return kiln::nn::layer_norm(x, gamma, beta); });
+  {
+    const Tensor row = kiln::slice(layer_norm(activations), 0, 7, 8);
+    check(std::abs(kiln::mean(row).item<float>() - 0.25f) < 1e-4f &&
+              std::abs(kiln::mean(kiln::square(row - 0.25f)).item<float>() - 2.25f) < 1e-3f,
+          "layer_norm: a row's mean or variance is wrong");
+  }
+  auto rms_norm = kiln::function([&](const Tensor& x) { return kiln::nn::rms_norm(x, gamma); });
+  {
+    const Tensor row = kiln::slice(rms_norm(activations), 0, 7, 8);
+    check(std::abs(kiln::mean(kiln::square(row)).item<float>() - 2.25f) < 1e-3f,
+          "rms_norm: a row's mean square is wrong");
+  }
 
   constexpr double m16 = static_cast<double>(mib16);
   std::vector<Row> rows;
@@ -355,6 +377,18 @@ int main(int argc, char** argv) try {
                   [&] { logsumexp(logits); },
                   3,
                   "the same rows, one value out per row",
+                  {}});
+  rows.push_back({"layer_norm traced",
+                  2 * m16,
+                  [&] { layer_norm(activations); },
+                  0,
+                  "normal f32[4096, 1024], gamma, beta",
+                  {}});
+  rows.push_back({"rms_norm traced",
+                  2 * m16,
+                  [&] { rms_norm(activations); },
+                  0,
+                  "f32[4096, 1024], gamma",
                   {}});
 
   // Calibrate each row's calls per sample, then sample the rows in turn.

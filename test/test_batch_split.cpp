@@ -79,6 +79,7 @@ TEST_CASE("batch_rows splits graphs whose rows are independent and refuses the o
           "[batch_split]") {
   kiln::Variable rows_var(kiln::ones({32, 8}), "per_row");
   kiln::Variable weight(kiln::ones({8, 4}), "weight");
+  kiln::Variable scale(kiln::ones({8}), "scale");
   struct Case {
     const char* what;
     Shape x;
@@ -106,6 +107,18 @@ TEST_CASE("batch_rows splits graphs whose rows are independent and refuses the o
          return kiln::concat({x, kiln::exp(x)}, 1);
        },
        true},
+      {"layer norm over features",
+       {32, 8},
+       [&](const Tensor& x) { return kiln::nn::layer_norm(x, scale.value(), scale.value() * 2.F); },
+       true},
+      {"layer norm with a constant gamma as long as the batch",
+       {32, 32},
+       [](const Tensor& x) { return kiln::nn::rms_norm(x, kiln::ones({32}) * 2.F); },
+       false},
+      {"layer norm over everything",
+       {32, 8},
+       [](const Tensor& x) { return kiln::nn::layer_norm(x, Tensor(), Tensor(), 0); },
+       false},
       {"sum over the batch", {32, 8}, [](const Tensor& x) { return kiln::sum(x, {0}); }, false},
       {"mean of everything", {32, 8}, [](const Tensor& x) { return kiln::mean(x) * x; }, false},
       {"contraction over rows",

@@ -106,6 +106,11 @@ std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
                           kiln::scatter_nd(x, kiln::tensor({1, 3}, {2, 1}), kiln::ones({2, 3}),
                                            kiln::ScatterMode::add) +
                           kiln::sum(kiln::gather_nd(x, rows), {0}, true);
+  const Tensor scale = kiln::tensor<float>({0.5f, 1.5f, 1.f, 2.f, 0.75f, 1.25f}, {6});
+  const Tensor norms = kiln::nn::layer_norm(ab, scale, scale * -0.5f) +
+                       kiln::nn::layer_norm(ab, Tensor(), Tensor(), 0, 1e-3) +
+                       kiln::nn::layer_norm(ab, Tensor(), scale) + kiln::nn::rms_norm(ab, scale) +
+                       kiln::nn::rms_norm(ab, Tensor(), 0);
   const kiln::TopK top = kiln::top_k(x, 2, 1);
   const Tensor ties = kiln::round(x * 0.5f);
   return {r,
@@ -115,7 +120,8 @@ std::vector<Tensor> many_ops(const Tensor& x, const Tensor& ids) {
           trig,
           indexing,
           top.values * kiln::cast(top.indices, kiln::f32),
-          kiln::argmax(ties, 1, true, true) + kiln::argmin(ties, 0, true, true)};
+          kiln::argmax(ties, 1, true, true) + kiln::argmin(ties, 0, true, true),
+          norms};
 }
 
 /// Convolutions and pooling in both layouts (ONNX puts channels first: the channels-last ones

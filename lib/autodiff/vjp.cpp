@@ -156,12 +156,43 @@ Tensor first_step(const Tensor& r, std::int64_t from, std::int64_t to) {
 
 }  // namespace
 
+/// Gradients of layer_norm and rms_norm (x, then gamma and beta where the entry has them), from
+/// x recomputed with kiln ops: xhat = (x - mean) r, r = 1 / sqrt(var + epsilon) (no mean, and
+/// the mean square for var, in rms_norm). With dxhat = g gamma, dx = r (dxhat - mean(dxhat) -
+/// xhat mean(dxhat xhat)) over the rows (no mean(dxhat) in rms_norm); dgamma is the sum of
+/// g xhat over the leading axes, dbeta the sum of g.
+std::vector<Tensor> normalize_vjp(const TapeEntry& e, const Tensor& g) {
+  const Tensor& x = e.inputs[0];
+  const bool centered = e.prim == Prim::layer_norm;
+  std::vector<std::int64_t> row_axes, leading_axes;
+  for (std::int64_t a = 0; a < x.ndim(); ++a)
+    (a < e.attrs.axes[0] ? leading_axes : row_axes).push_back(a);
+  const Tensor xc = centered ? x - mean(x, row_axes, true) : x;
+  const Tensor r = rsqrt(mean(square(xc), row_axes, true) + e.attrs.value);
+  const Tensor xhat = xc * r;
+  const auto has = [&](std::size_t flag) {
+    return e.attrs.ints.size() > flag && e.attrs.ints[flag] != 0;
+  };
+  const Tensor gamma = has(0) ? e.inputs[1] : Tensor();
+  const Tensor dxhat = gamma.defined() ? g * gamma : g;
+  Tensor inner = dxhat - xhat * mean(dxhat * xhat, row_axes, true);
+  if (centered) inner = inner - mean(dxhat, row_axes, true);
+  std::vector<Tensor> grads{r * inner};
+  const auto over_rows = [&](const Tensor& t) {
+    return leading_axes.empty() ? t : sum(t, leading_axes);
+  };
+  if (gamma.defined()) grads.push_back(over_rows(g * xhat));
+  if (centered && has(1)) grads.push_back(over_rows(g));
+  return grads;
+}
+
 bool is_differentiable(Prim p) { return info(p).differentiable; }
 
 std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
   if (info(e.prim).row_kernel) return elementwise_vjp(e, g);
   if (info(e.prim).family == Family::indexing) return indexing_vjp(e, g);
   if (info(e.prim).family == Family::window) return window_vjp(e, g);
+  if (e.prim == Prim::layer_norm || e.prim == Prim::rms_norm) return normalize_vjp(e, g);
   const auto& in = e.inputs;
   const Tensor& y = e.output;
   auto x = [&](std::size_t i) -> const Tensor& { return in[i]; };

@@ -86,9 +86,13 @@ class RowAnalysis {
     if (!spans_rows(id)) return std::nullopt;
     const std::int32_t in = node.inputs[0];
     switch (rule) {
-      case SplitRule::reduce:
+      case SplitRule::reduce: {
+        // Inputs after the first (layer_norm's gamma and beta) are the same for every row.
+        for (std::size_t i = 1; i < node.inputs.size(); ++i)
+          if (is_split(node.inputs[i])) return std::nullopt;
         return node.attrs.axes.empty() || node.attrs.axes[0] == 0 ? std::nullopt
                                                                   : std::optional<bool>(true);
+      }
       case SplitRule::reshape:
         return spans_rows(in) ? std::optional<bool>(true) : std::nullopt;
       case SplitRule::transpose:

@@ -23,6 +23,10 @@ std::string attrs_text(const Node& n) {
     case Family::reduce:
       parts.push_back(fmt::format("axes={}", a.axes.to_string()));
       if (a.keepdims) parts.push_back("keepdims");
+      if (n.prim == Prim::layer_norm || n.prim == Prim::rms_norm) {
+        parts.push_back(fmt::format("epsilon={}", a.value));
+        parts.push_back(fmt::format("ints=[{}]", fmt::join(a.ints, ",")));
+      }
       break;
     case Family::movement:
       if (n.prim == Prim::transpose) parts.push_back(fmt::format("perm={}", a.axes.to_string()));

@@ -245,6 +245,8 @@ std::string OnnxWriter::node(const GraphData& g, const Node& n) {
   }
   switch (p.family) {
     case detail::Family::reduce:
+      if (n.prim == Prim::layer_norm || n.prim == Prim::rms_norm)
+        return normalization(n, x, g.nodes[static_cast<std::size_t>(n.inputs[0])]);
       return reduce(n, x[0], g.nodes[static_cast<std::size_t>(n.inputs[0])]);
     case detail::Family::movement:
       return movement(n, x, g);

@@ -171,6 +171,38 @@ std::string OnnxWriter::floor_div(const std::string& a, const std::string& b, DT
   return op("Sub", {q, cast_to(adjust, dtype)});
 }
 
+std::string OnnxWriter::normalization(const Node& n, const std::vector<std::string>& x,
+                                      const Node& input) {
+  const std::int64_t first = n.attrs.axes[0];
+  std::vector<std::int64_t> tail, row_axes;
+  for (std::size_t d = static_cast<std::size_t>(first); d < input.shape.size(); ++d) {
+    tail.push_back(input.shape[d]);
+    row_axes.push_back(static_cast<std::int64_t>(d));
+  }
+  const auto has = [&](std::size_t flag) {
+    return n.attrs.ints.size() > flag && n.attrs.ints[flag] != 0;
+  };
+  const std::string gamma = has(0) ? x.at(1) : std::string();
+  if (n.prim == Prim::layer_norm) {
+    std::vector<std::string> inputs{
+        x[0], has(0) ? gamma : op("Expand", {scalar(1, n.dtype), ints(tail)})};
+    if (has(1)) inputs.push_back(x.at(has(0) ? 2 : 1));
+    const std::string out = fresh("v");
+    onnx::NodeProto& node = emit(graph_, "LayerNormalization", inputs, {out});
+    attr(node, "axis", first);
+    float_attr(node, "epsilon", static_cast<float>(n.attrs.value));
+    return out;
+  }
+  const std::string out = fresh("v");
+  onnx::NodeProto& mean_square = emit(graph_, "ReduceMean", {op("Mul", {x[0], x[0]})}, {out});
+  attr(mean_square, "axes", row_axes);
+  attr(mean_square, "keepdims", 1);
+  const std::string scale =
+      op("Reciprocal", {op("Sqrt", {op("Add", {out, scalar(n.attrs.value, n.dtype)})})});
+  const std::string y = op("Mul", {x[0], scale});
+  return has(0) ? op("Mul", {y, gamma}) : y;
+}
+
 std::string OnnxWriter::reduce(const Node& n, const std::string& x, const Node& input) {
   const std::vector<std::int64_t> axes(n.attrs.axes.begin(), n.attrs.axes.end());
   if (axes.empty()) return op("Identity", {x});

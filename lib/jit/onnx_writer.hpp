@@ -215,6 +215,12 @@ class OnnxWriter {
     a->set_type(onnx::AttributeProto::INT);
     a->set_i(value);
   }
+  static void float_attr(onnx::NodeProto& n, const char* name, float value) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::FLOAT);
+    a->set_f(value);
+  }
   static void attr(onnx::NodeProto& n, const char* name, const std::string& value) {
     auto* a = n.add_attribute();
     a->set_name(name);
@@ -265,6 +271,10 @@ class OnnxWriter {
   /// remainder is nonzero and a, b have opposite signs.
   std::string floor_div(const std::string& a, const std::string& b, DType dtype);
   std::string reduce(const Node& n, const std::string& x, const Node& input);
+  /// layer_norm as ONNX LayerNormalization (a Scale of ones where the node has no gamma);
+  /// rms_norm as x * 1 / sqrt(ReduceMean(x * x) + epsilon) * gamma (RMSNormalization needs
+  /// opset 23).
+  std::string normalization(const Node& n, const std::vector<std::string>& x, const Node& input);
   std::string movement(const Node& n, const std::vector<std::string>& x, const GraphData& g);
   std::string indexing(const Node& n, const std::vector<std::string>& x, const GraphData& g);
   /// conv, the transposed convolution and pooling. ONNX puts channels first: a channels-last

@@ -46,6 +46,9 @@
 #include "kernels/softmax_rows_arch.hpp"
 #include "kernels/sum_rows_arch.hpp"
 
+// After softmax_rows_arch.hpp: it uses lane_sum and kSoftmaxBlock.
+#include "kernels/normalize_rows_arch.hpp"
+
 namespace kiln::detail {
 
 namespace {
@@ -365,6 +368,10 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.log_softmax_row[dtype_index(DType::f64)] = &log_softmax_row<Arch, double>;
   t.logsumexp_row[dtype_index(DType::f32)] = &logsumexp_row<Arch, float>;
   t.logsumexp_row[dtype_index(DType::f64)] = &logsumexp_row<Arch, double>;
+  t.layer_norm_row[dtype_index(DType::f32)] = &normalize_row<Arch, float, true>;
+  t.layer_norm_row[dtype_index(DType::f64)] = &normalize_row<Arch, double, true>;
+  t.rms_norm_row[dtype_index(DType::f32)] = &normalize_row<Arch, float, false>;
+  t.rms_norm_row[dtype_index(DType::f64)] = &normalize_row<Arch, double, false>;
   t.sum_rows[dtype_index(DType::f32)] = &sum_rows<Arch, float>;
   t.sum_rows[dtype_index(DType::f64)] = &sum_rows<Arch, double>;
   t.gate_panel[dtype_index(DType::f32)] = &gate_panel<Arch, float>;

@@ -83,6 +83,13 @@ using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
 /// for the n elements at next (the caller's next row, or null) on the way: the softmax and
 /// log_softmax primitives' rows, kernels/softmax_rows_arch.hpp.
 using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next);
+/// out[0, n) = the row in[0, n) normalized, n >= 1 (in may be out): (x - mean) / sqrt(var +
+/// epsilon) for layer_norm, x / sqrt(mean(x^2) + epsilon) for rms_norm, then times gamma[0, n)
+/// and plus beta[0, n) where they are not null, asking for the n elements at next (the caller's
+/// next row, or null) on the way: the layer_norm and rms_norm primitives' rows,
+/// kernels/normalize_rows_arch.hpp.
+using NormalizeRowFn = void (*)(const void* in, const void* gamma, const void* beta, void* out,
+                                std::int64_t n, double epsilon, const void* next);
 /// acc[k] = the sum of x[r * ld + k] over rows r = 0, 1, ... rows - 1, added in that order, for
 /// k < cols (rows >= 1; acc overlaps nothing): the leaves of the pairwise float sums of
 /// kernels/reduce.cpp, kernels/sum_rows_arch.hpp.
@@ -156,6 +163,8 @@ struct ElementwiseRowTable {
   SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
   SoftmaxRowFn log_softmax_row[num_dtypes] = {};   // floating-point dtypes only
   SoftmaxRowFn logsumexp_row[num_dtypes] = {};     // floating-point dtypes only; one element out
+  NormalizeRowFn layer_norm_row[num_dtypes] = {};  // floating-point dtypes only
+  NormalizeRowFn rms_norm_row[num_dtypes] = {};    // floating-point dtypes only
   SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype

@@ -478,39 +478,26 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
-/// Prim::softmax, Prim::log_softmax and Prim::logsumexp over contiguous rows of
-/// n = in.shape[axes[0]] elements (every later dim is 1): each row by the row table's
-/// softmax_row (max, exp and its sum, the product by the sum's reciprocal), log_softmax_row
-/// (max, the sum of the exps, x - max minus the sum's log) or logsumexp_row (one value per row:
-/// the max plus that log), asking for the next row as it goes. Rows are split over the threads.
-/// A large output of whole rows is written with non-temporal stores: each row is computed in
-/// this thread's scratch (in L1) and then streamed out.
-template <class T>
-void softmax_typed(const KernelCall& call) {
-  const ArrayRef& in = call.inputs[0];
-  const std::int64_t n = in.shape[static_cast<std::size_t>(call.attrs.axes[0])];
-  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
+/// Runs row(in_row, out_row, next_in_row) for each of `rows` contiguous rows of n elements of x,
+/// writing out_row elements per row to y (next_in_row: the next row this thread runs, or null).
+/// Rows are split over the threads. A large output of whole rows is written with non-temporal
+/// stores: each row is computed in this thread's scratch (in L1) and then streamed out.
+template <class T, class Row>
+void for_each_row(const T* x, T* y, std::int64_t rows, std::int64_t n, std::int64_t out_row,
+                  const Row& row) {
   if (rows == 0) return;
-  const ElementwiseRowTable& table = elementwise_rows();
-  const std::size_t d = dtype_index(in.dtype);
-  const SoftmaxRowFn softmax_row = call.prim == Prim::log_softmax ? table.log_softmax_row[d]
-                                   : call.prim == Prim::logsumexp ? table.logsumexp_row[d]
-                                                                  : table.softmax_row[d];
-  const std::int64_t out_row = call.prim == Prim::logsumexp ? 1 : n;  // elements out per row
-  const StreamCopyFn stream_copy = table.stream_copy;
+  const StreamCopyFn stream_copy = elementwise_rows().stream_copy;
   const bool stream =
       out_row == n && rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
-  const T* x = in.ptr<const T>();
-  T* y = call.out.ptr<T>();
   auto run_rows = [&](std::int64_t begin, std::int64_t end) {
     std::vector<T> row_out(stream ? static_cast<std::size_t>(n) : 0);
     for (std::int64_t r = begin; r < end; ++r) {
       const T* next = r + 1 < end ? x + (r + 1) * n : nullptr;
       if (!stream) {
-        softmax_row(x + r * n, y + r * out_row, n, next);
+        row(x + r * n, y + r * out_row, next);
         continue;
       }
-      softmax_row(x + r * n, row_out.data(), n, next);
+      row(x + r * n, row_out.data(), next);
       stream_copy(y + r * n, row_out.data(), n * static_cast<std::int64_t>(sizeof(T)));
     }
 #if defined(__SSE2__)
@@ -521,6 +508,55 @@ void softmax_typed(const KernelCall& call) {
     parallel_for_balanced(rows, 1, run_rows);
   else
     run_rows(0, rows);
+}
+
+/// Prim::softmax, Prim::log_softmax and Prim::logsumexp over contiguous rows of
+/// n = in.shape[axes[0]] elements (every later dim is 1): each row by the row table's
+/// softmax_row (max, exp and its sum, the product by the sum's reciprocal), log_softmax_row
+/// (max, the sum of the exps, x - max minus the sum's log) or logsumexp_row (one value per row:
+/// the max plus that log), asking for the next row as it goes.
+template <class T>
+void softmax_typed(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  const std::int64_t n = in.shape[static_cast<std::size_t>(call.attrs.axes[0])];
+  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
+  const ElementwiseRowTable& table = elementwise_rows();
+  const std::size_t d = dtype_index(in.dtype);
+  const SoftmaxRowFn softmax_row = call.prim == Prim::log_softmax ? table.log_softmax_row[d]
+                                   : call.prim == Prim::logsumexp ? table.logsumexp_row[d]
+                                                                  : table.softmax_row[d];
+  const std::int64_t out_row = call.prim == Prim::logsumexp ? 1 : n;  // elements out per row
+  for_each_row(in.ptr<const T>(), call.out.ptr<T>(), rows, n, out_row,
+               [&](const T* x, T* y, const T* next) { softmax_row(x, y, n, next); });
+}
+
+/// Prim::layer_norm and Prim::rms_norm over the contiguous rows in.shape[axes[0]:]: each row by
+/// the row table's layer_norm_row or rms_norm_row with the gamma and beta rows the call has
+/// (attrs.ints says which), asking for the next row as it goes.
+template <class T>
+void normalize_typed(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  std::int64_t n = 1;
+  for (std::size_t a = static_cast<std::size_t>(call.attrs.axes[0]); a < in.shape.size(); ++a)
+    n *= in.shape[a];
+  const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
+  const ElementwiseRowTable& table = elementwise_rows();
+  const std::size_t d = dtype_index(in.dtype);
+  const NormalizeRowFn normalize_row =
+      call.prim == Prim::layer_norm ? table.layer_norm_row[d] : table.rms_norm_row[d];
+  std::size_t next_input = 1;
+  const auto optional_row = [&](std::size_t flag) -> const T* {
+    if (call.attrs.ints.size() <= flag || call.attrs.ints[flag] == 0) return nullptr;
+    if (next_input >= call.inputs.size() || call.inputs[next_input].numel() != n)
+      fail(name(call.prim), "internal: the call's inputs do not match its attributes");
+    return call.inputs[next_input++].ptr<const T>();
+  };
+  const T* gamma = optional_row(0);
+  const T* beta = call.prim == Prim::layer_norm ? optional_row(1) : nullptr;
+  const double epsilon = call.attrs.value;
+  for_each_row(
+      in.ptr<const T>(), call.out.ptr<T>(), rows, n, n,
+      [&](const T* x, T* y, const T* next) { normalize_row(x, gamma, beta, y, n, epsilon, next); });
 }
 
 /// True when v should replace best as the running arg-extremum: NaN wins and stays (the first
@@ -647,6 +683,10 @@ void run_reduce(const KernelCall& call) {
       case Prim::log_softmax:
       case Prim::logsumexp:
         if constexpr (std::is_floating_point_v<T>) softmax_typed<T>(call);
+        break;
+      case Prim::layer_norm:
+      case Prim::rms_norm:
+        if constexpr (std::is_floating_point_v<T>) normalize_typed<T>(call);
         break;
       case Prim::dim_size: {
         std::int64_t count = 1;

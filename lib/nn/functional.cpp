@@ -1,10 +1,12 @@
 // kiln::nn's normalization and attention functions, written with kiln ops: each validates its
-// arguments (so its errors name it) and then composes public ops.
+// arguments (so its errors name it) and then composes public ops; layer_norm and rms_norm run as
+// primitives over contiguous static rows (normalized_rows).
 #include "kiln/nn/functional.hpp"
 
 #include <array>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/fail.hpp"
 #include "kiln/creation.hpp"
@@ -89,6 +91,28 @@ Tensor standardized(const Tensor& x, const Tensor& mean, const Tensor& var, doub
   return affine((x - mean) * rsqrt(var + epsilon), gamma, beta);
 }
 
+/// The layer_norm or rms_norm primitive over the rows x.shape[first:], with gamma and beta (where
+/// defined) broadcast to the rows' shape; an undefined Tensor where it does not apply (a dynamic
+/// dim, an empty x), and the caller's composite runs. The primitive reads each row from memory
+/// once and writes it once; the composite makes five passes over x and four temporaries.
+Tensor normalized_rows(detail::Prim p, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                       std::int64_t first, double epsilon) {
+  if (x.shape().has_dynamic_dims() || x.size() == 0) return Tensor();
+  Shape tail;
+  for (std::size_t d = static_cast<std::size_t>(first); d < x.shape().size(); ++d)
+    tail.push_back(x.shape()[d]);
+  detail::Attrs attrs;
+  attrs.axes = Shape{first};
+  attrs.value = epsilon;
+  std::vector<Tensor> inputs{x};
+  for (const Tensor* t : {&gamma, &beta}) {
+    if (p == detail::Prim::rms_norm && t == &beta) break;
+    attrs.ints.push_back(t->defined() ? 1 : 0);
+    if (t->defined()) inputs.push_back(t->shape() == tail ? *t : broadcast_to(*t, tail));
+  }
+  return detail::apply(p, inputs, attrs, x.dtype(), x.shape());
+}
+
 void check_rank(const Tensor& x, std::int64_t min_rank, std::string_view op,
                 std::string_view layout) {
   if (x.ndim() < min_rank)
@@ -120,6 +144,9 @@ Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, std:
   const std::int64_t first = detail::normalize_axis(axis, x.ndim(), op);
   check_broadcasts_to_tail(gamma, x, first, op, "gamma");
   check_broadcasts_to_tail(beta, x, first, op, "beta");
+  if (Tensor y = normalized_rows(detail::Prim::layer_norm, x, gamma, beta, first, epsilon);
+      y.defined())
+    return y;
   const std::vector<std::int64_t> axes = axes_from(first, x.ndim());
   const Tensor m = mean(x, axes, true);
   const Tensor var = mean(square(x - m), axes, true);
@@ -131,6 +158,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& gamma, std::int64_t axis, double 
   floating(x, op, "x");
   const std::int64_t first = detail::normalize_axis(axis, x.ndim(), op);
   check_broadcasts_to_tail(gamma, x, first, op, "gamma");
+  if (Tensor y = normalized_rows(detail::Prim::rms_norm, x, gamma, Tensor(), first, epsilon);
+      y.defined())
+    return y;
   const Tensor y = x * rsqrt(mean(square(x), axes_from(first, x.ndim()), true) + epsilon);
   return gamma.defined() ? y * gamma : y;
 }

@@ -128,7 +128,8 @@ bool computes_u64(Prim p) {
     case Family::ternary:
     case Family::reduce:
     case Family::indexing:
-      return p != Prim::softmax && p != Prim::log_softmax && p != Prim::logsumexp;
+      return p != Prim::softmax && p != Prim::log_softmax && p != Prim::logsumexp &&
+             p != Prim::layer_norm && p != Prim::rms_norm;
     default:
       return false;
   }
