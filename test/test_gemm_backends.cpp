@@ -223,6 +223,13 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
                                                                    : c.avx512;
     CHECK(Gemm<float>(c.s).backend() == want);
   }
+  // The large squares: the library with AVX-512 code (K >= 1024); with AVX2 code OpenBLAS (ties
+  // with oneDNN on the Zen 3), except on a Zen 2, where oneDNN leads from sides of 1024; 512^3
+  // stays OpenBLAS's there too.
+  const bool zen2 = __builtin_cpu_is("znver2") != 0;
+  for (const GemmShape& large : {shape(1024, 1024, 1024), shape(4096, 4096, 1024)})
+    CHECK(Gemm<float>(large).backend() == (avx512 || zen2 ? library : GemmBackend::openblas));
+  if (!avx512) CHECK(Gemm<float>(shape(512, 512, 512)).backend() == GemmBackend::openblas);
   // A transposed B (read in place; libxsmm cannot): the library, except that with AVX2 code
   // OpenBLAS takes long contractions over many rows (an MLP's input gradient).
   const auto transposed_b = [](int m, int n, int k) {

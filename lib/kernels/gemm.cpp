@@ -90,6 +90,20 @@ bool intel_cpu() {
 #endif
 }
 
+/// Whether this is an AMD Zen 2 CPU (family 17h, models from 30h), where oneDNN's AVX2 kernels
+/// lead OpenBLAS's on the largest products (choose_avx2_f32).
+bool zen2_cpu() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool zen2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_is("znver2") != 0;
+  }();
+  return zen2;
+#else
+  return false;
+#endif
+}
+
 /// A small f32 product that OpenBLAS runs faster than libxsmm with AVX-512 code (work enough
 /// for OpenBLAS's call to pay; the smallest stay on libxsmm, 32x20x20: 49 against 38 GFLOP/s):
 /// a C whose rows (libxsmm's columns: it computes C^T = B^T A^T) fill their last vector by three
@@ -142,7 +156,11 @@ bool xsmm_transposed_wins(const GemmShape& s) {
 ///   OpenBLAS 111-118, libxsmm 66-93);
 /// - the rest: OpenBLAS (an LSTM step's half at hidden 512, 64x1024x512: 120 against 72-77;
 ///   Dense 1024 at batch 256: 130-163 against 52-78; 512^3: 138-162 against 112-123; the large
-///   squares are ties with oneDNN).
+///   squares are ties with oneDNN on the Zen 3);
+/// - except on a Zen 2, where every side of 1024 or more goes to oneDNN (1024^3: 157-163
+///   against OpenBLAS's 139-152; 4096x4096x1024: 160-169 against 146-160; 2048^3 147-171
+///   against 143-165), while 512^3 (OpenBLAS 162-166 against 144-151) and a Dense 1024 at batch
+///   256 (130-146 against oneDNN's 61-62) stay OpenBLAS's.
 GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   if (is_small(s.m, s.n, s.k))
@@ -150,6 +168,7 @@ GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
                ? GemmBackend::xsmm
                : library;
   if (s.k >= 4 * std::max(s.m, s.n)) return library;
+  if (s.m >= 1024 && s.n >= 1024 && s.k >= 1024 && zen2_cpu()) return library;
   if (s.k <= 64) return GemmBackend::xsmm;
   if (s.k <= 128) return library;
   return GemmBackend::openblas;
