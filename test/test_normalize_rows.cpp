@@ -9,10 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <kiln/kiln.hpp>
 
@@ -318,4 +321,19 @@ TEST_CASE("the normalization primitives run where the rows are contiguous and st
   const Tensor xt = kiln::transpose(kiln::random::normal({6, 5}, 0, 1, 53));
   CHECK(same_bits(kiln::nn::rms_norm(xt, gamma), kiln::nn::rms_norm(xt.contiguous(), gamma)));
   CHECK(kiln::nn::layer_norm(kiln::zeros({0, 6}), gamma, {}).shape() == Shape{0, 6});
+}
+
+TEST_CASE("an exported function keeps its layer_norm and rms_norm", "[reduce][nn_ops][export]") {
+  const Tensor gamma = kiln::random::uniform({2, 33}, 0.5, 1.5, 61);
+  const Tensor beta = kiln::random::uniform({33}, -1, 1, 62);
+  auto f = kiln::function([&](const Tensor& x) {
+    return kiln::nn::layer_norm(x, gamma, beta, 1, 1e-3) + kiln::nn::rms_norm(x, Tensor(), -1);
+  });
+  const Tensor x = kiln::random::normal({4, 2, 33}, 0, 2, 63);
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("kiln_normalize_rows_" + std::to_string(::getpid()) + ".kiln");
+  kiln::export_function(f.get_concrete_function(x), path);
+  const kiln::LoadedFunction loaded = kiln::load_function(path);
+  std::filesystem::remove(path);
+  CHECK(same_bits(loaded(x).at(0), f(x)));
 }
