@@ -24,15 +24,7 @@ namespace {
 
 using kiln::Shape;
 using kiln::Tensor;
-
-/// While alive, outputs of more than 8 MiB are streamed (the default bound is the last-level
-/// cache, tens of MiB), so the streaming paths run on test-sized data.
-struct StreamAbove8MiB {
-  StreamAbove8MiB() { kiln::detail::set_stream_output_bytes(std::int64_t{8} << 20); }
-  ~StreamAbove8MiB() { kiln::detail::set_stream_output_bytes(0); }
-  StreamAbove8MiB(const StreamAbove8MiB&) = delete;
-  StreamAbove8MiB& operator=(const StreamAbove8MiB&) = delete;
-};
+using kiln::test::StreamAbove8MiB;  // so the streaming paths run on test-sized data
 
 /// Row-major strides of a contiguous shape.
 Shape contiguous_strides(const Shape& shape) {

@@ -123,13 +123,16 @@ const char* kind(const Norm& n) { return n.centered ? "layer_norm" : "rms_norm";
 
 TEST_CASE("the layer_norm and rms_norm primitives are accurate, eager and traced alike",
           "[reduce][nn_ops]") {
+  const kiln::test::StreamAbove8MiB streamed;
   struct Case {
     Shape shape;
     std::int64_t first;
   };
+  // The two large shapes run two of the norms (layer_norm with gamma and beta, rms_norm with
+  // gamma); the others all six.
   const Case cases[] = {
       {{512, 1024}, 1},    // 2 MiB: split over threads
-      {{4096, 1024}, -1},  // 16 MiB: streamed stores, split over threads
+      {{2560, 1024}, -1},  // 10 MiB: streamed stores, split over threads
       {{37, 3}, 1},        // short rows
       {{5}, 0},            // one row shorter than a vector
       {{2, 10001}, 1},     // several blocks of the sums
@@ -146,7 +149,11 @@ TEST_CASE("the layer_norm and rms_norm primitives are accurate, eager and traced
     CAPTURE(c.shape, first);
     const Tensor x64 = kiln::random::normal(c.shape, 0.5, 3,
                                             static_cast<std::uint64_t>(c.shape.numel()), kiln::f64);
-    for (const Norm& norm : norms_for(n)) {
+    const bool large = c.shape.numel() >= (std::int64_t{1} << 19);
+    const std::vector<Norm> all = norms_for(n);
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      if (large && k != 0 && k != 4) continue;
+      const Norm& norm = all[k];
       CAPTURE(kind(norm), norm.gamma.size(), norm.beta.size());
       for (kiln::DType dtype : {kiln::f32, kiln::f64}) {
         CAPTURE(kiln::dtype_name(dtype));
