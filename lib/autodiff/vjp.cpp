@@ -170,10 +170,8 @@ std::vector<Tensor> normalize_vjp(const TapeEntry& e, const Tensor& g) {
   const Tensor xc = centered ? x - mean(x, row_axes, true) : x;
   const Tensor r = rsqrt(mean(square(xc), row_axes, true) + e.attrs.value);
   const Tensor xhat = xc * r;
-  const auto has = [&](std::size_t flag) {
-    return e.attrs.ints.size() > flag && e.attrs.ints[flag] != 0;
-  };
-  const Tensor gamma = has(0) ? e.inputs[1] : Tensor();
+  const NormalizeInputs at = normalize_inputs(e.attrs);
+  const Tensor gamma = at.gamma >= 0 ? e.inputs[static_cast<std::size_t>(at.gamma)] : Tensor();
   const Tensor dxhat = gamma.defined() ? g * gamma : g;
   Tensor inner = dxhat - xhat * mean(dxhat * xhat, row_axes, true);
   if (centered) inner = inner - mean(dxhat, row_axes, true);
@@ -182,7 +180,7 @@ std::vector<Tensor> normalize_vjp(const TapeEntry& e, const Tensor& g) {
     return leading_axes.empty() ? t : sum(t, leading_axes);
   };
   if (gamma.defined()) grads.push_back(over_rows(g * xhat));
-  if (centered && has(1)) grads.push_back(over_rows(g));
+  if (at.beta >= 0) grads.push_back(over_rows(g));
   return grads;
 }
 

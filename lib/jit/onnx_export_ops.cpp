@@ -179,14 +179,12 @@ std::string OnnxWriter::normalization(const Node& n, const std::vector<std::stri
     tail.push_back(input.shape[d]);
     row_axes.push_back(static_cast<std::int64_t>(d));
   }
-  const auto has = [&](std::size_t flag) {
-    return n.attrs.ints.size() > flag && n.attrs.ints[flag] != 0;
-  };
-  const std::string gamma = has(0) ? x.at(1) : std::string();
+  const NormalizeInputs at = normalize_inputs(n.attrs);
+  const std::string gamma = at.gamma >= 0 ? x.at(static_cast<std::size_t>(at.gamma)) : "";
   if (n.prim == Prim::layer_norm) {
     std::vector<std::string> inputs{
-        x[0], has(0) ? gamma : op("Expand", {scalar(1, n.dtype), ints(tail)})};
-    if (has(1)) inputs.push_back(x.at(has(0) ? 2 : 1));
+        x[0], at.gamma >= 0 ? gamma : op("Expand", {scalar(1, n.dtype), ints(tail)})};
+    if (at.beta >= 0) inputs.push_back(x.at(static_cast<std::size_t>(at.beta)));
     const std::string out = fresh("v");
     onnx::NodeProto& node = emit(graph_, "LayerNormalization", inputs, {out});
     attr(node, "axis", first);
@@ -200,7 +198,7 @@ std::string OnnxWriter::normalization(const Node& n, const std::vector<std::stri
   const std::string scale =
       op("Reciprocal", {op("Sqrt", {op("Add", {out, scalar(n.attrs.value, n.dtype)})})});
   const std::string y = op("Mul", {x[0], scale});
-  return has(0) ? op("Mul", {y, gamma}) : y;
+  return at.gamma >= 0 ? op("Mul", {y, gamma}) : y;
 }
 
 std::string OnnxWriter::reduce(const Node& n, const std::string& x, const Node& input) {

@@ -76,32 +76,26 @@ bool xsmm_avx512() {
   return libxsmm_get_target_archid() >= LIBXSMM_X86_AVX512;
 }
 
-/// Whether this is an Intel CPU, whose oneDNN products beat libxsmm's tiles where the AMD
-/// calibration gave them to the tiles (choose).
-bool intel_cpu() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool intel = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_is("intel") != 0;
-  }();
-  return intel;
-#else
-  return false;
-#endif
-}
+/// The CPU models the GEMM rules tell apart, read once from GCC's CPU detection (the CPUID
+/// vendor, family and model): Intel CPUs, whose oneDNN products beat libxsmm's tiles where the
+/// AMD calibration gave them to the tiles (choose); AMD Zen 2 (family 17h, models from 30h),
+/// where oneDNN's AVX2 kernels lead OpenBLAS's on the largest products (choose_avx2_f32).
+struct CpuModel {
+  bool intel = false;
+  bool zen2 = false;
+};
 
-/// Whether this is an AMD Zen 2 CPU (family 17h, models from 30h), where oneDNN's AVX2 kernels
-/// lead OpenBLAS's on the largest products (choose_avx2_f32).
-bool zen2_cpu() {
+const CpuModel& cpu_model() {
+  static const CpuModel model = [] {
+    CpuModel m;
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool zen2 = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_is("znver2") != 0;
-  }();
-  return zen2;
-#else
-  return false;
+    m.intel = __builtin_cpu_is("intel") != 0;
+    m.zen2 = __builtin_cpu_is("znver2") != 0;
 #endif
+    return m;
+  }();
+  return model;
 }
 
 /// A small f32 product that OpenBLAS runs faster than libxsmm with AVX-512 code (work enough
@@ -115,7 +109,7 @@ bool zen2_cpu() {
 /// while 128x20x128 stayed OpenBLAS's (111 against 103). The tables are in
 /// docs/performance.md, "GEMM backends".
 bool openblas_beats_xsmm_avx512(const GemmShape& s) {
-  const int from = intel_cpu() ? 17 : 15;  // log2 of the multiply-adds
+  const int from = cpu_model().intel ? 17 : 15;  // log2 of the multiply-adds
   if (std::int64_t{s.m} * s.n * s.k < (std::int64_t{1} << from)) return false;
   constexpr int w = 16;  // f32 lanes of a 64-byte vector
   if (s.n <= w) return false;
@@ -168,7 +162,7 @@ GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
                ? GemmBackend::xsmm
                : library;
   if (s.k >= 4 * std::max(s.m, s.n)) return library;
-  if (s.m >= 1024 && s.n >= 1024 && s.k >= 1024 && zen2_cpu()) return library;
+  if (s.m >= 1024 && s.n >= 1024 && s.k >= 1024 && cpu_model().zen2) return library;
   if (s.k <= 64) return GemmBackend::xsmm;
   if (s.k <= 128) return library;
   return GemmBackend::openblas;
@@ -353,7 +347,7 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   // and a Dense 1024's weight gradient, 1024x1024x256 with A^T, at 305-321 against 219-268.
   // Shorter contractions stay with the tiles (12800x1024x128: 305-331 against oneDNN's
   // 249-264; 1024x256x64 a tie).
-  if (f32 && s.k >= 256 && intel_cpu()) return library;
+  if (f32 && s.k >= 256 && cpu_model().intel) return library;
   // Tiled libxsmm wins while one dim is short (on the Zen 4): a batch's rows against a weight
   // (an LSTM step's [64, 512] x [512, 2048]: 175 against 121), a short contraction (a weight
   // gradient over 64 rows: 161 against 155; a projection over all steps, K = 128: a tie).

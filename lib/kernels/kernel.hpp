@@ -42,6 +42,21 @@ struct Attrs {
   std::vector<std::int64_t> ints;  // slice: start,step per axis; pad: before,after per axis
 };
 
+/// Where Prim::layer_norm's and Prim::rms_norm's optional inputs are: x is input 0, then gamma
+/// where attrs.ints[0] is set, then beta (layer_norm) where attrs.ints[1] is set; -1 for absent.
+/// The one reading of that layout, for the kernel, the gradient and the ONNX writer.
+struct NormalizeInputs {
+  int gamma = -1, beta = -1;
+};
+inline NormalizeInputs normalize_inputs(const Attrs& attrs) {
+  const auto flag = [&](std::size_t i) { return attrs.ints.size() > i && attrs.ints[i] != 0; };
+  NormalizeInputs at;
+  int next = 1;
+  if (flag(0)) at.gamma = next++;
+  if (flag(1)) at.beta = next;
+  return at;
+}
+
 /// One kernel invocation. `out` is contiguous and allocated with the output shape/dtype.
 /// Elementwise families get inputs broadcast to out.shape (stride 0 on broadcast dims);
 /// the other families get contiguous inputs with their own shapes.

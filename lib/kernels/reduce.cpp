@@ -544,15 +544,16 @@ void normalize_typed(const KernelCall& call) {
   const std::size_t d = dtype_index(in.dtype);
   const NormalizeRowFn normalize_row =
       call.prim == Prim::layer_norm ? table.layer_norm_row[d] : table.rms_norm_row[d];
-  std::size_t next_input = 1;
-  const auto optional_row = [&](std::size_t flag) -> const T* {
-    if (call.attrs.ints.size() <= flag || call.attrs.ints[flag] == 0) return nullptr;
-    if (next_input >= call.inputs.size() || call.inputs[next_input].numel() != n)
+  const auto row_of = [&](int input) -> const T* {
+    if (input < 0) return nullptr;
+    const auto i = static_cast<std::size_t>(input);
+    if (i >= call.inputs.size() || call.inputs[i].numel() != n)
       fail(name(call.prim), "internal: the call's inputs do not match its attributes");
-    return call.inputs[next_input++].ptr<const T>();
+    return call.inputs[i].ptr<const T>();
   };
-  const T* gamma = optional_row(0);
-  const T* beta = call.prim == Prim::layer_norm ? optional_row(1) : nullptr;
+  const NormalizeInputs at = normalize_inputs(call.attrs);
+  const T* gamma = row_of(at.gamma);
+  const T* beta = row_of(at.beta);
   const double epsilon = call.attrs.value;
   for_each_row(
       in.ptr<const T>(), call.out.ptr<T>(), rows, n, n,

@@ -105,11 +105,12 @@ Tensor normalized_rows(detail::Prim p, const Tensor& x, const Tensor& gamma, con
   attrs.axes = Shape{first};
   attrs.value = epsilon;
   std::vector<Tensor> inputs{x};
-  for (const Tensor* t : {&gamma, &beta}) {
-    if (p == detail::Prim::rms_norm && t == &beta) break;
-    attrs.ints.push_back(t->defined() ? 1 : 0);
-    if (t->defined()) inputs.push_back(t->shape() == tail ? *t : broadcast_to(*t, tail));
-  }
+  const auto add = [&](const Tensor& t) {  // the layout detail::normalize_inputs reads
+    attrs.ints.push_back(t.defined() ? 1 : 0);
+    if (t.defined()) inputs.push_back(t.shape() == tail ? t : broadcast_to(t, tail));
+  };
+  add(gamma);
+  if (p == detail::Prim::layer_norm) add(beta);
   return detail::apply(p, inputs, attrs, x.dtype(), x.shape());
 }
 
