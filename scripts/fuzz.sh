@@ -14,6 +14,7 @@
 # longer runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/build-cache.sh
 seconds=${1:-60}
 shift || true
 targets=("$@")
@@ -26,7 +27,10 @@ if ! command -v clang++ >/dev/null; then
   exit 1
 fi
 if [ ! -f "$build/build.ninja" ]; then
-  CXX=clang++ meson setup "$build" -Dfuzzers=true -Db_sanitize=address,undefined \
+  # meson adds ccache by itself only when CXX is not set.
+  compiler=clang++
+  command -v ccache >/dev/null && compiler="ccache clang++"
+  CXX=$compiler meson setup "$build" -Dfuzzers=true -Db_sanitize=address,undefined \
     -Db_lundef=false -Dbuildtype=debugoptimized -Dwerror=false >"$build.setup.log" 2>&1 \
     || { cat "$build.setup.log"; exit 1; }
   rm -f "$build.setup.log"

@@ -8,7 +8,8 @@ packages=(g++ meson ninja-build pkg-config cmake
           libisal-dev libpng-dev  # TensorBoard event files: CRC-32C of records, PNG images
           doxygen graphviz  # the API reference (scripts/api-docs.sh) and graph rendering
           libopenmpi-dev openmpi-bin  # kiln::distributed (issue 22) and mpirun for its tests
-          clang libclang-rt-14-dev)  # clang + its sanitizer/libFuzzer runtime: scripts/fuzz.sh
+          clang libclang-rt-14-dev  # clang + its sanitizer/libFuzzer runtime: scripts/fuzz.sh
+          ccache)  # compiler cache, used by meson when found (scripts/build-cache.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh || exit 1
+source scripts/build-cache.sh
 
 passed=0
 failed=0
