@@ -239,7 +239,8 @@ void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
   const std::int64_t w = table.gate_panel_width[dtype_index(dtype)];
   REQUIRE(panel != nullptr);
   REQUIRE(w >= 4);
-  for (const std::int64_t rows : {1, 2, 3, 5, 6, 7, 8, 9, 10, 12, 13, 16, 17, 18, 19, 64})
+  for (const std::int64_t rows :
+       {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 64})
     for (const std::int64_t k : {0, 1, 3, 37}) {
       INFO(table.isa_name << ", " << rows << " rows, K " << k);
       const std::int64_t lda = k + 3, ldx = w + 5, ldc = w + 2;

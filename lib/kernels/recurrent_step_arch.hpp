@@ -105,12 +105,13 @@ void gate_panel(const GatePanelArgs& g) {
       __builtin_prefetch(rows + r * g.ldx + 2 * xsimd::batch<T, Arch>::size - 1, 0, 3);
     }
   };
-  // Full tiles, but never a last tile of 1 or 2 rows after a full one (2 rows keep 4
-  // accumulators, too few to cover the latency of a fused multiply-add on two pipes: half the
-  // speed): then the last full tile and the 1 or 2 rows run as two tiles of about half each
-  // (6 + 1 rows as 4 + 3, 8 + 2 as 5 + 5).
+  // Full tiles, but never a last tile of 1 to 4 rows after a full one (a tile of r rows keeps
+  // 2 r accumulators, and it takes about 10 to cover the latency of a fused multiply-add on two
+  // pipes: 2 rows run at half the speed, 4 at about four fifths): then the last full tile and
+  // those rows run as two tiles of about half each (6 + 1 rows as 4 + 3, 6 + 4 as 5 + 5, so a
+  // batch of 64 is 9 tiles of 6 and 2 of 5; 8 + 2 as 5 + 5).
   const std::int64_t rest = g.rows % tile;
-  const bool split_last = g.rows > tile && (rest == 1 || rest == 2);
+  const bool split_last = g.rows > tile && rest >= 1 && rest <= 4;
   const std::int64_t full = g.rows - rest - (split_last ? tile : 0);
   std::int64_t i = 0;
   for (; i < full; i += tile) {
@@ -121,7 +122,7 @@ void gate_panel(const GatePanelArgs& g) {
     gate_tile<Arch, T, tile>(g, static_cast<const T*>(g.a) + i * g.lda, x + i * g.ldx,
                              static_cast<T*>(g.c) + i * g.ldc);
   }
-  const std::int64_t left = g.rows - i;  // 0 to tile + 2
+  const std::int64_t left = g.rows - i;  // 0 to tile + 4
   if (left > tile) {
     gate_rows<Arch, T>(g, i, (left + 1) / 2);
     i += (left + 1) / 2;
