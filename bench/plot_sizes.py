@@ -3,7 +3,8 @@
 (bench/results/latest.json): workload 7's cached call (median) at each LSTM size (hidden, T), for
 the forward pass and the train step, kiln and every peer variant. Given several runs' results,
 each point is the median of that point over the runs (on a machine whose speed comes and goes,
-one run can catch kiln or a peer in a slow phase).
+one run can catch kiln or a peer in a slow phase); a run of `bench/compare --rounds N` is drawn
+from its best figures.
 
     ~/.cache/kiln/peers-venv/bin/python bench/plot_sizes.py [RESULTS...] [--output PNG]
 
@@ -59,6 +60,9 @@ def main() -> int:
         highest = max(r.get("machine", {}).get("load_start", [0])[0] for r in runs)
         results["machine"] = {**results.get("machine", {}),
                               "load_start": [f"{highest} (the highest)"]}
+    elif "rounds" in results.get("sizes", {}):
+        rounds = len(results["sizes"]["rounds"])
+        results["date"] = f"{results.get('date', '?')}, best of {rounds} rounds (--rounds)"
     forms = ["kiln"] + compare_sizes.PEER_VARIANTS
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
