@@ -456,7 +456,7 @@ TEST_CASE(
   expected["runs"]["validation"]["graph"] = false;
   std::ofstream(dir / "logs/expected.json") << expected.dump(1);
   const std::string command = fmt::format("'{}' '{}/check_tensorboard.py' --fit '{}'", python,
-                                          KILN_TEST_DATA_DIR, (dir / "logs").string());
+                                          test_paths::data_dir(), (dir / "logs").string());
   const int status = std::system(command.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

@@ -420,6 +420,6 @@ TEST_CASE("casts to f16 and bf16 agree with NumPy bit for bit", "[dtypes]") {
     if (name == "f32") kiln::io::save_npy(dir / (name + "_to_bf16.npy"), kiln::cast(x, kiln::bf16));
   }
   const std::string command = fmt::format("'{}' '{}/check_half_casts.py' '{}'", python,
-                                          KILN_TEST_DATA_DIR, dir.path().string());
+                                          test_paths::data_dir(), dir.path().string());
   CHECK(std::system(command.c_str()) == 0);
 }

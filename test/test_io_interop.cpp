@@ -19,7 +19,7 @@ namespace io = kiln::io;
 namespace {
 
 std::filesystem::path fixture(const std::string& name) {
-  return std::filesystem::path(KILN_TEST_DATA_DIR) / name;
+  return std::filesystem::path(test_paths::data_dir()) / name;
 }
 
 template <class T>
@@ -175,7 +175,7 @@ TEST_CASE("NumPy and the reference safetensors package read kiln's files", "[io]
   io::save_npz(dir / "kiln_compressed.npz", tensors, true);
   io::save_safetensors(dir / "kiln_all.safetensors", tensors, {{"format", "np"}});
   const std::string command = fmt::format("'{}' '{}/check_kiln_files.py' '{}'", python,
-                                          KILN_TEST_DATA_DIR, dir.path().string());
+                                          test_paths::data_dir(), dir.path().string());
   const int status = std::system(command.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

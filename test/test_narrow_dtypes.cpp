@@ -280,6 +280,6 @@ TEST_CASE("casts to the 8- and 4-bit floats agree with ml_dtypes bit for bit", "
   kiln::io::save_npy(dir / "f32_to_f4e2m1fn.npy",
                      kiln::cast(kiln::cast(x, kiln::f4e2m1fn), kiln::f32));
   const std::string command = fmt::format("'{}' '{}/check_minifloat_casts.py' '{}'", python,
-                                          KILN_TEST_DATA_DIR, dir.path().string());
+                                          test_paths::data_dir(), dir.path().string());
   CHECK(std::system(command.c_str()) == 0);
 }

@@ -546,8 +546,8 @@ TEST_CASE("the composite ops export to ONNX and onnxruntime agrees", "[nn_ops][o
   manifest.push_back(
       {{"model", "nn_ops.onnx"}, {"runs", {{{"inputs", {save(x)}}, {"outputs", outputs}}}}});
   std::ofstream(dir / "manifest.json") << manifest.dump(1);
-  const std::string command =
-      fmt::format("'{}' '{}/check_onnx.py' '{}'", python, KILN_TEST_DATA_DIR, dir.path().string());
+  const std::string command = fmt::format("'{}' '{}/check_onnx.py' '{}'", python,
+                                          test_paths::data_dir(), dir.path().string());
   const int status = std::system(command.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

@@ -314,8 +314,8 @@ TEST_CASE("onnxruntime gives kiln's outputs within 1e-5", "[onnx]") {
                       {"runs", {{{"inputs", {save(xu)}}, {"outputs", {save(narrow(xu))}}}}}});
   std::ofstream(dir / "manifest.json") << manifest.dump(1);
 
-  const std::string command =
-      fmt::format("'{}' '{}/check_onnx.py' '{}'", python, KILN_TEST_DATA_DIR, dir.path().string());
+  const std::string command = fmt::format("'{}' '{}/check_onnx.py' '{}'", python,
+                                          test_paths::data_dir(), dir.path().string());
   const int status = std::system(command.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);

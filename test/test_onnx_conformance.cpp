@@ -249,7 +249,8 @@ TEST_CASE("ONNX backend node tests run on kiln", "[onnx_conformance]") {
     return;
   }
   io_test::TempDir dir;
-  const std::string script = std::string(KILN_SOURCE_DIR) + "/test/data/onnx_node_cases.py";
+  const std::string script =
+      std::string(test_paths::source_dir()) + "/test/data/onnx_node_cases.py";
   const std::string command = fmt::format("'{}' '{}' '{}'", python, script, dir.path().string());
   REQUIRE(std::system(command.c_str()) == 0);
   Json manifest;
@@ -258,7 +259,7 @@ TEST_CASE("ONNX backend node tests run on kiln", "[onnx_conformance]") {
 
   const auto table = onnx_conformance::op_table();
   const auto exceptions =
-      read_exceptions(std::string(KILN_TEST_DATA_DIR) + "/onnx_node_exceptions.txt");
+      read_exceptions(std::string(test_paths::data_dir()) + "/onnx_node_exceptions.txt");
 
   int single_node = 0, mapped = 0, passed = 0, excepted = 0;
   std::int64_t undefined_elements = 0;  // results ONNX's spec leaves undefined, not compared

@@ -182,7 +182,7 @@ TEST_CASE("fake quantization: TensorFlow's nudged grid and straight-through grad
   kiln::io::save_npz((dir / "cases.npz").string(), arrays);
   std::ofstream(dir / "manifest.json") << manifest.dump();
   const std::string log = (dir / "log.txt").string();
-  const std::string command = "'" + python + "' '" + KILN_SOURCE_DIR +
+  const std::string command = "'" + python + "' '" + test_paths::source_dir() +
                               "/test/data/check_fake_quant.py' '" + dir.path().string() + "' > '" +
                               log + "' 2>&1";
   const int status = std::system(command.c_str());

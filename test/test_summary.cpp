@@ -369,7 +369,7 @@ TEST_CASE("TensorBoard's EventAccumulator reads kiln's event files", "[summary]"
   }
   std::ofstream(dir / "expected.json") << expected.dump(1);
   const std::string command = fmt::format("'{}' '{}/check_tensorboard.py' '{}'", python,
-                                          KILN_TEST_DATA_DIR, dir.path().string());
+                                          test_paths::data_dir(), dir.path().string());
   const int status = std::system(command.c_str());
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
