@@ -44,29 +44,21 @@ def _row_key(row: dict) -> tuple:
     return tuple(row.get(k) for k in ("workload", "variant", "hidden", "T", "m", "n", "k"))
 
 
-def _best_rows(lists: list[list[dict]]) -> list[dict]:
-    """The rows of the first list, each replaced by its fastest version in any list (the highest
-    gflops where rows have it, else the lowest median_s), matched by _row_key."""
+def _best_rows(lists: list[list[dict]], key: Callable = _row_key) -> list[dict]:
+    """Every row of the lists, once per key (in the order keys first appear), as its fastest
+    version in any list: the highest gflops where rows have it, else the lowest median_s."""
     best = {}
     for rows in lists:
         for row in rows:
-            key = _row_key(row)
-            held = best.get(key)
+            held = best.get(key(row))
             if held is None:
-                best[key] = row
+                best[key(row)] = row
             elif "gflops" in row or "gflops" in held:
                 if row.get("gflops", 0) > held.get("gflops", 0):
-                    best[key] = row
+                    best[key(row)] = row
             elif row.get("median_s", float("inf")) < held.get("median_s", float("inf")):
-                best[key] = row
-    seen, out = set(), []
-    for rows in lists:
-        for row in rows:
-            key = _row_key(row)
-            if key not in seen:
-                seen.add(key)
-                out.append(best[key])
-    return out
+                best[key(row)] = row
+    return list(best.values())  # a replaced value keeps its key's first place
 
 
 def merge_rounds(results: list[dict]) -> dict:
@@ -87,16 +79,9 @@ def merge_rounds(results: list[dict]) -> dict:
         elif key == "gemm":
             shapes = []
             for shape in runs[0].get("shapes", []):
-                same = [s for run in runs for s in run.get("shapes", [])
+                same = [s["libraries"] for run in runs for s in run.get("shapes", [])
                         if (s["m"], s["n"], s["k"]) == (shape["m"], shape["n"], shape["k"])]
-                libs = {}
-                for s in same:
-                    for lib in s["libraries"]:
-                        held = libs.get(lib["key"])
-                        if held is None or lib.get("gflops", 0) > held.get("gflops", 0):
-                            libs[lib["key"]] = lib
-                shapes.append(dict(shape, libraries=[libs[lib["key"]]
-                                                     for lib in shape["libraries"]]))
+                shapes.append(dict(shape, libraries=_best_rows(same, key=lambda lib: lib["key"])))
             merged["shapes"] = shapes
         else:
             for form in ("traced", "eager"):
