@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/fail.hpp"
@@ -375,6 +376,12 @@ std::size_t stop_message_length = 0;
 
 extern "C" void on_launcher_stop(int signal_number) {
   [[maybe_unused]] const auto written = ::write(2, stop_message, stop_message_length);
+  // Stay alive a moment so the launcher reads the line before it sees this process end: Open
+  // MPI's mpirun may stop forwarding a process's output once that process died of a signal, and
+  // a CI run once lost one of four survivors' lines that way. mpirun sends SIGKILL 1 s after
+  // SIGTERM by default, so 0.2 s is well inside it.
+  const timespec pause{.tv_sec = 0, .tv_nsec = 200'000'000};
+  ::nanosleep(&pause, nullptr);
   std::signal(signal_number, SIG_DFL);
   std::raise(signal_number);
 }
