@@ -316,3 +316,20 @@ def checks(result: dict) -> list[dict]:
                     "figure": "peer/kiln " + ", ".join(f"{v} {peers[v] / kiln_s:.2f}"
                                                        for v in PEER_VARIANTS if v in peers)})
     return out
+
+
+def checks_by_round(result: dict) -> list[dict]:
+    """checks() of the best figures, each with "rounds_held": in how many of a --rounds run's
+    rounds the same claim held on that round's own figures (absent for a single round)."""
+    out = checks(result)
+    rounds = result.get("rounds")
+    if not rounds:
+        return out
+    held = {}
+    for r in rounds:
+        for c in checks(r):
+            held[c["claim"]] = held.get(c["claim"], 0) + (1 if c["held"] else 0)
+    for c in out:
+        c["rounds_held"] = held.get(c["claim"], 0)
+    return out
+
