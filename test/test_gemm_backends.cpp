@@ -158,6 +158,27 @@ TEST_CASE("a forced GEMM backend is the one that runs, where it can", "[matmul][
   CHECK(Gemm<double>(GemmShape{8, 8, 8, false, 8, 8}).backend() != GemmBackend::automatic);
 }
 
+TEST_CASE("a cached GEMM plan is the plan of its shape and forced backend", "[matmul][gemm]") {
+  using kiln::detail::Gemm;
+  using kiln::detail::GemmShape;
+  // More shapes than the cache holds, twice over, so entries are replaced and planned again.
+  std::vector<GemmShape> shapes;
+  for (int i = 1; i <= 12; ++i) shapes.push_back(GemmShape{8 * i, 20, 80, false, 80, 20});
+  shapes.push_back(GemmShape{300, 400, 500, false, 500, 400});
+  for (int round = 0; round < 2; ++round)
+    for (const GemmShape& s : shapes) {
+      CHECK(Gemm<float>::planned(s).describe() == Gemm<float>(s).describe());
+      CHECK(Gemm<double>::planned(s).describe() == Gemm<double>(s).describe());
+    }
+  // A backend forced after a shape was cached gets a plan of its own.
+  const GemmShape large = shapes.back();
+  for (GemmBackend backend : kiln::detail::available_gemm_backends(sizeof(float))) {
+    const ForcedBackend forced(backend);
+    CHECK(Gemm<float>::planned(large).backend() == backend);
+  }
+  CHECK(Gemm<float>::planned(large).describe() == Gemm<float>(large).describe());
+}
+
 TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   using kiln::detail::Gemm;
   using kiln::detail::GemmShape;

@@ -529,7 +529,8 @@ Tensor allgather(const Tensor& x) {
 
 std::int64_t dropped_gradients() {
   if (!state().started)
-    fail("distributed.dropped_gradients", "MPI is not started: call kiln::distributed::init() first");
+    fail("distributed.dropped_gradients",
+         "MPI is not started: call kiln::distributed::init() first");
   return replicas::dropped();
 }
 

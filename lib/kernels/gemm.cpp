@@ -433,6 +433,31 @@ Gemm<T>::Gemm(const GemmShape& shape) : shape_(shape) {
 }
 
 template <class T>
+Gemm<T> Gemm<T>::planned(const GemmShape& shape) {
+  // The plan depends on the shape and the forced backend only: the thread count and the
+  // instruction set are read once per process.
+  struct Entry {
+    GemmShape shape;
+    GemmBackend forced;
+    Gemm<T> gemm;
+  };
+  constexpr std::size_t capacity = 8;
+  thread_local std::vector<Entry> recent;
+  thread_local std::size_t oldest = 0;
+  const GemmBackend forced = forced_gemm_backend();
+  for (const Entry& e : recent)
+    if (e.shape == shape && e.forced == forced) return e.gemm;
+  Entry entry{shape, forced, Gemm<T>(shape)};
+  if (recent.size() < capacity) {
+    recent.push_back(entry);
+  } else {
+    recent[oldest] = entry;
+    oldest = (oldest + 1) % capacity;
+  }
+  return entry.gemm;
+}
+
+template <class T>
 int Gemm<T>::threads_for() const {
   const std::int64_t work = std::int64_t{shape_.m} * shape_.n * shape_.k;
   return work >= spread_work ? num_threads() : 1;

@@ -52,6 +52,11 @@ class Gemm {
  public:
   explicit Gemm(const GemmShape& shape);
 
+  /// Gemm(shape), from a per-thread cache of the last 8 shapes planned (with the backend forced
+  /// then): eager products of one shape in a loop choose the backend, cut the tiles and look up
+  /// libxsmm's kernels once, not on every call.
+  static Gemm planned(const GemmShape& shape);
+
   GemmBackend backend() const { return backend_; }
   /// Whether the product spreads itself over the pool (callers then do not run several at once
   /// on it).

@@ -172,7 +172,7 @@ class FloatMatmul {
     const std::int64_t rows = merged_ ? walk_.count * m_ : m_;
     GemmShape shape{static_cast<int>(rows), n, k, trans_a, lda, ldb, accumulate};
     shape.trans_b = trans_b;
-    return Gemm<T>(shape);
+    return Gemm<T>::planned(shape);
   }
 
   BatchWalk walk_;
