@@ -332,4 +332,3 @@ def checks_by_round(result: dict) -> list[dict]:
     for c in out:
         c["rounds_held"] = held.get(c["claim"], 0)
     return out
-
