@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -284,37 +285,41 @@ TEST_CASE("the C-transposed libxsmm kernel honours every leading dimension", "[m
   const auto& backends = kiln::detail::available_gemm_backends(sizeof(float));
   if (std::find(backends.begin(), backends.end(), GemmBackend::xsmm) == backends.end()) return;
   const ForcedBackend forced(GemmBackend::xsmm);
-  for (const bool trans_a : {false, true}) {
-    // C[32,20] = op(A) B with A's rows (or, transposed, A^T's rows) 7 apart beyond their
-    // length, B's rows 20 + 5 apart, C's rows 20 + 3 apart; multiples of 1/8, so exact.
-    const int m = 32, n = 20, k = 80;
-    const int lda = (trans_a ? m : k) + 7, ldb = n + 5, ldc = n + 3;
-    GemmShape s{m, n, k, trans_a, lda, ldb};
-    s.ldc = ldc;
-    const Gemm<float> gemm(s);
-    if (gemm.describe().find("C transposed") == std::string::npos) {
-      CHECK(kiln::detail::simd_level() == kiln::detail::SimdLevel::avx512);  // AVX2 code only
-      continue;
-    }
-    INFO("trans_a " << trans_a);
-    const auto value = [](int i) { return static_cast<float>(i % 17 - 8) / 8.0f; };
-    std::vector<float> a(static_cast<std::size_t>((trans_a ? k : m) * lda));
-    std::vector<float> b(static_cast<std::size_t>(k * ldb));
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = value(static_cast<int>(i * 7));
-    for (std::size_t i = 0; i < b.size(); ++i) b[i] = value(static_cast<int>(i * 3));
-    std::vector<float> c(static_cast<std::size_t>(m * ldc), 99.0f);
-    gemm(a.data(), b.data(), c.data());
-    int wrong = 0, padding_touched = 0;
-    for (int i = 0; i < m; ++i) {
-      for (int j = 0; j < n; ++j) {
-        double want = 0;
-        for (int p = 0; p < k; ++p)
-          want += static_cast<double>(trans_a ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
-        wrong += c[i * ldc + j] != static_cast<float>(want);
+  // Shapes of the C-transposed rule (xsmm_transposed_wins), each with its own pair of
+  // transpose kernels.
+  const std::vector<std::array<int, 3>> shapes{
+      {32, 20, 80}, {16, 12, 128}, {64, 20, 64}, {24, 44, 70}, {56, 3, 100}};
+  for (const auto& [m, n, k] : shapes)
+    for (const bool trans_a : {false, true}) {
+      // C[m,n] = op(A) B with A's rows (or, transposed, A^T's rows) 7 apart beyond their
+      // length, B's rows n + 5 apart, C's rows n + 3 apart; multiples of 1/8, so exact.
+      const int lda = (trans_a ? m : k) + 7, ldb = n + 5, ldc = n + 3;
+      GemmShape s{m, n, k, trans_a, lda, ldb};
+      s.ldc = ldc;
+      const Gemm<float> gemm(s);
+      if (gemm.describe().find("C transposed") == std::string::npos) {
+        CHECK(kiln::detail::simd_level() == kiln::detail::SimdLevel::avx512);  // AVX2 code only
+        continue;
       }
-      for (int j = n; j < ldc; ++j) padding_touched += c[i * ldc + j] != 99.0f;
+      INFO(m << "x" << n << "x" << k << ", trans_a " << trans_a);
+      const auto value = [](int i) { return static_cast<float>(i % 17 - 8) / 8.0f; };
+      std::vector<float> a(static_cast<std::size_t>((trans_a ? k : m) * lda));
+      std::vector<float> b(static_cast<std::size_t>(k * ldb));
+      for (std::size_t i = 0; i < a.size(); ++i) a[i] = value(static_cast<int>(i * 7));
+      for (std::size_t i = 0; i < b.size(); ++i) b[i] = value(static_cast<int>(i * 3));
+      std::vector<float> c(static_cast<std::size_t>(m * ldc), 99.0f);
+      gemm(a.data(), b.data(), c.data());
+      int wrong = 0, padding_touched = 0;
+      for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < n; ++j) {
+          double want = 0;
+          for (int p = 0; p < k; ++p)
+            want += static_cast<double>(trans_a ? a[p * lda + i] : a[i * lda + p]) * b[p * ldb + j];
+          wrong += c[i * ldc + j] != static_cast<float>(want);
+        }
+        for (int j = n; j < ldc; ++j) padding_touched += c[i * ldc + j] != 99.0f;
+      }
+      CHECK(wrong == 0);
+      CHECK(padding_touched == 0);
     }
-    CHECK(wrong == 0);
-    CHECK(padding_touched == 0);
-  }
 }

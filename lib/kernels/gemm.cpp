@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <libxsmm.h>
+#include <libxsmm_generator.h>
 
 #include <algorithm>
 #include <atomic>
@@ -508,6 +509,16 @@ bool Gemm<T>::plan_xsmm() {
                   xsmm_transposed_wins(s);
   if (c_transposed_) {
     full_ = reinterpret_cast<Kernel>(cache.get(s, true));  // operator() runs it, not the tiles
+    // libxsmm_otrans looks its kernel up on every call (about 150 ns of a 2 us product on the
+    // Zen 2); these are the same kernels, for the whole matrix, looked up once.
+    const auto transpose = [](int rows, int cols, int ldo) {
+      libxsmm_descriptor_blob blob;
+      return reinterpret_cast<Kernel>(libxsmm_dispatch_trans(
+          libxsmm_trans_descriptor_init(&blob, sizeof(T), static_cast<unsigned>(rows),
+                                        static_cast<unsigned>(cols), static_cast<unsigned>(ldo))));
+    };
+    if (!s.trans_a) transpose_a_ = transpose(s.k, s.m, s.m);
+    transpose_c_ = transpose(s.m, s.n, s.c_stride());
     return full_ != nullptr;
   }
   const int edge_m = s.m % tile_m, edge_n = s.n % tile_n;
@@ -583,20 +594,27 @@ void Gemm<T>::run_transposed(const T* a, const T* b, T* c) const {
   thread_local std::vector<T> scratch;
   scratch.resize(a_elems + static_cast<std::size_t>(s.m * s.n));
   T* c_t = scratch.data() + a_elems;
+  // in, column-major [rows, cols] ldi apart, transposed into out [cols, rows] ldo apart.
+  const auto transpose = [](Kernel kernel, T* out, const T* in, int rows, int cols, int ldi,
+                            int ldo) {
+    if (kernel != nullptr) {
+      const auto in_ld = static_cast<unsigned>(ldi), out_ld = static_cast<unsigned>(ldo);
+      reinterpret_cast<libxsmm_xtransfunction>(kernel)(in, &in_ld, out, &out_ld);
+      clear_upper_state();
+    } else {
+      libxsmm_otrans(out, in, sizeof(T), rows, cols, ldi, ldo);
+    }
+  };
   const T* a_t = a;
   if (!s.trans_a) {
     // A row-major [m,k], lda apart, is column-major [k,m]: its transpose is A^T column-major.
-    libxsmm_otrans(scratch.data(), a, sizeof(T), static_cast<libxsmm_blasint>(s.k),
-                   static_cast<libxsmm_blasint>(s.m), static_cast<libxsmm_blasint>(s.lda),
-                   static_cast<libxsmm_blasint>(s.m));
+    transpose(transpose_a_, scratch.data(), a, s.k, s.m, s.lda, s.m);
     a_t = scratch.data();
   }
   reinterpret_cast<Xsmm>(full_)(a_t, b, c_t);
   clear_upper_state();
   // C^T column-major [m,n] transposed is C column-major [n,m] with ldc: C's rows.
-  libxsmm_otrans(c, c_t, sizeof(T), static_cast<libxsmm_blasint>(s.m),
-                 static_cast<libxsmm_blasint>(s.n), static_cast<libxsmm_blasint>(s.m),
-                 static_cast<libxsmm_blasint>(s.c_stride()));
+  transpose(transpose_c_, c, c_t, s.m, s.n, s.m, s.c_stride());
 }
 
 template <class T>

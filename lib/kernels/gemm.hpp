@@ -78,8 +78,10 @@ class Gemm {
   std::int64_t grain_ = 1;  // tiles per pool chunk at least (all of them: run inline)
   Kernel full_ = nullptr, right_ = nullptr, bottom_ = nullptr, corner_ = nullptr;
   // A small product run as C^T on one libxsmm kernel (full_), between two transposes (gemm.cpp,
-  // xsmm_transposed_wins).
+  // xsmm_transposed_wins), each a libxsmm transpose kernel looked up with the plan (null: none
+  // generated, or none needed for an A stored transposed; libxsmm_otrans then runs it).
   bool c_transposed_ = false;
+  Kernel transpose_a_ = nullptr, transpose_c_ = nullptr;
 
   int threads_for() const;
   void set_tiles(int tile_m, int tile_n, int threads);
