@@ -128,10 +128,18 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
 /// and 2.9; 32x12x80 1.2 against 1.9 and 1.3. It lost with more columns (32x50x80: 4.3 against
 /// oneDNN's 3.4), longer contractions (32x20x256: 5.6 against 4.0; libxsmm's transposes of
 /// longer rows ran far slower) and more rows (128x20x64: a tie).
+///
+/// On a Zen 2, with the transposes' kernels looked up once per plan (plan_xsmm), two sweeps of
+/// 192 and 150 shapes (m 16-128, n 4-60, k 16-256; docs/performance.md, "GEMM backends") drew
+/// another rule: A of at most 6144 floats (24 KB) and K <= 128, with C's rows not already
+/// whole vectors beyond the first. Over the sweeps the chosen path's time was 1.026 and 1.011
+/// of the faster one's (geometric means), against 1.088 and 1.101 for the Zen 3 rule, whose
+/// worst misses were 2.1x and 4.0x (128x4x32, 24x6x100).
 bool xsmm_transposed_wins(const GemmShape& s) {
+  if (s.accumulate || s.trans_b || s.m < 16 || s.m % 8 != 0 || s.k > 128) return false;
+  if (cpu_model().zen2) return std::int64_t{s.m} * s.k <= 6144 && (s.n % 8 != 0 || s.n <= 8);
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
-  return !s.accumulate && !s.trans_b && s.m >= 16 && s.m <= 64 && s.m % 8 == 0 && s.n % 8 != 0 &&
-         s.n < 48 && s.k <= 128 && work >= (std::int64_t{1} << 14);
+  return s.m <= 64 && s.n % 8 != 0 && s.n < 48 && work >= (std::int64_t{1} << 14);
 }
 
 /// The choice for an f32 product where libxsmm generates AVX2 code: a CPU without AVX-512, or
