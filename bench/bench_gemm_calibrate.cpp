@@ -2,9 +2,14 @@
 // forced in turn, on a grid of f32 shapes, through a cached kiln::function (the plan's matmul
 // step, as models run it), with the automatic choice as the last column. The table it prints
 // is the one in docs/performance.md, "GEMM backends"; gemm.cpp's choose() follows it.
-// Usage: kiln_bench_gemm_calibrate [--quick] [--markdown]
+// --transposed: instead, where libxsmm generates AVX2 code, each small shape of a sweep with C
+// transposed and without (kiln::detail::set_c_transposed), what the CPU's rule chooses, and
+// how the rule's choices compare with the faster path (xsmm_transposed_wins in gemm.cpp).
+// Usage: kiln_bench_gemm_calibrate [--quick] [--markdown] [--transposed]
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,23 +68,95 @@ const std::vector<Shape3> grid = {
 
 double gflops(const Shape3& s, double seconds) { return 2.0 * s.m * s.n * s.k / seconds * 1e-9; }
 
+/// The sweep of --transposed: small products around the C-transposed rules' bounds.
+std::vector<Shape3> transposed_sweep() {
+  std::vector<Shape3> out;
+  for (int m : {16, 32, 48, 64, 96, 128})
+    for (int n : {4, 8, 12, 20, 28, 36, 50, 60})
+      for (int k : {32, 80, 128, 256}) out.push_back({m, n, k, ""});
+  return out;
+}
+
+/// --transposed: us per product through a cached function with the path forced on and off,
+/// the rule's choice, and the geometric mean over the sweep of (chosen time / faster time) for
+/// the rule, for always and for never. Where the path cannot run, says so: nothing to calibrate.
+int calibrate_transposed(const kiln::bench::TimingPlan& plan, bool quick) {
+  namespace detail = kiln::detail;
+  const auto& backends = detail::available_gemm_backends(sizeof(float));
+  if (detail::simd_level() != detail::SimdLevel::avx2 ||
+      std::find(backends.begin(), backends.end(), GemmBackend::xsmm) == backends.end()) {
+    fmt::print(
+        "kiln_bench_gemm_calibrate --transposed: the C-transposed path runs only where "
+        "libxsmm generates AVX2 code (SIMD level {})\n",
+        detail::simd_level_name(detail::simd_level()));
+    return 0;
+  }
+  fmt::print("C transposed or not, us per product (median of {} samples), {} threads\n",
+             plan.samples, detail::num_threads());
+  fmt::print("| shape (MxNxK) | transposed | not | the rule's choice |\n|---|---:|---:|---|\n");
+  double log_rule = 0, log_always = 0, log_never = 0;
+  int count = 0;
+  for (const Shape3& s : transposed_sweep()) {
+    if (quick && count == 4) break;
+    const Tensor a = kiln::random::uniform({s.m, s.k}, -1, 1, 1);
+    const Tensor b = kiln::random::uniform({s.k, s.n}, -1, 1, 2);
+    double seconds[2] = {0, 0};  // not, transposed
+    Tensor reference;
+    for (int mode : {0, 1}) {
+      detail::set_c_transposed(mode);
+      // A new function per mode: the path is chosen when the plan is built.
+      auto f = kiln::function([](const Tensor& x, const Tensor& y) { return kiln::matmul(x, y); });
+      const Tensor c = f(a, b);
+      if (!reference.defined()) reference = c;
+      if (kiln::max(kiln::abs(c - reference)).item<float>() > 1e-3f * static_cast<float>(s.k)) {
+        fmt::print(stderr, "{}x{}x{}: C transposed differs from the plain product\n", s.m, s.n,
+                   s.k);
+        detail::set_c_transposed(-1);
+        return 1;
+      }
+      seconds[mode] = kiln::bench::measure(plan, [&] { f(a, b); }).median;
+    }
+    detail::set_c_transposed(-1);
+    const detail::GemmShape shape{s.m, s.n, s.k, false, s.k, s.n};
+    const bool rule =
+        detail::Gemm<float>(shape).describe().find("C transposed") != std::string::npos;
+    const double fastest = std::min(seconds[0], seconds[1]);
+    log_rule += std::log(seconds[rule ? 1 : 0] / fastest);
+    log_always += std::log(seconds[1] / fastest);
+    log_never += std::log(seconds[0] / fastest);
+    ++count;
+    fmt::print("| {}x{}x{} | {:.2f} | {:.2f} | {}{} |\n", s.m, s.n, s.k, seconds[1] * 1e6,
+               seconds[0] * 1e6, rule ? "transposed" : "not",
+               seconds[rule ? 1 : 0] > 1.03 * fastest ? " (slower)" : "");
+  }
+  fmt::print(
+      "\nchosen time / faster time, geometric mean over {} shapes: the rule {:.3f}, always "
+      "transposed {:.3f}, never {:.3f}\n",
+      count, std::exp(log_rule / count), std::exp(log_always / count), std::exp(log_never / count));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, markdown = false;
+  bool quick = false, markdown = false, transposed = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--quick")
       quick = true;
     else if (arg == "--markdown")
       markdown = true;
+    else if (arg == "--transposed")
+      transposed = true;
     else {
-      fmt::print(stderr, "usage: kiln_bench_gemm_calibrate [--quick] [--markdown]\n");
+      fmt::print(stderr,
+                 "usage: kiln_bench_gemm_calibrate [--quick] [--markdown] [--transposed]\n");
       return arg == "--help" ? 0 : 2;
     }
   }
   const kiln::bench::TimingPlan plan =
       quick ? kiln::bench::TimingPlan::quick() : kiln::bench::TimingPlan{0.1, 0.03, 11};
+  if (transposed) return calibrate_transposed(plan, quick);
   std::vector<GemmBackend> backends = kiln::detail::available_gemm_backends(sizeof(float));
   backends.push_back(GemmBackend::automatic);
   fmt::print("GEMM f32 GFLOP/s (median of {} samples), {} threads, SIMD level {}\n", plan.samples,

@@ -134,6 +134,8 @@ for variant in release asan; do
   check "$variant-bench-scaling-smoke" "$dir/bench/kiln_bench_scaling" --quick
   check "$variant-bench-lstm-sizes-smoke" "$dir/bench/kiln_bench_lstm_sizes" --quick
   check "$variant-bench-gemm-smoke" "$dir/bench/kiln_bench_gemm" --quick
+  check "$variant-bench-gemm-transposed-smoke" "$dir/bench/kiln_bench_gemm_calibrate" --quick \
+    --transposed
   check "$variant-bench-mlp-smoke" "$dir/bench/kiln_bench_mlp" --quick
   check "$variant-bench-bandwidth-smoke" "$dir/bench/kiln_bench_bandwidth" --quick
   check "$variant-bench-callbacks-smoke" "$dir/bench/kiln_bench_callbacks" --quick

@@ -180,6 +180,55 @@ TEST_CASE("a cached GEMM plan is the plan of its shape and forced backend", "[ma
   CHECK(Gemm<float>::planned(large).describe() == Gemm<float>(large).describe());
 }
 
+TEST_CASE("the C-transposed path can be forced on and off", "[matmul][gemm]") {
+  using kiln::detail::Gemm;
+  using kiln::detail::GemmShape;
+  const auto& backends = kiln::detail::available_gemm_backends(sizeof(float));
+  const bool avx2_xsmm =
+      kiln::detail::simd_level() == kiln::detail::SimdLevel::avx2 &&
+      std::find(backends.begin(), backends.end(), GemmBackend::xsmm) != backends.end() &&
+      kiln::detail::forced_gemm_backend() == GemmBackend::automatic;
+  const auto transposed = [](const GemmShape& s) {
+    return Gemm<float>::planned(s).describe().find("C transposed") != std::string::npos;
+  };
+  const GemmShape outside{128, 20, 128, false, 128, 20};  // no CPU's rule runs it transposed
+  const GemmShape inside{32, 20, 80, false, 80, 20};      // every AVX2 rule does
+  struct Restore {
+    ~Restore() { kiln::detail::set_c_transposed(-1); }
+  } restore;
+  CHECK(kiln::detail::c_transposed_mode() == -1);
+  CHECK_FALSE(transposed(outside));
+  CHECK(transposed(inside) == avx2_xsmm);
+  kiln::detail::set_c_transposed(1);
+  CHECK(kiln::detail::c_transposed_mode() == 1);
+  CHECK(transposed(outside) == avx2_xsmm);  // the cached plan of the rule's mode is not reused
+  GemmShape accumulating = outside;
+  accumulating.accumulate = true;
+  CHECK_FALSE(transposed(accumulating));
+  // Forced on, a product the rule leaves alone is still exact (multiples of 1/8).
+  const auto eighths = [](std::int64_t count, int seed) {
+    std::vector<float> v(static_cast<std::size_t>(count));
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>((static_cast<int>(i) * seed) % 17 - 8) / 8.0f;
+    return v;
+  };
+  const std::vector<float> a = eighths(128 * 128, 7), b = eighths(128 * 20, 3);
+  std::vector<float> c(128 * 20);
+  Gemm<float>::planned(outside)(a.data(), b.data(), c.data());
+  int wrong = 0;
+  for (int i = 0; i < 128; ++i)
+    for (int j = 0; j < 20; ++j) {
+      double want = 0;
+      for (int p = 0; p < 128; ++p) want += static_cast<double>(a[i * 128 + p]) * b[p * 20 + j];
+      wrong += c[static_cast<std::size_t>(i * 20 + j)] != static_cast<float>(want);
+    }
+  CHECK(wrong == 0);
+  kiln::detail::set_c_transposed(0);
+  CHECK_FALSE(transposed(inside));
+  kiln::detail::set_c_transposed(-1);
+  CHECK(transposed(inside) == avx2_xsmm);
+}
+
 TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   using kiln::detail::Gemm;
   using kiln::detail::GemmShape;

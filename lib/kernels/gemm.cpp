@@ -135,8 +135,12 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
 /// whole vectors beyond the first. Over the sweeps the chosen path's time was 1.026 and 1.011
 /// of the faster one's (geometric means), against 1.088 and 1.101 for the Zen 3 rule, whose
 /// worst misses were 2.1x and 4.0x (128x4x32, 24x6x100).
+std::atomic<int> transposed_mode{-1};  // set_c_transposed
+
 bool xsmm_transposed_wins(const GemmShape& s) {
-  if (s.accumulate || s.trans_b || s.m < 16 || s.m % 8 != 0 || s.k > 128) return false;
+  if (s.accumulate || s.trans_b) return false;
+  if (const int mode = transposed_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1;
+  if (s.m < 16 || s.m % 8 != 0 || s.k > 128) return false;
   if (cpu_model().zen2) return std::int64_t{s.m} * s.k <= 6144 && (s.n % 8 != 0 || s.n <= 8);
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   return s.m <= 64 && s.n % 8 != 0 && s.n < 48 && work >= (std::int64_t{1} << 14);
@@ -422,6 +426,9 @@ GemmBackend forced_gemm_backend() {
 
 void set_gemm_backend(GemmBackend b) { forced.store(static_cast<int>(b)); }
 
+void set_c_transposed(int mode) { transposed_mode.store(mode < 0 ? -1 : mode > 0 ? 1 : 0); }
+int c_transposed_mode() { return transposed_mode.load(std::memory_order_relaxed); }
+
 std::vector<GemmBackend> available_gemm_backends(std::size_t element_size) {
   std::vector<GemmBackend> out;
   for (GemmBackend b : {GemmBackend::xsmm, GemmBackend::dnnl, GemmBackend::openblas})
@@ -443,20 +450,22 @@ Gemm<T>::Gemm(const GemmShape& shape) : shape_(shape) {
 
 template <class T>
 Gemm<T> Gemm<T>::planned(const GemmShape& shape) {
-  // The plan depends on the shape and the forced backend only: the thread count and the
-  // instruction set are read once per process.
+  // The plan depends on the shape, the forced backend and the C-transposed mode only: the
+  // thread count and the instruction set are read once per process.
   struct Entry {
     GemmShape shape;
     GemmBackend forced;
+    int transposed;
     Gemm<T> gemm;
   };
   constexpr std::size_t capacity = 8;
   thread_local std::vector<Entry> recent;
   thread_local std::size_t oldest = 0;
   const GemmBackend forced = forced_gemm_backend();
+  const int transposed = c_transposed_mode();
   for (const Entry& e : recent)
-    if (e.shape == shape && e.forced == forced) return e.gemm;
-  Entry entry{shape, forced, Gemm<T>(shape)};
+    if (e.shape == shape && e.forced == forced && e.transposed == transposed) return e.gemm;
+  Entry entry{shape, forced, transposed, Gemm<T>(shape)};
   if (recent.size() < capacity) {
     recent.push_back(entry);
   } else {

@@ -43,6 +43,13 @@ const char* gemm_backend_name(GemmBackend b);
 GemmBackend forced_gemm_backend();
 /// Forces a backend for products planned from now on (tests and calibration benchmarks).
 void set_gemm_backend(GemmBackend b);
+/// Where libxsmm generates AVX2 code, whether small f32 products run with C transposed
+/// (xsmm_transposed_wins in gemm.cpp): by the CPU's rule (-1, the default), never (0), or
+/// wherever the path can run (1: not for an accumulating product or a transposed B). For
+/// calibration (kiln_bench_gemm_calibrate --transposed) and tests; products planned from then
+/// on follow it.
+void set_c_transposed(int mode);
+int c_transposed_mode();
 /// The backends this build and CPU can run for the dtype's products (f32: sizeof 4).
 std::vector<GemmBackend> available_gemm_backends(std::size_t element_size);
 
@@ -52,9 +59,9 @@ class Gemm {
  public:
   explicit Gemm(const GemmShape& shape);
 
-  /// Gemm(shape), from a per-thread cache of the last 8 shapes planned (with the backend forced
-  /// then): eager products of one shape in a loop choose the backend, cut the tiles and look up
-  /// libxsmm's kernels once, not on every call.
+  /// Gemm(shape), from a per-thread cache of the last 8 shapes planned (with the backend and the
+  /// C-transposed mode set then): eager products of one shape in a loop choose the backend, cut the
+  /// tiles and look up libxsmm's kernels once, not on every call.
   static Gemm planned(const GemmShape& shape);
 
   GemmBackend backend() const { return backend_; }
