@@ -118,6 +118,8 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
   return 4 * s.n <= 3 * padded;
 }
 
+std::atomic<int> transposed_mode{-1};  // set_c_transposed
+
 /// A small f32 product that libxsmm runs faster with C transposed, where it generates AVX2 code.
 /// libxsmm is column-major and computes C^T = B^T A^T: C's rows are its vectors, so a C whose
 /// rows end in a part-filled 8-float vector wastes multiply-adds on every one, while its columns
@@ -129,19 +131,18 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
 /// oneDNN's 3.4), longer contractions (32x20x256: 5.6 against 4.0; libxsmm's transposes of
 /// longer rows ran far slower) and more rows (128x20x64: a tie).
 ///
-/// On a Zen 2, with the transposes' kernels looked up once per plan (plan_xsmm), two sweeps of
-/// 192 and 150 shapes (m 16-128, n 4-60, k 16-256; docs/performance.md, "GEMM backends") drew
-/// another rule: A of at most 6144 floats (24 KB) and K <= 128, with C's rows not already
-/// whole vectors beyond the first. Over the sweeps the chosen path's time was 1.026 and 1.011
-/// of the faster one's (geometric means), against 1.088 and 1.101 for the Zen 3 rule, whose
-/// worst misses were 2.1x and 4.0x (128x4x32, 24x6x100).
-std::atomic<int> transposed_mode{-1};  // set_c_transposed
-
+/// On a Zen 2, with the transposes' kernels looked up once per plan (plan_xsmm), three sweeps
+/// (eager products of 192 and 150 shapes, m 16-128, n 4-60, k 16-256, then the first 192
+/// through functions by kiln_bench_gemm_calibrate --transposed; docs/performance.md, "GEMM
+/// backends") drew another rule: A of at most 8192 floats (32 KB) and K <= 128, with C's rows
+/// not already whole vectors beyond the first. Over the sweeps the chosen path's time was
+/// 1.025, 1.010 and 1.030 of the faster one's (geometric means), against 1.088, 1.101 and 1.104
+/// for the Zen 3 rule, whose worst misses were 2.1x and 4.0x (128x4x32, 24x6x100).
 bool xsmm_transposed_wins(const GemmShape& s) {
   if (s.accumulate || s.trans_b) return false;
   if (const int mode = transposed_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1;
   if (s.m < 16 || s.m % 8 != 0 || s.k > 128) return false;
-  if (cpu_model().zen2) return std::int64_t{s.m} * s.k <= 6144 && (s.n % 8 != 0 || s.n <= 8);
+  if (cpu_model().zen2) return std::int64_t{s.m} * s.k <= 8192 && (s.n % 8 != 0 || s.n <= 8);
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   return s.m <= 64 && s.n % 8 != 0 && s.n < 48 && work >= (std::int64_t{1} << 14);
 }
