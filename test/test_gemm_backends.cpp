@@ -188,9 +188,7 @@ TEST_CASE("the C-transposed path can be forced on and off", "[matmul][gemm]") {
       kiln::detail::simd_level() == kiln::detail::SimdLevel::avx2 &&
       std::find(backends.begin(), backends.end(), GemmBackend::xsmm) != backends.end() &&
       kiln::detail::forced_gemm_backend() == GemmBackend::automatic;
-  const auto transposed = [](const GemmShape& s) {
-    return Gemm<float>::planned(s).describe().find("C transposed") != std::string::npos;
-  };
+  const auto transposed = [](const GemmShape& s) { return Gemm<float>::planned(s).c_transposed(); };
   const GemmShape outside{128, 20, 128, false, 128, 20};  // no CPU's rule runs it transposed
   const GemmShape inside{32, 20, 80, false, 80, 20};      // every AVX2 rule does
   struct Restore {
@@ -300,9 +298,7 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   CHECK(Gemm<float>(transposed_b(64, 1024, 256)).backend() == library);
   // Where libxsmm generates AVX2 code, the products it runs faster with C transposed do so,
   // and only those.
-  const auto transposed = [](const GemmShape& s) {
-    return Gemm<float>(s).describe().find("C transposed") != std::string::npos;
-  };
+  const auto transposed = [](const GemmShape& s) { return Gemm<float>(s).c_transposed(); };
   CHECK(transposed(shape(32, 20, 80)) == !avx512);
   CHECK(transposed(shape(64, 20, 64)) == !avx512);
   CHECK_FALSE(transposed(shape(32, 80, 20)));  // C's rows are whole vectors already
@@ -318,7 +314,7 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   GemmShape accumulating = shape(32, 20, 80);
   accumulating.accumulate = true;  // C += A B would need C transposed on the way in as well
   CHECK_FALSE(transposed(accumulating));
-  CHECK_FALSE(Gemm<double>(shape(32, 20, 80)).describe().find("C transposed") != std::string::npos);
+  CHECK_FALSE(Gemm<double>(shape(32, 20, 80)).c_transposed());
   // f64 products were not calibrated against OpenBLAS: small ones stay on libxsmm.
   CHECK(Gemm<double>(shape(32, 20, 80)).backend() == GemmBackend::xsmm);
 }
@@ -341,7 +337,7 @@ TEST_CASE("the C-transposed libxsmm kernel honours every leading dimension", "[m
       GemmShape s{m, n, k, trans_a, lda, ldb};
       s.ldc = ldc;
       const Gemm<float> gemm(s);
-      if (gemm.describe().find("C transposed") == std::string::npos) {
+      if (!gemm.c_transposed()) {
         CHECK(kiln::detail::simd_level() == kiln::detail::SimdLevel::avx512);  // AVX2 code only
         continue;
       }

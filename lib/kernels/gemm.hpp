@@ -65,6 +65,8 @@ class Gemm {
   static Gemm planned(const GemmShape& shape);
 
   GemmBackend backend() const { return backend_; }
+  /// Whether the product runs on one libxsmm kernel with C transposed (xsmm_transposed_wins).
+  bool c_transposed() const { return c_transposed_; }
   /// Whether the product spreads itself over the pool (callers then do not run several at once
   /// on it).
   bool spreads_itself() const { return grain_ < tiles_; }

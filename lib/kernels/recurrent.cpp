@@ -226,8 +226,7 @@ void recurrent_weight_gradient(const KernelCall& call) {
   const int ld = to_int(r.shape[2]);
   const GemmShape shape{to_int(units), to_int(n), to_int(rows), true, ld, ld};
   const T* base = r.ptr<const T>();
-  const Gemm<T> gemm(shape);
-  gemm(base + at[2], base + at[3], out);
+  Gemm<T>::planned(shape)(base + at[2], base + at[3], out);
 }
 
 template <class T>
