@@ -207,6 +207,39 @@ TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_recurre
   }
 }
 
+TEST_CASE(
+    "lstm_sequence_from_inputs projects inside: equal to lstm_sequence of x W_x, gradients "
+    "match finite differences",
+    "[fused_recurrent][autodiff]") {
+  using kiln::DType;
+  for (const auto& [batch, units, steps] : gradient_shapes) {
+    INFO("batch " << batch << ", units " << units);
+    constexpr std::int64_t features = 5;
+    const Tensors args{kiln::random::normal({steps, batch, features}, 0, 1, 31, DType::f64),
+                       kiln::random::normal({features, 4 * units}, 0, 0.4, 32, DType::f64),
+                       kiln::random::normal({batch, units}, 0, 0.5, 33, DType::f64),
+                       kiln::random::normal({batch, units}, 0, 0.5, 34, DType::f64),
+                       kiln::random::normal({units, 4 * units}, 0, 0.3, 35, DType::f64),
+                       kiln::random::normal({4 * units}, 0, 0.3, 36, DType::f64)};
+    for (const bool save : {false, true}) {
+      const Tensor inside = kiln::detail::lstm_sequence_from_inputs(
+          args[0], args[1], args[2], args[3], args[4], args[5], save);
+      const Tensor outside = kiln::detail::lstm_sequence(kiln::matmul(args[0], args[1]), args[2],
+                                                         args[3], args[4], args[5], save);
+      CHECK(inside.shape() == outside.shape());
+      CHECK(max_diff(inside, outside) <= 1e-12);
+    }
+    const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 37, DType::f64);
+    check_against_finite_differences(
+        [&](const Tensors& a, bool save) {
+          const Tensor y =
+              kiln::detail::lstm_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4], a[5], save);
+          return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
+        },
+        args);
+  }
+}
+
 TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurrent][autodiff]") {
   using kiln::DType;
   for (const auto& [batch, units, steps] : gradient_shapes) {
@@ -229,8 +262,9 @@ TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurren
 namespace {
 
 /// Every instruction set's gate panel (kernels/recurrent_step_arch.hpp) against a double-precision
-/// loop: rows around the tiles of 6 and 8, K from 0 up, rows of every operand strided, and the
-/// columns of c past the panel untouched.
+/// loop: rows around the tiles of 6 and 8, K from 0 up, with and without input rows ahead of a's
+/// (k_in) and with and without x, rows of every operand strided, and the columns of c past the
+/// panel untouched.
 template <class T>
 void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
   using kiln::detail::dtype_index;
@@ -241,51 +275,62 @@ void check_gate_panels(const kiln::detail::ElementwiseRowTable& table) {
   REQUIRE(w >= 4);
   for (const std::int64_t rows :
        {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 64})
-    for (const std::int64_t k : {0, 1, 3, 37}) {
-      INFO(table.isa_name << ", " << rows << " rows, K " << k);
-      const std::int64_t lda = k + 3, ldx = w + 5, ldc = w + 2;
-      auto values = [](std::int64_t n, double scale, std::int64_t seed) {
-        std::vector<T> v(static_cast<std::size_t>(n));
-        for (std::int64_t i = 0; i < n; ++i)
-          v[static_cast<std::size_t>(i)] = static_cast<T>(scale * std::sin(0.7 * i + seed));
-        return v;
-      };
-      const std::vector<T> a = values(rows * lda, 1.0, 1), b = values(k * w, 0.5, 2),
-                           x = values(rows * ldx, 2.0, 3), bias = values(w, 0.25, 4);
-      std::vector<T> c(static_cast<std::size_t>(rows * ldc), T(-7));
-      kiln::detail::GatePanelArgs args;
-      args.a = a.data();
-      args.lda = lda;
-      args.b = b.data();
-      args.x = x.data();
-      args.ldx = ldx;
-      args.bias = bias.data();
-      args.c = c.data();
-      args.ldc = ldc;
-      args.rows = rows;
-      args.k = k;
-      args.next_x = x.data();
-      panel(args);
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t j = 0; j < ldc; ++j) {
-          const T got = c[static_cast<std::size_t>(r * ldc + j)];
-          if (j >= w) {
-            CHECK(got == T(-7));
-            continue;
-          }
-          double want = static_cast<double>(x[static_cast<std::size_t>(r * ldx + j)]) +
-                        bias[static_cast<std::size_t>(j)];
-          double size = std::abs(want);
-          for (std::int64_t p = 0; p < k; ++p) {
-            const double term = static_cast<double>(a[static_cast<std::size_t>(r * lda + p)]) *
-                                b[static_cast<std::size_t>(p * w + j)];
-            want += term;
-            size += std::abs(term);
-          }
-          INFO("row " << r << ", column " << j);
-          CHECK(std::abs(got - want) <= 4 * std::numeric_limits<T>::epsilon() * (1 + size));
+    for (const std::int64_t k : {0, 1, 3, 37})
+      for (const std::int64_t k_in : {0, 2, 13})
+        for (const bool with_x : {true, false}) {
+          if (!with_x && k_in == 0 && k != 37) continue;  // a few forms without x are enough
+          INFO(table.isa_name << ", " << rows << " rows, K " << k << ", K in " << k_in
+                              << (with_x ? ", x" : ", no x"));
+          const std::int64_t lda = k + 3, ldin = k_in + 5, ldx = w + 5, ldc = w + 2;
+          auto values = [](std::int64_t n, double scale, std::int64_t seed) {
+            std::vector<T> v(static_cast<std::size_t>(n));
+            for (std::int64_t i = 0; i < n; ++i)
+              v[static_cast<std::size_t>(i)] = static_cast<T>(scale * std::sin(0.7 * i + seed));
+            return v;
+          };
+          const std::vector<T> a = values(rows * lda, 1.0, 1), b = values((k_in + k) * w, 0.5, 2),
+                               x = values(rows * ldx, 2.0, 3), bias = values(w, 0.25, 4),
+                               in = values(rows * ldin, 1.5, 5);
+          std::vector<T> c(static_cast<std::size_t>(rows * ldc), T(-7));
+          kiln::detail::GatePanelArgs args;
+          args.a = a.data();
+          args.lda = lda;
+          args.in = k_in > 0 ? in.data() : nullptr;
+          args.ldin = ldin;
+          args.k_in = k_in;
+          args.b = b.data();
+          args.x = with_x ? x.data() : nullptr;
+          args.ldx = ldx;
+          args.bias = bias.data();
+          args.c = c.data();
+          args.ldc = ldc;
+          args.rows = rows;
+          args.k = k;
+          args.next_x = with_x ? x.data() : nullptr;
+          panel(args);
+          for (std::int64_t r = 0; r < rows; ++r)
+            for (std::int64_t j = 0; j < ldc; ++j) {
+              const T got = c[static_cast<std::size_t>(r * ldc + j)];
+              if (j >= w) {
+                CHECK(got == T(-7));
+                continue;
+              }
+              double want =
+                  (with_x ? static_cast<double>(x[static_cast<std::size_t>(r * ldx + j)]) : 0.0) +
+                  bias[static_cast<std::size_t>(j)];
+              double size = std::abs(want);
+              for (std::int64_t p = 0; p < k_in + k; ++p) {
+                const T left = p < k_in ? in[static_cast<std::size_t>(r * ldin + p)]
+                                        : a[static_cast<std::size_t>(r * lda + p - k_in)];
+                const double term =
+                    static_cast<double>(left) * b[static_cast<std::size_t>(p * w + j)];
+                want += term;
+                size += std::abs(term);
+              }
+              INFO("row " << r << ", column " << j);
+              CHECK(std::abs(got - want) <= 4 * std::numeric_limits<T>::epsilon() * (1 + size));
+            }
         }
-    }
 }
 
 /// Every instruction set's LSTM cell row against double-precision math on the same inputs:
@@ -490,6 +535,25 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
   CHECK(message([&] {
           lstm_sequence(xp, h, h, w, kiln::zeros({7}), false);
         }).starts_with("[lstm_sequence] the bias must be [8]"));
+  // The form that projects its inputs: x [T, B, F] and the input kernel [F, 4U].
+  using kiln::detail::lstm_sequence_from_inputs;
+  const Tensor x = kiln::zeros({3, 2, 5}), wx = kiln::zeros({5, 8});
+  CHECK_NOTHROW(lstm_sequence_from_inputs(x, wx, h, h, w, b, false));
+  CHECK(message([&] {
+          lstm_sequence_from_inputs(x, kiln::zeros({4, 8}), h, h, w, b, false);
+        }).starts_with("[lstm_sequence] the input kernel must be [5, 8], got [4,8]"));
+  CHECK(message([&] {
+          lstm_sequence_from_inputs(kiln::zeros({3, 5}), wx, h, h, w, b, false);
+        }).starts_with("[lstm_sequence] the input must be [time, batch, features]"));
+  CHECK(message([&] {
+          lstm_sequence_from_inputs(kiln::zeros({3, 4, 5}), wx, h, h, w, b, false);
+        }).starts_with("[lstm_sequence] the input must be [time, batch, features]"));
+  CHECK(message([&] {
+          lstm_sequence_from_inputs(x, kiln::cast(wx, kiln::DType::f64), h, h, w, b, false);
+        }).starts_with("[lstm_sequence] dtypes differ"));
+  CHECK(message([&] {
+          lstm_sequence_from_inputs(x, wx, h, kiln::zeros({2, 3}), w, b, false);
+        }).starts_with("[lstm_sequence] c0 must have h0's shape"));
   CHECK(message([&] {
           kiln::detail::recurrent_weight_grad(kiln::zeros({3, 2, 14}), 2, 4, 13, 0);
         }).starts_with("[recurrent_weight_grad] columns"));

@@ -154,6 +154,21 @@ Tensor first_step(const Tensor& r, std::int64_t from, std::int64_t to) {
   return squeeze(slice(columns, 0, 0, 1), {0});
 }
 
+/// The gradients of a and b in matmul(a, b) from g, the product's gradient.
+std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g) {
+  Tensor grad_b;
+  if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
+    // One matrix b shared by a batch of a's: d b = sum over the batch of a_i^T g_i, which
+    // is a single [k, batch*m] x [batch*m, n] product (instead of a batched product of
+    // batch [k, n] matrices reduced afterwards).
+    const std::int64_t k = a.dim(-1), n = g.dim(-1);
+    grad_b = matmul(transpose(reshape(a, {-1, k})), reshape(g, {-1, n}));
+  } else {
+    grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
+  }
+  return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
+}
+
 }  // namespace
 
 /// Gradients of layer_norm and rms_norm (x, then gamma and beta where the entry has them), from
@@ -349,21 +364,8 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       return {reshape(matmul(transpose(hot), gm), data.shape()), Tensor()};
     }
 
-    case Prim::matmul: {
-      const Tensor& a = x(0);
-      const Tensor& b = x(1);
-      Tensor grad_b;
-      if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
-        // One matrix b shared by a batch of a's: d b = sum over the batch of a_i^T g_i, which
-        // is a single [k, batch*m] x [batch*m, n] product (instead of a batched product of
-        // batch [k, n] matrices reduced afterwards).
-        const std::int64_t k = a.dim(-1), n = g.dim(-1);
-        grad_b = matmul(transpose(reshape(a, {-1, k})), reshape(g, {-1, n}));
-      } else {
-        grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
-      }
-      return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
-    }
+    case Prim::matmul:
+      return matmul_vjp(x(0), x(1), g);
     case Prim::lstm_sequence: {
       // y holds the saved gates (the front end saves them while a tape records or a trace
       // runs); r holds dz, h_{t-1} and the state gradients per step (ops/recurrent.hpp).
@@ -375,8 +377,14 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const Tensor r = lstm_sequence_grad(slice(g, 2, 0, 2 * units), y, x(1), x(2), x(3));
       const Tensor state = first_step(r, 5 * units, 7 * units);
       const Tensor dz = slice(r, 2, 0, 4 * units);
-      return {dz, slice(state, 1, 0, units), slice(state, 1, units, 2 * units),
-              recurrent_weight_grad(r, units, 4, 4 * units, 0), sum(dz, {0, 1})};
+      std::vector<Tensor> grads{dz, slice(state, 1, 0, units), slice(state, 1, units, 2 * units),
+                                recurrent_weight_grad(r, units, 4, 4 * units, 0), sum(dz, {0, 1})};
+      if (e.inputs.size() == 6) {  // x and its kernel in place of the projection xp = x W_x
+        std::vector<Tensor> projection = matmul_vjp(x(0), x(5), dz);
+        grads[0] = std::move(projection[0]);
+        grads.push_back(std::move(projection[1]));
+      }
+      return grads;
     }
     case Prim::gru_sequence: {
       // r holds per step the gradients of x's projection and of q = h W + b_rec, h_{t-1} and

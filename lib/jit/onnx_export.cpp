@@ -54,7 +54,13 @@ std::string OnnxWriter::recurrence(const Node& n, const std::vector<std::string>
   const std::string h = body_input(fresh("h"), batch_units);
   const std::string c = lstm ? body_input(fresh("c"), batch_units) : std::string();
   const std::int64_t gates = lstm ? 4 : 3;
-  const std::string xp = body_input(fresh("xp"), {batch_units[0], gates * units});
+  // lstm_sequence with its input kernel (input 5) scans the raw inputs and projects each step.
+  const bool projects = lstm && n.inputs.size() == 6;
+  const std::int64_t step_columns =
+      projects ? g.nodes[static_cast<std::size_t>(n.inputs[0])].shape[2] : gates * units;
+  const std::string step_in =
+      body_input(fresh(projects ? "x" : "xp"), {batch_units[0], step_columns});
+  const std::string xp = projects ? body_op("MatMul", {step_in, x[5]}) : step_in;
   const auto split = [&](const std::string& v) {
     std::vector<std::string> parts;
     for (std::int64_t k = 0; k < gates; ++k) parts.push_back(fresh("gate"));

@@ -96,14 +96,18 @@ using NormalizeRowFn = void (*)(const void* in, const void* gamma, const void* b
 using SumRowsFn = void (*)(const void* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                            void* acc);
 /// One gate panel of a fused recurrent step (kernels/recurrent_step_arch.hpp), in elements of the
-/// panel's dtype: for each row r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + sum over
-/// p < k of a[r][p] b[p][0, w), where w is the table's gate_panel_width of the dtype and b is
-/// the panel [k][w], contiguous. Rows of a, x and c are lda, ldx and ldc apart; c overlaps none
-/// of the others. next_x, when not null, is where the caller's next panel's x starts (asked for
-/// into the cache on the way).
+/// panel's dtype: for each row r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + (sum over
+/// q < k_in of in[r][q] b[q][0, w) + sum over p < k of a[r][p] b[k_in + p][0, w)), the sums in
+/// that order, where w is the table's gate_panel_width of the dtype and b is the panel
+/// [k_in + k][w], contiguous. x may be null (then c[r] = bias + the sums); k_in is 0 where the
+/// step has no input rows (then `in` is not read). Rows of in, a, x and c are ldin, lda, ldx and
+/// ldc apart; c overlaps none of the others. next_x, when not null, is where the caller's next
+/// panel's x starts (asked for into the cache on the way).
 struct GatePanelArgs {
   const void* a = nullptr;
   std::int64_t lda = 0;
+  const void* in = nullptr;
+  std::int64_t ldin = 0, k_in = 0;
   const void* b = nullptr;
   const void* x = nullptr;
   std::int64_t ldx = 0;

@@ -19,20 +19,27 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 
 // ------------------------------------------------------------------ lstm_sequence
 
-/// Forward. Inputs: xp [T, B, 4U] (each step's x W), h0 [B, U], c0 [B, U], w [U, 4U], b [4U];
-/// output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate activations i, f, g, o).
+/// Forward. Inputs: xp [T, B, 4U] (each step's x W_x), h0 [B, U], c0 [B, U], w [U, 4U], b [4U],
+/// or with a sixth input W_x [F, 4U] the inputs x [T, B, F] in xp's place; output y [T, B, S U],
+/// S = 2 (h_t, c_t) or 6 (also the gate activations i, f, g, o).
 ///
 /// Each part's step product z = x_t W_x + b + h_{t-1} W [B, 4 width] runs in gate panels
 /// (kernels/recurrent_step_arch.hpp) over the part's weights, packed once per call on the part's
-/// own thread; then the LSTM cell (one pass per row, kernels/recurrent_step_arch.hpp) runs over
-/// z's rows while they are in cache.
+/// own thread (with W_x: its rows ahead of W's, so x_t W_x is summed in the same registers and
+/// no projection of every step is written or read back); then the LSTM cell (one pass per row,
+/// kernels/recurrent_step_arch.hpp) runs over z's rows while they are in cache.
 template <class T>
 void lstm_forward(const KernelCall& call) {
+  if (call.inputs.size() != 5 && call.inputs.size() != 6)
+    fail("lstm_sequence", "takes 5 or 6 inputs, got {}", call.inputs.size());
   const ArrayRef& xp = call.inputs[0];
   const T* h0 = call.inputs[1].ptr<const T>();
   const T* c0 = call.inputs[2].ptr<const T>();
   const T* w = call.inputs[3].ptr<const T>();
   const T* bias = call.inputs[4].ptr<const T>();
+  const bool projects = call.inputs.size() == 6;  // xp is x, and W_x is input 5
+  const T* w_in = projects ? call.inputs[5].ptr<const T>() : nullptr;
+  const std::int64_t features = projects ? xp.shape[2] : 0;
   const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];  // S U
   const bool save_gates = row_size == 6 * units;
@@ -40,25 +47,29 @@ void lstm_forward(const KernelCall& call) {
   if (steps == 0 || batch == 0) return;
 
   const DType dtype = sizeof(T) == 4 ? DType::f32 : DType::f64;
-  const GatePanels panels = GatePanels::of(dtype, units, 4);
+  const GatePanels panels = GatePanels::of(dtype, units, 4, features);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   std::vector<PanelPart<T>> part;
   for (int p = 0; p < parts; ++p)
     part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                       bounds[static_cast<std::size_t>(p) + 1], batch);
+  const std::int64_t x_step = batch * (projects ? features : 4 * units);  // xp's or x's
   const LstmCellFn lstm_cell = elementwise_rows().lstm_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
     PanelPart<T>& q = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = q.width, u0 = q.u0;
-    if (t == 0) q.pack(panels, w);
+    if (t == 0) q.pack(panels, w, w_in);
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    const T* x_t = xp.ptr<const T>() + t * batch * 4 * units;
-    q.product_of(panels, h_prev, prev_ld, x_t, 4 * units, bias,
-                 t + 1 < steps ? x_t + batch * 4 * units : nullptr);
+    const T* x_t = xp.ptr<const T>() + t * x_step;
+    if (projects)
+      q.product_of(panels, h_prev, prev_ld, nullptr, 0, bias, nullptr, x_t, features);
+    else
+      q.product_of(panels, h_prev, prev_ld, x_t, 4 * units, bias,
+                   t + 1 < steps ? x_t + x_step : nullptr);
     LstmCellArgs cell;
     cell.z_gate_stride = wd;
     cell.gates_stride = units;

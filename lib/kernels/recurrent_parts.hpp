@@ -5,8 +5,8 @@
 // the backward gate math.
 //
 // Each forward time step is one product (h_{t-1} times the recurrent kernel, in kiln's gate
-// panels: PanelPart, kernels/recurrent_step_arch.hpp) and the gate math on its output while that
-// output is still in cache; a backward step is one product (the gate gradients times the kernel
+// panels: PanelPart, kernels/recurrent_step_arch.hpp; the LSTM's adds x_t times the input kernel
+// in the same panels) and the gate math on its output while that output is still in cache; a backward step is one product (the gate gradients times the kernel
 // transposed, in gate panels too) and its gate math. With several threads
 // the units are cut into parts, one per thread: part p owns units [u0, u1) of every gate, so its
 // product reads only its columns of the kernel (packed once per call, contiguous: they stay in
@@ -140,14 +140,22 @@ struct GatePanels {
   std::int64_t width = 0;  // columns of a panel
   std::int64_t units = 0;  // U
   int gates = 0;
-  std::int64_t k = 0;  // rows of the kernel
+  std::int64_t k = 0;     // rows of the kernel
+  std::int64_t k_in = 0;  // rows of an input kernel ahead of them (0: none)
 
-  /// A forward step's: h_{t-1} [B, U] times the recurrent kernel [U, gates U].
-  static GatePanels of(DType dtype, std::int64_t units, int gates) {
+  /// A forward step's: h_{t-1} [B, U] times the recurrent kernel [U, gates U], after the step's
+  /// inputs x_t [B, features] times the input kernel [features, gates U] when `features` > 0.
+  static GatePanels of(DType dtype, std::int64_t units, int gates, std::int64_t features = 0) {
     const ElementwiseRowTable& table = elementwise_rows();
-    return {table.gate_panel[dtype_index(dtype)], table.gate_panel_width[dtype_index(dtype)], units,
-            gates, units};
+    return {table.gate_panel[dtype_index(dtype)],
+            table.gate_panel_width[dtype_index(dtype)],
+            units,
+            gates,
+            units,
+            features};
   }
+  /// Rows of a packed panel.
+  [[nodiscard]] std::int64_t panel_rows() const { return k_in + k; }
   /// A backward step's: the gate gradients [B, gates U] times the recurrent kernel [U, gates U]
   /// transposed ([gates U, U], one block).
   static GatePanels transposed(DType dtype, std::int64_t units, int gates) {
@@ -157,10 +165,11 @@ struct GatePanels {
   }
 };
 
-/// One part of a recurrence whose step product z = x + b + a W runs in gate panels: columns
-/// [u0, u0 + width) of every gate block of W [k, gates U], cut into `blocks` panels per gate (the
-/// last one part-filled when the panel width does not divide the part's), its weights packed
-/// panel by panel, and z [B, gates width] (each gate's columns side by side).
+/// One part of a recurrence whose step product z = x + b + (in W_in + a W) runs in gate panels:
+/// columns [u0, u0 + width) of every gate block of W_in [k_in, gates U] (when there is one) and
+/// W [k, gates U], cut into `blocks` panels per gate (the last one part-filled when the panel
+/// width does not divide the part's), their weights packed panel by panel (W_in's rows first),
+/// and z [B, gates width] (each gate's columns side by side).
 template <class T>
 struct PanelPart {
   std::int64_t u0 = 0, width = 0, blocks = 0, batch = 0;
@@ -178,18 +187,21 @@ struct PanelPart {
     }
   }
 
-  /// Packs the part's columns of w [k, gates U] (on the thread that runs the part, so they land
-  /// in its core's cache).
-  void pack(const GatePanels& g, const T* w) {
-    const std::int64_t nr = g.width, ld = g.gates * g.units;
-    packed.assign(static_cast<std::size_t>(g.gates * blocks * g.k * nr), T(0));
+  /// Packs the part's columns of w_in [k_in, gates U] (when g.k_in > 0) and w [k, gates U], on
+  /// the thread that runs the part, so they land in its core's cache.
+  void pack(const GatePanels& g, const T* w, const T* w_in = nullptr) {
+    const std::int64_t nr = g.width, ld = g.gates * g.units, rows = g.panel_rows();
+    packed.assign(static_cast<std::size_t>(g.gates * blocks * rows * nr), T(0));
     for (std::int64_t gate = 0; gate < g.gates; ++gate)
       for (std::int64_t block = 0; block < blocks; ++block) {
         const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
-        T* panel = packed.data() + (gate * blocks + block) * g.k * nr;
-        const T* src = w + gate * g.units + u0 + j0;
-        for (std::int64_t p = 0; p < g.k; ++p)
-          std::memcpy(panel + p * nr, src + p * ld, static_cast<std::size_t>(cols) * sizeof(T));
+        T* panel = packed.data() + (gate * blocks + block) * rows * nr;
+        const auto copy = [&](const T* src, std::int64_t count, T* to) {
+          for (std::int64_t p = 0; p < count; ++p)
+            std::memcpy(to + p * nr, src + p * ld, static_cast<std::size_t>(cols) * sizeof(T));
+        };
+        if (g.k_in > 0) copy(w_in + gate * g.units + u0 + j0, g.k_in, panel);
+        copy(w + gate * g.units + u0 + j0, g.k, panel + g.k_in * nr);
       }
   }
 
@@ -208,23 +220,28 @@ struct PanelPart {
     }
   }
 
-  /// z = x + b + h W over the part's columns: h [B, k] with rows ldh apart, x the step's
-  /// [B, gates U] with rows ldx apart (0: one row for all), b [gates U]; next_x is the next
-  /// step's x (or null), asked for into the cache while the last panel runs.
+  /// z = x + b + (in W_in + h W) over the part's columns: h [B, k] with rows ldh apart, x the
+  /// step's [B, gates U] with rows ldx apart (0: one row for all; null: no x), b [gates U], `in`
+  /// the step's inputs [B, k_in] with rows ldin apart (read only when g.k_in > 0); next_x is the
+  /// next step's x (or null), asked for into the cache while the last panel runs.
   void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, std::int64_t ldx,
-                  const T* bias, const T* next_x) {
-    const std::int64_t nr = g.width, ldz = g.gates * width;
+                  const T* bias, const T* next_x, const T* in = nullptr, std::int64_t ldin = 0) {
+    const std::int64_t nr = g.width, ldz = g.gates * width, rows = g.panel_rows();
     GatePanelArgs args;
     args.a = h;
     args.lda = ldh;
+    args.in = in;
+    args.ldin = ldin;
+    args.k_in = g.k_in;
     args.rows = batch;
     args.k = g.k;
     for (std::int64_t gate = 0; gate < g.gates; ++gate)
       for (std::int64_t block = 0; block < blocks; ++block) {
         const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
-        const T* xs = x + gate * g.units + u0 + j0;
-        args.b = packed.data() + (gate * blocks + block) * g.k * nr;
-        args.next_x = block + 1 < blocks   ? xs + nr
+        const T* xs = x != nullptr ? x + gate * g.units + u0 + j0 : nullptr;
+        args.b = packed.data() + (gate * blocks + block) * rows * nr;
+        args.next_x = x == nullptr         ? nullptr
+                      : block + 1 < blocks ? xs + nr
                       : gate + 1 < g.gates ? x + (gate + 1) * g.units + u0
                       : next_x != nullptr  ? next_x + u0
                                            : nullptr;
@@ -239,10 +256,11 @@ struct PanelPart {
           continue;
         }
         const std::size_t bytes = static_cast<std::size_t>(cols) * sizeof(T);
-        for (std::int64_t b = 0; b < batch; ++b)
-          std::memcpy(edge_x.data() + b * nr, xs + b * ldx, bytes);  // the rest stays zero
+        if (x != nullptr)
+          for (std::int64_t b = 0; b < batch; ++b)
+            std::memcpy(edge_x.data() + b * nr, xs + b * ldx, bytes);  // the rest stays zero
         std::memcpy(edge_bias.data(), bias + gate * g.units + u0 + j0, bytes);
-        args.x = edge_x.data();
+        args.x = x != nullptr ? edge_x.data() : nullptr;
         args.ldx = nr;
         args.bias = edge_bias.data();
         args.c = edge_c.data();

@@ -11,7 +11,9 @@
 // vectors whose accumulators stay in registers over all K. Per multiply-add step a tile
 // loads the panel's two vectors and broadcasts one element of h per row: no packing of h, none
 // of the weights per step (the libraries pack both on every call, 7-9% of an LSTM(256) forward
-// on the Zen 3 in a profile), and x_t W_x + b is added as the tile is stored.
+// on the Zen 3 in a profile). x_t W_x is either summed in the same registers (the panel holds
+// W_x's rows ahead of W's, and the tile broadcasts x_t's elements first: the LSTM's forward) or
+// read from a projection of every step made ahead, added with b as the tile is stored.
 
 #ifndef KILN_ELEMENTWISE_ISA
 #error "include kernels/elementwise_arch.hpp, not kernels/recurrent_step_arch.hpp"
@@ -32,30 +34,42 @@ namespace {
 template <class Arch>
 constexpr std::int64_t gate_tile_rows = std::is_same_v<Arch, xsimd::avx512f> ? 8 : 6;
 
-/// Rows [0, R) of a tile: c[r] = (x[r] + bias) + sum_p a[r][p] panel[p], with the sum over p in
-/// order, one fused multiply-add per p where the instruction set has them.
+/// Rows [0, R) of a tile: c[r] = (x[r] + bias) + (sum_q in[r][q] panel[q] + sum_p a[r][p]
+/// panel[k_in + p]), each sum in order, one fused multiply-add per term where the instruction set
+/// has them; without x, c[r] = bias + the sums.
 template <class Arch, class T, int R>
-[[gnu::always_inline]] inline void gate_tile(const GatePanelArgs& g, const T* a, const T* x, T* c) {
+[[gnu::always_inline]] inline void gate_tile(const GatePanelArgs& g, const T* in, const T* a,
+                                             const T* x, T* c) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  const T* panel = static_cast<const T*>(g.b);
   B acc0[R], acc1[R];
   for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = B(T(0));
+  // acc += rows [0, k) of src (rows ld apart) times the panel rows from `panel`
+  const auto accumulate = [&](const T* src, std::int64_t ld, std::int64_t k, const T* panel) {
 #pragma GCC unroll 4
-  for (std::int64_t p = 0; p < g.k; ++p) {
-    const B b0 = B::load_unaligned(panel + p * 2 * width);
-    const B b1 = B::load_unaligned(panel + p * 2 * width + width);
-    for (int r = 0; r < R; ++r) {
-      const B ar(a[r * g.lda + p]);
-      acc0[r] = fused_multiply_add(ar, b0, acc0[r]);
-      acc1[r] = fused_multiply_add(ar, b1, acc1[r]);
+    for (std::int64_t p = 0; p < k; ++p) {
+      const B b0 = B::load_unaligned(panel + p * 2 * width);
+      const B b1 = B::load_unaligned(panel + p * 2 * width + width);
+      for (int r = 0; r < R; ++r) {
+        const B ar(src[r * ld + p]);
+        acc0[r] = fused_multiply_add(ar, b0, acc0[r]);
+        acc1[r] = fused_multiply_add(ar, b1, acc1[r]);
+      }
     }
-  }
+  };
+  const T* panel = static_cast<const T*>(g.b);
+  if (g.k_in > 0) accumulate(in, g.ldin, g.k_in, panel);
+  accumulate(a, g.lda, g.k, panel + g.k_in * 2 * width);
   const T* bias = static_cast<const T*>(g.bias);
   const B bias0 = B::load_unaligned(bias), bias1 = B::load_unaligned(bias + width);
   for (int r = 0; r < R; ++r) {
-    const T* xr = x + r * g.ldx;
     T* cr = c + r * g.ldc;
+    if (x == nullptr) {
+      (bias0 + acc0[r]).store_unaligned(cr);
+      (bias1 + acc1[r]).store_unaligned(cr + width);
+      continue;
+    }
+    const T* xr = x + r * g.ldx;
     ((B::load_unaligned(xr) + bias0) + acc0[r]).store_unaligned(cr);
     ((B::load_unaligned(xr + width) + bias1) + acc1[r]).store_unaligned(cr + width);
   }
@@ -65,36 +79,38 @@ template <class Arch, class T, int R>
 template <class Arch, class T>
 [[gnu::always_inline]] inline void gate_rows(const GatePanelArgs& g, std::int64_t i,
                                              std::int64_t count) {
+  const T* in = static_cast<const T*>(g.in) + (g.k_in > 0 ? i * g.ldin : 0);
   const T* a = static_cast<const T*>(g.a) + i * g.lda;
-  const T* x = static_cast<const T*>(g.x) + i * g.ldx;
+  const T* x = g.x != nullptr ? static_cast<const T*>(g.x) + i * g.ldx : nullptr;
   T* c = static_cast<T*>(g.c) + i * g.ldc;
   switch (count) {
     case 1:
-      return gate_tile<Arch, T, 1>(g, a, x, c);
+      return gate_tile<Arch, T, 1>(g, in, a, x, c);
     case 2:
-      return gate_tile<Arch, T, 2>(g, a, x, c);
+      return gate_tile<Arch, T, 2>(g, in, a, x, c);
     case 3:
-      return gate_tile<Arch, T, 3>(g, a, x, c);
+      return gate_tile<Arch, T, 3>(g, in, a, x, c);
     case 4:
-      return gate_tile<Arch, T, 4>(g, a, x, c);
+      return gate_tile<Arch, T, 4>(g, in, a, x, c);
     case 5:
-      return gate_tile<Arch, T, 5>(g, a, x, c);
+      return gate_tile<Arch, T, 5>(g, in, a, x, c);
     case 6:
-      return gate_tile<Arch, T, 6>(g, a, x, c);
+      return gate_tile<Arch, T, 6>(g, in, a, x, c);
     case 7:
-      if constexpr (gate_tile_rows<Arch> >= 7) return gate_tile<Arch, T, 7>(g, a, x, c);
+      if constexpr (gate_tile_rows<Arch> >= 7) return gate_tile<Arch, T, 7>(g, in, a, x, c);
       break;
     case 8:
-      if constexpr (gate_tile_rows<Arch> >= 8) return gate_tile<Arch, T, 8>(g, a, x, c);
+      if constexpr (gate_tile_rows<Arch> >= 8) return gate_tile<Arch, T, 8>(g, in, a, x, c);
       break;
     default:
       break;
   }
 }
 
-/// GatePanelFn: all g.rows rows, a full tile (gate_tile_rows) at a time, then the rest. While a
-/// tile computes, the rows of x the next one adds are asked for (x_t W_x is read from memory: it
-/// is written a whole sequence ahead, by one GEMM over every step).
+/// GatePanelFn: all g.rows rows, a full tile (gate_tile_rows) at a time, then the rest. Where
+/// there is an x, the rows of it the next tile adds are asked for while a tile computes (a
+/// projection made ahead is read from memory: it is written a whole sequence ahead, by one GEMM
+/// over every step).
 template <class Arch, class T>
 void gate_panel(const GatePanelArgs& g) {
   constexpr std::int64_t tile = gate_tile_rows<Arch>;
@@ -115,12 +131,13 @@ void gate_panel(const GatePanelArgs& g) {
   const std::int64_t full = g.rows - rest - (split_last ? tile : 0);
   std::int64_t i = 0;
   for (; i < full; i += tile) {
-    if (i + tile < g.rows)
-      ask_for(x + (i + tile) * g.ldx, g.rows - i - tile < tile ? g.rows - i - tile : tile);
-    else if (g.next_x != nullptr)
+    if (i + tile < g.rows) {
+      if (x != nullptr)
+        ask_for(x + (i + tile) * g.ldx, g.rows - i - tile < tile ? g.rows - i - tile : tile);
+    } else if (g.next_x != nullptr) {
       ask_for(static_cast<const T*>(g.next_x), g.rows < tile ? g.rows : tile);
-    gate_tile<Arch, T, tile>(g, static_cast<const T*>(g.a) + i * g.lda, x + i * g.ldx,
-                             static_cast<T*>(g.c) + i * g.ldc);
+    }
+    gate_rows<Arch, T>(g, i, tile);
   }
   const std::int64_t left = g.rows - i;  // 0 to tile + 4
   if (left > tile) {

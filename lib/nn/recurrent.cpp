@@ -425,15 +425,16 @@ bool keep_gates_for_gradient() {
   return detail::any_tape_recording() || detail::active_trace() != nullptr;
 }
 
-/// lstm_sequence over xp (time-major projections without the bias, in processing order) from
-/// state {h, c}: every step's h [T, B, U] and the final {h, c} (last_steps). It keeps the gate
+/// lstm_sequence over x (time-major inputs, in processing order) and the input kernel (each
+/// step's projection is summed inside the recurrence: lstm_sequence_from_inputs) from state
+/// {h, c}: every step's h [T, B, U] and the final {h, c} (last_steps). It keeps the gate
 /// activations for the gradient while a tape records or a trace runs.
-std::pair<Tensor, std::vector<Tensor>> run_fused_lstm(const Tensor& xp,
+std::pair<Tensor, std::vector<Tensor>> run_fused_lstm(const Tensor& x, const Tensor& kernel,
                                                       const std::vector<Tensor>& state,
                                                       const Tensor& recurrent, const Tensor& bias,
                                                       std::int64_t units) {
-  const Tensor y =
-      detail::lstm_sequence(xp, state[0], state[1], recurrent, bias, keep_gates_for_gradient());
+  const Tensor y = detail::lstm_sequence_from_inputs(x, kernel, state[0], state[1], recurrent, bias,
+                                                     keep_gates_for_gradient());
   const Tensor hs = slice(y, 2, 0, units);
   return {hs, last_steps({hs, slice(y, 2, units, 2 * units)}, state)};
 }
@@ -447,18 +448,18 @@ std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tens
   // Keras's go_backwards sequence is in processing order: the recurrence of the reversed input.
   if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.assign(2, zeros({x.dim(0), units}, x.dtype()));
-  const auto [hs, last] = run_fused_lstm(matmul(time_major, kernel), state, recurrent, bias, units);
+  const auto [hs, last] = run_fused_lstm(time_major, kernel, state, recurrent, bias, units);
   return {last[0], last[1], return_sequences ? transpose(hs, {1, 0, 2}) : last[0]};
 }
 
 /// A checkpointing segment of nn::LSTM as one fused recurrence (recur's SegmentRun): xs[0] is
-/// the segment's projection without the bias, which the primitive adds.
-SegmentRun fused_lstm_segment(const Tensor& recurrent, const Tensor& bias, std::int64_t units,
-                              bool return_sequences) {
-  return [recurrent, bias, units, return_sequences](const std::vector<Tensor>& s,
-                                                    const std::vector<Tensor>& xs, bool reverse) {
+/// the segment's raw inputs (time-major), which the primitive projects step by step.
+SegmentRun fused_lstm_segment(const Tensor& kernel, const Tensor& recurrent, const Tensor& bias,
+                              std::int64_t units, bool return_sequences) {
+  return [kernel, recurrent, bias, units, return_sequences](
+             const std::vector<Tensor>& s, const std::vector<Tensor>& xs, bool reverse) {
     auto [hs, last] =
-        run_fused_lstm(reverse ? reverse_time(xs[0]) : xs[0], s, recurrent, bias, units);
+        run_fused_lstm(reverse ? reverse_time(xs[0]) : xs[0], kernel, s, recurrent, bias, units);
     std::vector<Tensor> ys;
     if (return_sequences) ys.push_back(reverse ? reverse_time(hs) : hs);
     return std::pair<std::vector<Tensor>, std::vector<Tensor>>{std::move(last), std::move(ys)};
@@ -541,12 +542,12 @@ std::vector<Tensor> LSTM::call(const Tensor& x, const RecurrentCallOptions& call
     return layer_outputs(fused_lstm(x, k, b, r, std::move(state), units_, options_.go_backwards,
                                     options_.return_sequences),
                          2, options_.return_state, carried);
-  if (fused)  // checkpointing segments, each one fused recurrence
+  if (fused)  // checkpointing segments, each one fused recurrence that projects its inputs
     return layer_outputs(
         recur(
-            x, [&](const Tensor& in) { return matmul(in, k); }, Step(), std::move(state), 2, units_,
-            false, options_.go_backwards, options_.return_sequences, mask,
-            options_.checkpoint_every, fused_lstm_segment(r, b, units_, options_.return_sequences)),
+            x, [](const Tensor& in) { return in; }, Step(), std::move(state), 2, units_, false,
+            options_.go_backwards, options_.return_sequences, mask, options_.checkpoint_every,
+            fused_lstm_segment(k, r, b, units_, options_.return_sequences)),
         2, options_.return_state, carried);
   const Step step = [r](const Tensor& xt, const std::vector<Tensor>& s) {
     // The zero state: no h @ recurrent_kernel, and the forget term vanishes.

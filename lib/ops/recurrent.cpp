@@ -23,15 +23,12 @@ void check_float(std::string_view op, std::initializer_list<const Tensor*> tenso
            dtype_name(t->dtype()));
 }
 
-/// Checks h0 / c0 [B, U] and w [U, 4U] against xp [T, B, 4U]; returns U.
-std::int64_t check_state_and_kernel(std::string_view op, const Tensor& xp, const Tensor& h0,
-                                    const Tensor& c0, const Tensor& w) {
+/// Checks h0 / c0 [B, U] (U static) and w [U, 4U]; returns U.
+std::int64_t check_state_and_kernel(std::string_view op, const Tensor& h0, const Tensor& c0,
+                                    const Tensor& w) {
   if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
     fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
   const std::int64_t units = h0.dim(1);
-  if (xp.ndim() != 3 || xp.dim(2) != 4 * units || xp.dim(1) != h0.dim(0))
-    fail(op, "the projected input must be [time, batch, 4 units] = [?, {}, {}], got {}",
-         dim_text(h0.dim(0)), 4 * units, xp.shape());
   if (c0.shape() != h0.shape())
     fail(op, "c0 must have h0's shape {}, got {}", h0.shape(), c0.shape());
   if (w.shape() != Shape{units, 4 * units})
@@ -45,11 +42,32 @@ Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const
                      const Tensor& b, bool save_gates) {
   constexpr std::string_view op = "lstm_sequence";
   check_float(op, {&xp, &h0, &c0, &w, &b});
-  const std::int64_t units = check_state_and_kernel(op, xp, h0, c0, w);
+  if (h0.ndim() == 2 && !is_dynamic_dim(h0.dim(1)) &&
+      (xp.ndim() != 3 || xp.dim(2) != 4 * h0.dim(1) || xp.dim(1) != h0.dim(0)))
+    fail(op, "the projected input must be [time, batch, 4 units] = [?, {}, {}], got {}",
+         dim_text(h0.dim(0)), 4 * h0.dim(1), xp.shape());
+  const std::int64_t units = check_state_and_kernel(op, h0, c0, w);
   if (b.shape() != Shape{4 * units})
     fail(op, "the bias must be [{}], got {}", 4 * units, b.shape());
   const Shape out{xp.dim(0), xp.dim(1), (save_gates ? 6 : 2) * units};
   return apply(Prim::lstm_sequence, {xp, h0, c0, w, b}, Attrs{}, xp.dtype(), out);
+}
+
+Tensor lstm_sequence_from_inputs(const Tensor& x, const Tensor& w_x, const Tensor& h0,
+                                 const Tensor& c0, const Tensor& w, const Tensor& b,
+                                 bool save_gates) {
+  constexpr std::string_view op = "lstm_sequence";
+  check_float(op, {&x, &h0, &c0, &w, &b, &w_x});
+  const std::int64_t units = check_state_and_kernel(op, h0, c0, w);
+  if (x.ndim() != 3 || x.dim(1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
+    fail(op, "the input must be [time, batch, features] = [?, {}, ?] with static features, got {}",
+         dim_text(h0.dim(0)), x.shape());
+  if (w_x.shape() != Shape{x.dim(2), 4 * units})
+    fail(op, "the input kernel must be [{}, {}], got {}", x.dim(2), 4 * units, w_x.shape());
+  if (b.shape() != Shape{4 * units})
+    fail(op, "the bias must be [{}], got {}", 4 * units, b.shape());
+  const Shape out{x.dim(0), x.dim(1), (save_gates ? 6 : 2) * units};
+  return apply(Prim::lstm_sequence, {x, h0, c0, w, b, w_x}, Attrs{}, x.dtype(), out);
 }
 
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,
