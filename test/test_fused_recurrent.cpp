@@ -209,35 +209,39 @@ TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_recurre
 
 TEST_CASE(
     "lstm_sequence_from_inputs projects inside: equal to lstm_sequence of x W_x, gradients "
-    "match finite differences",
+    "match finite differences, time- and batch-major",
     "[fused_recurrent][autodiff]") {
   using kiln::DType;
-  for (const auto& [batch, units, steps] : gradient_shapes) {
-    INFO("batch " << batch << ", units " << units);
-    constexpr std::int64_t features = 5;
-    const Tensors args{kiln::random::normal({steps, batch, features}, 0, 1, 31, DType::f64),
-                       kiln::random::normal({features, 4 * units}, 0, 0.4, 32, DType::f64),
-                       kiln::random::normal({batch, units}, 0, 0.5, 33, DType::f64),
-                       kiln::random::normal({batch, units}, 0, 0.5, 34, DType::f64),
-                       kiln::random::normal({units, 4 * units}, 0, 0.3, 35, DType::f64),
-                       kiln::random::normal({4 * units}, 0, 0.3, 36, DType::f64)};
-    for (const bool save : {false, true}) {
-      const Tensor inside = kiln::detail::lstm_sequence_from_inputs(
-          args[0], args[1], args[2], args[3], args[4], args[5], save);
-      const Tensor outside = kiln::detail::lstm_sequence(kiln::matmul(args[0], args[1]), args[2],
-                                                         args[3], args[4], args[5], save);
-      CHECK(inside.shape() == outside.shape());
-      CHECK(max_diff(inside, outside) <= 1e-12);
+  for (const auto& [batch, units, steps] : gradient_shapes)
+    for (const bool batch_major : {false, true}) {
+      INFO("batch " << batch << ", units " << units << ", batch-major " << batch_major);
+      constexpr std::int64_t features = 5;
+      const kiln::Shape x_shape =
+          batch_major ? kiln::Shape{batch, steps, features} : kiln::Shape{steps, batch, features};
+      const Tensors args{kiln::random::normal(x_shape, 0, 1, 31, DType::f64),
+                         kiln::random::normal({features, 4 * units}, 0, 0.4, 32, DType::f64),
+                         kiln::random::normal({batch, units}, 0, 0.5, 33, DType::f64),
+                         kiln::random::normal({batch, units}, 0, 0.5, 34, DType::f64),
+                         kiln::random::normal({units, 4 * units}, 0, 0.3, 35, DType::f64),
+                         kiln::random::normal({4 * units}, 0, 0.3, 36, DType::f64)};
+      const Tensor time_major = batch_major ? kiln::transpose(args[0], {1, 0, 2}) : args[0];
+      for (const bool save : {false, true}) {
+        const Tensor inside = kiln::detail::lstm_sequence_from_inputs(
+            args[0], args[1], args[2], args[3], args[4], args[5], save, batch_major);
+        const Tensor outside = kiln::detail::lstm_sequence(
+            kiln::matmul(time_major, args[1]), args[2], args[3], args[4], args[5], save);
+        CHECK(inside.shape() == outside.shape());
+        CHECK(max_diff(inside, outside) <= 1e-12);
+      }
+      const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 37, DType::f64);
+      check_against_finite_differences(
+          [&](const Tensors& a, bool save) {
+            const Tensor y = kiln::detail::lstm_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4],
+                                                                     a[5], save, batch_major);
+            return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
+          },
+          args);
     }
-    const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 37, DType::f64);
-    check_against_finite_differences(
-        [&](const Tensors& a, bool save) {
-          const Tensor y =
-              kiln::detail::lstm_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4], a[5], save);
-          return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
-        },
-        args);
-  }
 }
 
 TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurrent][autodiff]") {
@@ -548,6 +552,11 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
   CHECK(message([&] {
           lstm_sequence_from_inputs(kiln::zeros({3, 4, 5}), wx, h, h, w, b, false);
         }).starts_with("[lstm_sequence] the input must be [time, batch, features]"));
+  CHECK(message([&] {
+          lstm_sequence_from_inputs(x, wx, h, h, w, b, false, true);  // batch 3, h0's is 2
+        }).starts_with("[lstm_sequence] the input must be [batch, time, features] = [2, ?, ?]"));
+  CHECK(lstm_sequence_from_inputs(kiln::zeros({2, 3, 5}), wx, h, h, w, b, false, true).shape() ==
+        kiln::Shape{3, 2, 4});
   CHECK(message([&] {
           lstm_sequence_from_inputs(x, kiln::cast(wx, kiln::DType::f64), h, h, w, b, false);
         }).starts_with("[lstm_sequence] dtypes differ"));

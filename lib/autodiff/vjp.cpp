@@ -380,8 +380,10 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       std::vector<Tensor> grads{dz, slice(state, 1, 0, units), slice(state, 1, units, 2 * units),
                                 recurrent_weight_grad(r, units, 4, 4 * units, 0), sum(dz, {0, 1})};
       if (e.inputs.size() == 6) {  // x and its kernel in place of the projection xp = x W_x
-        std::vector<Tensor> projection = matmul_vjp(x(0), x(5), dz);
-        grads[0] = std::move(projection[0]);
+        const bool batch_major = !e.attrs.ints.empty() && e.attrs.ints[0] == 1;
+        const Tensor time_major = batch_major ? transpose(x(0), {1, 0, 2}) : x(0);
+        std::vector<Tensor> projection = matmul_vjp(time_major, x(5), dz);
+        grads[0] = batch_major ? transpose(projection[0], {1, 0, 2}) : std::move(projection[0]);
         grads.push_back(std::move(projection[1]));
       }
       return grads;

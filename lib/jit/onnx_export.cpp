@@ -56,6 +56,7 @@ std::string OnnxWriter::recurrence(const Node& n, const std::vector<std::string>
   const std::int64_t gates = lstm ? 4 : 3;
   // lstm_sequence with its input kernel (input 5) scans the raw inputs and projects each step.
   const bool projects = lstm && n.inputs.size() == 6;
+  const bool batch_major = projects && !n.attrs.ints.empty() && n.attrs.ints[0] == 1;
   const std::int64_t step_columns =
       projects ? g.nodes[static_cast<std::size_t>(n.inputs[0])].shape[2] : gates * units;
   const std::string step_in =
@@ -122,6 +123,7 @@ std::string OnnxWriter::recurrence(const Node& n, const std::vector<std::string>
   onnx::NodeProto& scan = emit(graph_, "Scan", scan_inputs, scan_outputs);
   *scan.add_attribute() = body_attr;
   attr(scan, "num_scan_inputs", 1);
+  if (batch_major) attr(scan, "scan_input_axes", std::vector<std::int64_t>{1});
   return y;
 }
 

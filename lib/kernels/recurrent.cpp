@@ -20,8 +20,9 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 // ------------------------------------------------------------------ lstm_sequence
 
 /// Forward. Inputs: xp [T, B, 4U] (each step's x W_x), h0 [B, U], c0 [B, U], w [U, 4U], b [4U],
-/// or with a sixth input W_x [F, 4U] the inputs x [T, B, F] in xp's place; output y [T, B, S U],
-/// S = 2 (h_t, c_t) or 6 (also the gate activations i, f, g, o).
+/// or with a sixth input W_x [F, 4U] the inputs x [T, B, F] in xp's place (batch-major, [B, T, F],
+/// where attrs.ints is {1}); output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate
+/// activations i, f, g, o).
 ///
 /// Each part's step product z = x_t W_x + b + h_{t-1} W [B, 4 width] runs in gate panels
 /// (kernels/recurrent_step_arch.hpp) over the part's weights, packed once per call on the part's
@@ -40,7 +41,9 @@ void lstm_forward(const KernelCall& call) {
   const bool projects = call.inputs.size() == 6;  // xp is x, and W_x is input 5
   const T* w_in = projects ? call.inputs[5].ptr<const T>() : nullptr;
   const std::int64_t features = projects ? xp.shape[2] : 0;
-  const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
+  const bool batch_major = projects && !call.attrs.ints.empty() && call.attrs.ints[0] == 1;
+  const std::int64_t steps = xp.shape[batch_major ? 1 : 0], batch = xp.shape[batch_major ? 0 : 1];
+  const std::int64_t units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];  // S U
   const bool save_gates = row_size == 6 * units;
   T* y = call.out.ptr<T>();
@@ -54,7 +57,9 @@ void lstm_forward(const KernelCall& call) {
   for (int p = 0; p < parts; ++p)
     part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                       bounds[static_cast<std::size_t>(p) + 1], batch);
-  const std::int64_t x_step = batch * (projects ? features : 4 * units);  // xp's or x's
+  // Where step t's rows of xp or x start, and how far apart they are
+  const std::int64_t x_step = batch_major ? features : batch * (projects ? features : 4 * units);
+  const std::int64_t x_ld = batch_major ? steps * features : features;
   const LstmCellFn lstm_cell = elementwise_rows().lstm_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
@@ -66,7 +71,7 @@ void lstm_forward(const KernelCall& call) {
     const std::int64_t prev_ld = t == 0 ? units : row_size;
     const T* x_t = xp.ptr<const T>() + t * x_step;
     if (projects)
-      q.product_of(panels, h_prev, prev_ld, nullptr, 0, bias, nullptr, x_t, features);
+      q.product_of(panels, h_prev, prev_ld, nullptr, 0, bias, nullptr, x_t, x_ld);
     else
       q.product_of(panels, h_prev, prev_ld, x_t, 4 * units, bias,
                    t + 1 < steps ? x_t + x_step : nullptr);

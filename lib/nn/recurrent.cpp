@@ -425,16 +425,18 @@ bool keep_gates_for_gradient() {
   return detail::any_tape_recording() || detail::active_trace() != nullptr;
 }
 
-/// lstm_sequence over x (time-major inputs, in processing order) and the input kernel (each
-/// step's projection is summed inside the recurrence: lstm_sequence_from_inputs) from state
-/// {h, c}: every step's h [T, B, U] and the final {h, c} (last_steps). It keeps the gate
-/// activations for the gradient while a tape records or a trace runs.
+/// lstm_sequence over x (time-major inputs in processing order, or the layer's batch-major ones
+/// where `batch_major`) and the input kernel (each step's projection is summed inside the
+/// recurrence: lstm_sequence_from_inputs) from state {h, c}: every step's h [T, B, U] and the
+/// final {h, c} (last_steps). It keeps the gate activations for the gradient while a tape
+/// records or a trace runs.
 std::pair<Tensor, std::vector<Tensor>> run_fused_lstm(const Tensor& x, const Tensor& kernel,
                                                       const std::vector<Tensor>& state,
                                                       const Tensor& recurrent, const Tensor& bias,
-                                                      std::int64_t units) {
+                                                      std::int64_t units,
+                                                      bool batch_major = false) {
   const Tensor y = detail::lstm_sequence_from_inputs(x, kernel, state[0], state[1], recurrent, bias,
-                                                     keep_gates_for_gradient());
+                                                     keep_gates_for_gradient(), batch_major);
   const Tensor hs = slice(y, 2, 0, units);
   return {hs, last_steps({hs, slice(y, 2, units, 2 * units)}, state)};
 }
@@ -444,11 +446,13 @@ std::pair<Tensor, std::vector<Tensor>> run_fused_lstm(const Tensor& x, const Ten
 std::vector<Tensor> fused_lstm(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                                const Tensor& recurrent, std::vector<Tensor> state,
                                std::int64_t units, bool go_backwards, bool return_sequences) {
-  Tensor time_major = transpose(x, {1, 0, 2});
-  // Keras's go_backwards sequence is in processing order: the recurrence of the reversed input.
-  if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.assign(2, zeros({x.dim(0), units}, x.dtype()));
-  const auto [hs, last] = run_fused_lstm(time_major, kernel, state, recurrent, bias, units);
+  // Keras's go_backwards sequence is in processing order: the recurrence of the reversed input
+  // (time-major, reversed); forwards the primitive reads x's rows where they are.
+  const auto [hs, last] = go_backwards
+                              ? run_fused_lstm(reverse_time(transpose(x, {1, 0, 2})), kernel, state,
+                                               recurrent, bias, units)
+                              : run_fused_lstm(x, kernel, state, recurrent, bias, units, true);
   return {last[0], last[1], return_sequences ? transpose(hs, {1, 0, 2}) : last[0]};
 }
 

@@ -55,19 +55,23 @@ Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const
 
 Tensor lstm_sequence_from_inputs(const Tensor& x, const Tensor& w_x, const Tensor& h0,
                                  const Tensor& c0, const Tensor& w, const Tensor& b,
-                                 bool save_gates) {
+                                 bool save_gates, bool batch_major) {
   constexpr std::string_view op = "lstm_sequence";
   check_float(op, {&x, &h0, &c0, &w, &b, &w_x});
   const std::int64_t units = check_state_and_kernel(op, h0, c0, w);
-  if (x.ndim() != 3 || x.dim(1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
-    fail(op, "the input must be [time, batch, features] = [?, {}, ?] with static features, got {}",
-         dim_text(h0.dim(0)), x.shape());
+  if (x.ndim() != 3 || x.dim(batch_major ? 0 : 1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
+    fail(op, "the input must be {} with static features, got {}",
+         batch_major ? fmt::format("[batch, time, features] = [{}, ?, ?]", dim_text(h0.dim(0)))
+                     : fmt::format("[time, batch, features] = [?, {}, ?]", dim_text(h0.dim(0))),
+         x.shape());
   if (w_x.shape() != Shape{x.dim(2), 4 * units})
     fail(op, "the input kernel must be [{}, {}], got {}", x.dim(2), 4 * units, w_x.shape());
   if (b.shape() != Shape{4 * units})
     fail(op, "the bias must be [{}], got {}", 4 * units, b.shape());
-  const Shape out{x.dim(0), x.dim(1), (save_gates ? 6 : 2) * units};
-  return apply(Prim::lstm_sequence, {x, h0, c0, w, b, w_x}, Attrs{}, x.dtype(), out);
+  const Shape out{x.dim(batch_major ? 1 : 0), h0.dim(0), (save_gates ? 6 : 2) * units};
+  Attrs attrs;
+  if (batch_major) attrs.ints = {1};
+  return apply(Prim::lstm_sequence, {x, h0, c0, w, b, w_x}, attrs, x.dtype(), out);
 }
 
 Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& c0,

@@ -19,12 +19,13 @@ Tensor lstm_sequence(const Tensor& xp, const Tensor& h0, const Tensor& c0, const
                      const Tensor& b, bool save_gates);
 
 /// lstm_sequence with the input projection inside the recurrence: x [T, B, F] (time-major
-/// inputs) and the input kernel w_x [F, 4U] in place of xp = x w_x, which is never formed (each
-/// step's x_t w_x is summed in the step's own product, ahead of h_{t-1} w). The primitive's inputs
-/// are {x, h0, c0, w, b, w_x}; differentiable in all six.
+/// inputs; with `batch_major` [B, T, F], read in place, no transpose) and the input kernel w_x
+/// [F, 4U] in place of xp = x w_x, which is never formed (each step's x_t w_x is summed in the
+/// step's own product, ahead of h_{t-1} w). y is [T, B, S U] either way. The primitive's inputs
+/// are {x, h0, c0, w, b, w_x}, its attrs.ints {1} when batch-major; differentiable in all six.
 Tensor lstm_sequence_from_inputs(const Tensor& x, const Tensor& w_x, const Tensor& h0,
                                  const Tensor& c0, const Tensor& w, const Tensor& b,
-                                 bool save_gates);
+                                 bool save_gates, bool batch_major = false);
 
 /// The backward recurrence of lstm_sequence: g [T, B, 2U] (the gradient of its output y's h and
 /// c columns), y [T, B, 6U] (saved gates), h0, c0, w -> r [T, B, 7U]: per step the pre-activation
