@@ -296,6 +296,18 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   CHECK(Gemm<float>(transposed_b(256, 1024, 1024)).backend() ==
         (avx512 ? library : GemmBackend::openblas));
   CHECK(Gemm<float>(transposed_b(64, 1024, 256)).backend() == library);
+  // A transposed A (a weight gradient x^T dy): with AVX2 code OpenBLAS from K = 256 (as A
+  // untransposed), except on a Zen 2, where oneDNN takes those from sides of 512.
+  const auto transposed_a = [](int m, int n, int k) {
+    GemmShape s{m, n, k, false, m, n};
+    s.trans_a = true;
+    return s;
+  };
+  if (!avx512) {
+    for (const GemmShape& gradient : {transposed_a(1024, 1024, 256), transposed_a(512, 512, 256)})
+      CHECK(Gemm<float>(gradient).backend() == (zen2 ? library : GemmBackend::openblas));
+    CHECK(Gemm<float>(transposed_a(256, 256, 256)).backend() == GemmBackend::openblas);
+  }
   // Where libxsmm generates AVX2 code, the products it runs faster with C transposed do so,
   // and only those.
   const auto transposed = [](const GemmShape& s) { return Gemm<float>(s).c_transposed(); };

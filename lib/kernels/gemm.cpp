@@ -168,7 +168,11 @@ bool xsmm_transposed_wins(const GemmShape& s) {
 /// - except on a Zen 2, where every side of 1024 or more goes to oneDNN (1024^3: 157-163
 ///   against OpenBLAS's 139-152; 4096x4096x1024: 160-169 against 146-160; 2048^3 147-171
 ///   against 143-165), while 512^3 (OpenBLAS 162-166 against 144-151) and a Dense 1024 at batch
-///   256 (130-146 against oneDNN's 61-62) stay OpenBLAS's.
+///   256 (130-146 against oneDNN's 61-62) stay OpenBLAS's; and on a Zen 2 a product that reads
+///   A transposed (a weight gradient x^T dy) from sides of 512 goes to oneDNN, which runs it
+///   steadily where OpenBLAS swings between two speeds (Dense 1024's, 1024x1024x256: oneDNN
+///   135-149 in five calibration runs, OpenBLAS 94-139; Dense 512's, 512x512x256: 131-142
+///   against 100-150 in three).
 GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   if (is_small(s.m, s.n, s.k))
@@ -176,7 +180,9 @@ GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
                ? GemmBackend::xsmm
                : library;
   if (s.k >= 4 * std::max(s.m, s.n)) return library;
-  if (s.m >= 1024 && s.n >= 1024 && s.k >= 1024 && cpu_model().zen2) return library;
+  if (cpu_model().zen2 &&
+      ((s.m >= 1024 && s.n >= 1024 && s.k >= 1024) || (s.trans_a && s.m >= 512 && s.n >= 512)))
+    return library;
   if (s.k <= 64) return GemmBackend::xsmm;
   if (s.k <= 128) return library;
   return GemmBackend::openblas;
@@ -186,7 +192,8 @@ GemmBackend choose_avx2_f32(const GemmShape& s, GemmBackend library) {
 /// libxsmm cannot) where libxsmm generates AVX2 code: OpenBLAS for long contractions over many
 /// rows (the MLP's 256x1024x1024: 135-154 GFLOP/s against oneDNN's 117-141 in four runs on the
 /// Zen 3; 256x512x1024 and 512x1024x1024 alike), else oneDNN, which led the LSTM-step shapes
-/// (64x1024x256: 137-143 against 119-121; 64x2048x512, 128x512x512).
+/// (64x1024x256: 137-143 against 119-121; 64x2048x512, 128x512x512). On a Zen 2 the MLP's
+/// shape is a tie (oneDNN 134-153, OpenBLAS 129-155 in five calibration runs).
 GemmBackend choose_avx2_f32_bt(const GemmShape& s, GemmBackend library) {
   return s.m >= 256 && s.k >= 1024 ? GemmBackend::openblas : library;
 }
