@@ -6,13 +6,13 @@
 //
 // Each forward time step is one product (h_{t-1} times the recurrent kernel, in kiln's gate
 // panels: PanelPart, kernels/recurrent_step_arch.hpp; the LSTM's adds x_t times the input kernel
-// in the same panels) and the gate math on its output while that output is still in cache; a backward step is one product (the gate gradients times the kernel
-// transposed, in gate panels too) and its gate math. With several threads
-// the units are cut into parts, one per thread: part p owns units [u0, u1) of every gate, so its
-// product reads only its columns of the kernel (packed once per call, contiguous: they stay in
-// that core's cache from step to step) and its gate math needs nothing from the other parts. The
-// parts of a step need the whole h of the step before, so the threads meet once per step
-// (PhaseTeam).
+// in the same panels) and the gate math on its output while that output is still in cache; a
+// backward step is one product (the gate gradients times the kernel transposed, in gate panels
+// too) and its gate math. With several threads the units are cut into parts, one per thread:
+// part p owns units [u0, u1) of every gate, so its product reads only its columns of the kernel
+// (packed once per call, contiguous: they stay in that core's cache from step to step) and its
+// gate math needs nothing from the other parts. The parts of a step need the whole h of the step
+// before, so the threads meet once per step (PhaseTeam).
 
 #include <algorithm>
 #include <atomic>
