@@ -18,7 +18,10 @@ namespace {
 /// width. Four vectors of columns stay in registers over all the rows, so each row costs four
 /// loads and four adds; the scalar loop the compiler made of reduce.cpp (baseline SSE2) read
 /// and wrote its accumulators every row, and ran the sum of an f32[16M] in the caches at 0.71
-/// of a read pass on a 2-core Xeon with AVX-512.
+/// of a read pass on a 2-core Xeon with AVX-512. Each row asks for the one 16 rows on into the
+/// cache: on a Zen 2 the sum of an f32[16M] ran 0.81-0.98 of a read pass of four streams
+/// without (six runs), 1.00-1.10 with (a sum reads one stream per thread, which that CPU's own
+/// prefetcher ran behind).
 template <class Arch, class T>
 void sum_rows(const void* in, std::int64_t rows, std::int64_t cols, std::int64_t ld, void* out) {
   using B = xsimd::batch<T, Arch>;
@@ -31,6 +34,8 @@ void sum_rows(const void* in, std::int64_t rows, std::int64_t cols, std::int64_t
     for (std::int64_t v = 0; v < 4; ++v) a[v] = B::load_unaligned(x + k + v * width);
     for (std::int64_t r = 1; r < rows; ++r) {
       const T* row = x + r * ld + k;
+      __builtin_prefetch(row + 16 * ld, 0, 3);  // past the end too: a prefetch never faults
+      __builtin_prefetch(row + 16 * ld + 4 * width - 1, 0, 3);
       for (std::int64_t v = 0; v < 4; ++v) a[v] += B::load_unaligned(row + v * width);
     }
     for (std::int64_t v = 0; v < 4; ++v) a[v].store_unaligned(acc + k + v * width);
