@@ -244,6 +244,43 @@ TEST_CASE(
     }
 }
 
+TEST_CASE(
+    "gru_sequence_from_inputs projects inside: equal to gru_sequence of x W_in, gradients "
+    "match finite differences, time- and batch-major",
+    "[fused_recurrent][autodiff]") {
+  using kiln::DType;
+  for (const auto& [batch, units, steps] : gradient_shapes)
+    for (const bool batch_major : {false, true}) {
+      INFO("batch " << batch << ", units " << units << ", batch-major " << batch_major);
+      constexpr std::int64_t features = 5;
+      const kiln::Shape x_shape =
+          batch_major ? kiln::Shape{batch, steps, features} : kiln::Shape{steps, batch, features};
+      const Tensors args{kiln::random::normal(x_shape, 0, 1, 41, DType::f64),
+                         kiln::random::normal({features, 3 * units}, 0, 0.4, 42, DType::f64),
+                         kiln::random::normal({batch, units}, 0, 0.5, 43, DType::f64),
+                         kiln::random::normal({units, 3 * units}, 0, 0.3, 44, DType::f64),
+                         kiln::random::normal({3 * units}, 0, 0.3, 45, DType::f64),
+                         kiln::random::normal({3 * units}, 0, 0.3, 46, DType::f64)};
+      const Tensor time_major = batch_major ? kiln::transpose(args[0], {1, 0, 2}) : args[0];
+      for (const bool save : {false, true}) {
+        const Tensor inside = kiln::detail::gru_sequence_from_inputs(
+            args[0], args[1], args[2], args[3], args[4], args[5], save, batch_major);
+        const Tensor outside = kiln::detail::gru_sequence(kiln::matmul(time_major, args[1]),
+                                                          args[2], args[3], args[4], args[5], save);
+        CHECK(inside.shape() == outside.shape());
+        CHECK(max_diff(inside, outside) <= 1e-12);
+      }
+      const Tensor weights = kiln::random::normal({steps, batch, units}, 0, 1, 47, DType::f64);
+      check_against_finite_differences(
+          [&](const Tensors& a, bool save) {
+            const Tensor y = kiln::detail::gru_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4],
+                                                                    a[5], save, batch_major);
+            return kiln::sum(kiln::slice(y, 2, 0, units) * weights);
+          },
+          args);
+    }
+}
+
 TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurrent][autodiff]") {
   using kiln::DType;
   for (const auto& [batch, units, steps] : gradient_shapes) {
@@ -557,6 +594,20 @@ TEST_CASE("lstm_sequence rejects bad arguments with errors naming it",
         }).starts_with("[lstm_sequence] the input must be [batch, time, features] = [2, ?, ?]"));
   CHECK(lstm_sequence_from_inputs(kiln::zeros({2, 3, 5}), wx, h, h, w, b, false, true).shape() ==
         kiln::Shape{3, 2, 4});
+  using kiln::detail::gru_sequence_from_inputs;
+  const Tensor wg = kiln::zeros({2, 6}), bg = kiln::zeros({6});
+  CHECK(gru_sequence_from_inputs(kiln::zeros({2, 3, 5}), kiln::zeros({5, 6}), h, wg, bg, bg, true,
+                                 true)
+            .shape() == kiln::Shape{3, 2, 10});
+  CHECK(message([&] {
+          gru_sequence_from_inputs(x, kiln::zeros({5, 8}), h, wg, bg, bg, false);
+        }).starts_with("[gru_sequence] the input kernel must be [5, 6], got [5,8]"));
+  CHECK(message([&] {
+          gru_sequence_from_inputs(x, kiln::zeros({5, 6}), h, wg, bg, bg, false, true);
+        }).starts_with("[gru_sequence] the input must be [batch, time, features] = [2, ?, ?]"));
+  CHECK(message([&] {
+          gru_sequence_from_inputs(x, kiln::zeros({5, 6}), h, wg, kiln::zeros({5}), bg, false);
+        }).starts_with("[gru_sequence] the input bias must be [6]"));
   CHECK(message([&] {
           lstm_sequence_from_inputs(x, kiln::cast(wx, kiln::DType::f64), h, h, w, b, false);
         }).starts_with("[lstm_sequence] dtypes differ"));

@@ -155,6 +155,21 @@ Tensor first_step(const Tensor& r, std::int64_t from, std::int64_t to) {
 }
 
 /// The gradients of a and b in matmul(a, b) from g, the product's gradient.
+std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g);
+
+/// A fused recurrence that projects its inputs (six inputs: x first, its kernel last; attrs.ints
+/// {1} when x is batch-major): grads[0], the gradient of the projection xp = x W_in computed
+/// from dxp [T, B, G U], becomes x's, and W_in's is appended.
+void projected_input_grads(const TapeEntry& e, const Tensor& dxp, std::vector<Tensor>& grads) {
+  const bool batch_major = !e.attrs.ints.empty() && e.attrs.ints[0] == 1;
+  const Tensor& x = e.inputs[0];
+  const Tensor time_major = batch_major ? transpose(x, {1, 0, 2}) : x;
+  std::vector<Tensor> projection = matmul_vjp(time_major, e.inputs[5], dxp);
+  grads[0] = batch_major ? transpose(projection[0], {1, 0, 2}) : std::move(projection[0]);
+  grads.push_back(std::move(projection[1]));
+}
+
+/// The gradients of a and b in matmul(a, b) from g, the product's gradient.
 std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g) {
   Tensor grad_b;
   if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
@@ -379,13 +394,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const Tensor dz = slice(r, 2, 0, 4 * units);
       std::vector<Tensor> grads{dz, slice(state, 1, 0, units), slice(state, 1, units, 2 * units),
                                 recurrent_weight_grad(r, units, 4, 4 * units, 0), sum(dz, {0, 1})};
-      if (e.inputs.size() == 6) {  // x and its kernel in place of the projection xp = x W_x
-        const bool batch_major = !e.attrs.ints.empty() && e.attrs.ints[0] == 1;
-        const Tensor time_major = batch_major ? transpose(x(0), {1, 0, 2}) : x(0);
-        std::vector<Tensor> projection = matmul_vjp(time_major, x(5), dz);
-        grads[0] = batch_major ? transpose(projection[0], {1, 0, 2}) : std::move(projection[0]);
-        grads.push_back(std::move(projection[1]));
-      }
+      if (e.inputs.size() == 6) projected_input_grads(e, dz, grads);
       return grads;
     }
     case Prim::gru_sequence: {
@@ -399,9 +408,11 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const Tensor r = gru_sequence_grad(slice(g, 2, 0, units), y, x(1), x(2));
       const Tensor dq = slice(r, 2, 3 * units, 6 * units);
       const Tensor dx = slice(r, 2, 0, 3 * units);
-      return {dx, first_step(r, 7 * units, 8 * units),
-              recurrent_weight_grad(r, units, 3, 6 * units, 3 * units), sum(dx, {0, 1}),
-              sum(dq, {0, 1})};
+      std::vector<Tensor> grads{dx, first_step(r, 7 * units, 8 * units),
+                                recurrent_weight_grad(r, units, 3, 6 * units, 3 * units),
+                                sum(dx, {0, 1}), sum(dq, {0, 1})};
+      if (e.inputs.size() == 6) projected_input_grads(e, dx, grads);
+      return grads;
     }
     case Prim::lstm_sequence_grad:
     case Prim::gru_sequence_grad:

@@ -54,8 +54,8 @@ std::string OnnxWriter::recurrence(const Node& n, const std::vector<std::string>
   const std::string h = body_input(fresh("h"), batch_units);
   const std::string c = lstm ? body_input(fresh("c"), batch_units) : std::string();
   const std::int64_t gates = lstm ? 4 : 3;
-  // lstm_sequence with its input kernel (input 5) scans the raw inputs and projects each step.
-  const bool projects = lstm && n.inputs.size() == 6;
+  // A recurrence with its input kernel (input 5) scans the raw inputs and projects each step.
+  const bool projects = n.inputs.size() == 6;
   const bool batch_major = projects && !n.attrs.ints.empty() && n.attrs.ints[0] == 1;
   const std::int64_t step_columns =
       projects ? g.nodes[static_cast<std::size_t>(n.inputs[0])].shape[2] : gates * units;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/fail.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/recurrent_parts.hpp"
 
@@ -17,16 +18,25 @@ DType dtype_of(std::size_t element_size) { return element_size == 4 ? DType::f32
 
 }  // namespace
 
-/// Forward. Inputs: xp [T, B, 3U] (x_t W_in), h0 [B, U], w [U, 3U], b_in [3U], b_rec [3U]; output
-/// y [T, B, S U]: h_t (S = 1) and, saved for the gradient (S = 5), z, r, n and q_n.
+/// Forward. Inputs: xp [T, B, 3U] (x_t W_in), h0 [B, U], w [U, 3U], b_in [3U], b_rec [3U], or
+/// with a sixth input W_in [F, 3U] the inputs x [T, B, F] in xp's place (batch-major, [B, T, F],
+/// where attrs.ints is {1}); output y [T, B, S U]: h_t (S = 1) and, saved for the gradient
+/// (S = 5), z, r, n and q_n.
 template <class T>
 void gru_forward(const KernelCall& call) {
+  if (call.inputs.size() != 5 && call.inputs.size() != 6)
+    fail("gru_sequence", "takes 5 or 6 inputs, got {}", call.inputs.size());
   const ArrayRef& xp = call.inputs[0];
   const T* h0 = call.inputs[1].ptr<const T>();
   const T* w = call.inputs[2].ptr<const T>();
   const T* b_in = call.inputs[3].ptr<const T>();
   const T* b_rec = call.inputs[4].ptr<const T>();
-  const std::int64_t steps = xp.shape[0], batch = xp.shape[1], units = call.inputs[1].shape[1];
+  const bool projects = call.inputs.size() == 6;  // xp is x, and W_in is input 5
+  const T* w_in = projects ? call.inputs[5].ptr<const T>() : nullptr;
+  const std::int64_t features = projects ? xp.shape[2] : 0;
+  const bool batch_major = projects && !call.attrs.ints.empty() && call.attrs.ints[0] == 1;
+  const std::int64_t steps = xp.shape[batch_major ? 1 : 0], batch = xp.shape[batch_major ? 0 : 1];
+  const std::int64_t units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];
   const bool save = row_size == 5 * units;
   T* y = call.out.ptr<T>();
@@ -36,14 +46,26 @@ void gru_forward(const KernelCall& call) {
   const GatePanels panels = GatePanels::of(dtype, units, 3);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
-  // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (with a row of zeros for x: the
-  // candidate gate needs r (h W_n + b_rec,n) before x is added); then the GRU cell
+  // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (without x: the candidate gate
+  // needs r (h W_n + b_rec,n) before x is added); then the GRU cell
   // (kernels/recurrent_step_arch.hpp) on each row of q while it is in cache.
   std::vector<PanelPart<T>> part;
   for (int p = 0; p < parts; ++p)
     part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                       bounds[static_cast<std::size_t>(p) + 1], batch);
-  const std::vector<T> no_x(static_cast<std::size_t>(3 * units), T(0));
+  // With W_in, each part also projects its columns of the step's inputs, x_t W_in + b_in
+  // [B, 3 width], in gate panels of W_in alone (K = 0 rows of h): the projection of every step is
+  // never written, and the cell reads the part's rows of it (with b_in added: a zero bias then).
+  GatePanels input_panels = GatePanels::of(dtype, units, 3, features);
+  input_panels.k = 0;
+  std::vector<PanelPart<T>> input_part;
+  if (projects)
+    for (int p = 0; p < parts; ++p)
+      input_part.emplace_back(input_panels, bounds[static_cast<std::size_t>(p)],
+                              bounds[static_cast<std::size_t>(p) + 1], batch);
+  const std::int64_t x_step = batch_major ? features : batch * (projects ? features : 3 * units);
+  const std::int64_t x_ld = batch_major ? steps * features : features;
+  const std::vector<T> zeros(static_cast<std::size_t>(3 * units), T(0));
   const GruCellFn gru_cell = elementwise_rows().gru_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
@@ -52,18 +74,29 @@ void gru_forward(const KernelCall& call) {
     if (t == 0) pt.pack(panels, w);
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    pt.product_of(panels, h_prev, prev_ld, no_x.data(), 0, b_rec, nullptr);  // q
+    pt.product_of(panels, h_prev, prev_ld, nullptr, 0, b_rec, nullptr);  // q
+    const T* x_t = xp.ptr<const T>() + t * x_step;
+    if (projects) {
+      PanelPart<T>& in = input_part[static_cast<std::size_t>(p)];
+      if (t == 0) in.pack(input_panels, w_in, w_in);  // K = 0 rows of w: only W_in's
+      in.product_of(input_panels, x_t, 0, nullptr, 0, b_in, nullptr, x_t, x_ld);
+    }
     GruCellArgs cell;
-    cell.x_gate_stride = units;
-    cell.b_in = b_in + u0;
+    cell.x_gate_stride = projects ? wd : units;
+    cell.b_in = projects ? zeros.data() : b_in + u0;
     cell.b_gate_stride = units;
     cell.q_gate_stride = wd;
     cell.saved_stride = units;
     cell.n = wd;
     for (std::int64_t b = 0; b < batch; ++b) {
-      const T* x = xp.ptr<const T>() + (t * batch + b) * 3 * units + u0;
       T* out = y + (t * batch + b) * row_size;
-      if (t + 1 < steps) prefetch_row_part(x - u0 + batch * 3 * units, 3, units, u0, wd);
+      const T* x = nullptr;
+      if (projects) {
+        x = input_part[static_cast<std::size_t>(p)].product.data() + b * 3 * wd;
+      } else {
+        x = x_t + b * 3 * units + u0;
+        if (t + 1 < steps) prefetch_row_part(x - u0 + batch * 3 * units, 3, units, u0, wd);
+      }
       cell.x = x;
       cell.q = pt.product.data() + b * 3 * wd;
       cell.h_prev = h_prev + b * prev_ld + u0;

@@ -475,13 +475,16 @@ std::vector<Tensor> fused_gru(const Tensor& x, const Tensor& kernel, const Tenso
                               const Tensor& recurrent, const Tensor& recurrent_bias,
                               std::vector<Tensor> state, std::int64_t units, bool go_backwards,
                               bool return_sequences) {
-  Tensor time_major = transpose(x, {1, 0, 2});
-  if (go_backwards) time_major = reverse_time(time_major);
   if (state.empty()) state.push_back(zeros({x.dim(0), units}, x.dtype()));
   const bool keep_gates = keep_gates_for_gradient();
-  const Tensor hs = slice(detail::gru_sequence(matmul(time_major, kernel), state[0], recurrent,
-                                               input_bias, recurrent_bias, keep_gates),
-                          2, 0, units);
+  // The primitive projects the inputs itself, reading x in place when not reversed.
+  const Tensor y =
+      go_backwards ? detail::gru_sequence_from_inputs(reverse_time(transpose(x, {1, 0, 2})), kernel,
+                                                      state[0], recurrent, input_bias,
+                                                      recurrent_bias, keep_gates)
+                   : detail::gru_sequence_from_inputs(x, kernel, state[0], recurrent, input_bias,
+                                                      recurrent_bias, keep_gates, true);
+  const Tensor hs = slice(y, 2, 0, units);
   const Tensor h = last_steps({hs}, state).front();
   return {h, return_sequences ? transpose(hs, {1, 0, 2}) : h};
 }

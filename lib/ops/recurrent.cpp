@@ -112,6 +112,33 @@ Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const T
   return apply(Prim::gru_sequence, {xp, h0, w, b_in, b_rec}, Attrs{}, xp.dtype(), out);
 }
 
+Tensor gru_sequence_from_inputs(const Tensor& x, const Tensor& w_in, const Tensor& h0,
+                                const Tensor& w, const Tensor& b_in, const Tensor& b_rec,
+                                bool save_gates, bool batch_major) {
+  constexpr std::string_view op = "gru_sequence";
+  check_float(op, {&x, &h0, &w, &b_in, &b_rec, &w_in});
+  if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
+    fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
+  const std::int64_t units = h0.dim(1);
+  if (x.ndim() != 3 || x.dim(batch_major ? 0 : 1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
+    fail(op, "the input must be {} with static features, got {}",
+         batch_major ? fmt::format("[batch, time, features] = [{}, ?, ?]", dim_text(h0.dim(0)))
+                     : fmt::format("[time, batch, features] = [?, {}, ?]", dim_text(h0.dim(0))),
+         x.shape());
+  if (w_in.shape() != Shape{x.dim(2), 3 * units})
+    fail(op, "the input kernel must be [{}, {}], got {}", x.dim(2), 3 * units, w_in.shape());
+  if (w.shape() != Shape{units, 3 * units})
+    fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 3 * units, w.shape());
+  if (b_in.shape() != Shape{3 * units})
+    fail(op, "the input bias must be [{}], got {}", 3 * units, b_in.shape());
+  if (b_rec.shape() != Shape{3 * units})
+    fail(op, "the recurrent bias must be [{}], got {}", 3 * units, b_rec.shape());
+  const Shape out{x.dim(batch_major ? 1 : 0), h0.dim(0), (save_gates ? 5 : 1) * units};
+  Attrs attrs;
+  if (batch_major) attrs.ints = {1};
+  return apply(Prim::gru_sequence, {x, h0, w, b_in, b_rec, w_in}, attrs, x.dtype(), out);
+}
+
 Tensor gru_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, const Tensor& w) {
   constexpr std::string_view op = "gru_sequence_grad";
   check_float(op, {&g, &y, &h0, &w});

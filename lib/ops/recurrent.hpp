@@ -46,6 +46,15 @@ Tensor lstm_sequence_grad(const Tensor& g, const Tensor& y, const Tensor& h0, co
 Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const Tensor& b_in,
                     const Tensor& b_rec, bool save_gates);
 
+/// gru_sequence with the input projection inside the recurrence, as lstm_sequence_from_inputs:
+/// x [T, B, F] (with `batch_major` [B, T, F], read in place) and the input kernel w_in [F, 3U]
+/// in place of xp = x w_in (each step's x_t w_in + b_in is formed per part in gate panels of
+/// w_in, apart from h w, which the candidate gate needs first). The primitive's inputs are
+/// {x, h0, w, b_in, b_rec, w_in}, its attrs.ints {1} when batch-major; differentiable in all six.
+Tensor gru_sequence_from_inputs(const Tensor& x, const Tensor& w_in, const Tensor& h0,
+                                const Tensor& w, const Tensor& b_in, const Tensor& b_rec,
+                                bool save_gates, bool batch_major = false);
+
 /// The backward recurrence of gru_sequence: g [T, B, U] (the gradient of its h columns), y [T,
 /// B, 5U] (saved), h0, w -> r [T, B, 8U]: per step the pre-activation gradients of x's
 /// projection (3U) and of q (3U), h_{t-1} (U), and U columns that hold h0's gradient at t = 0 and
