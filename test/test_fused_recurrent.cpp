@@ -207,10 +207,18 @@ TEST_CASE("lstm_sequence's gradient matches finite differences", "[fused_recurre
   }
 }
 
-TEST_CASE(
-    "lstm_sequence_from_inputs projects inside: equal to lstm_sequence of x W_x, gradients "
-    "match finite differences, time- and batch-major",
-    "[fused_recurrent][autodiff]") {
+namespace {
+
+/// A fused recurrence's form that projects its inputs (`inside`: args {x, its kernel, the
+/// recurrence's other four}, save_gates, batch_major) against the form fed the projection made
+/// ahead (`outside`: xp = x W, the other four, save_gates), time- and batch-major, and its
+/// gradient in all six against finite differences (h's columns of y, `state_units` U of them per
+/// step, weighted). `others` gives the other four arguments' shapes for a batch and units.
+void check_projects_inside(
+    std::int64_t gates, std::int64_t state_units, std::uint64_t seed,
+    const std::function<std::vector<kiln::Shape>(std::int64_t, std::int64_t)>& others,
+    const std::function<Tensor(const Tensors&, bool, bool)>& inside,
+    const std::function<Tensor(const Tensor&, const Tensors&, bool)>& outside) {
   using kiln::DType;
   for (const auto& [batch, units, steps] : gradient_shapes)
     for (const bool batch_major : {false, true}) {
@@ -218,67 +226,64 @@ TEST_CASE(
       constexpr std::int64_t features = 5;
       const kiln::Shape x_shape =
           batch_major ? kiln::Shape{batch, steps, features} : kiln::Shape{steps, batch, features};
-      const Tensors args{kiln::random::normal(x_shape, 0, 1, 31, DType::f64),
-                         kiln::random::normal({features, 4 * units}, 0, 0.4, 32, DType::f64),
-                         kiln::random::normal({batch, units}, 0, 0.5, 33, DType::f64),
-                         kiln::random::normal({batch, units}, 0, 0.5, 34, DType::f64),
-                         kiln::random::normal({units, 4 * units}, 0, 0.3, 35, DType::f64),
-                         kiln::random::normal({4 * units}, 0, 0.3, 36, DType::f64)};
+      Tensors args{kiln::random::normal(x_shape, 0, 1, seed, DType::f64),
+                   kiln::random::normal({features, gates * units}, 0, 0.4, seed + 1, DType::f64)};
+      for (const kiln::Shape& shape : others(batch, units))
+        args.push_back(kiln::random::normal(shape, 0, 0.4, seed + args.size(), DType::f64));
       const Tensor time_major = batch_major ? kiln::transpose(args[0], {1, 0, 2}) : args[0];
       for (const bool save : {false, true}) {
-        const Tensor inside = kiln::detail::lstm_sequence_from_inputs(
-            args[0], args[1], args[2], args[3], args[4], args[5], save, batch_major);
-        const Tensor outside = kiln::detail::lstm_sequence(
-            kiln::matmul(time_major, args[1]), args[2], args[3], args[4], args[5], save);
-        CHECK(inside.shape() == outside.shape());
-        CHECK(max_diff(inside, outside) <= 1e-12);
+        const Tensor got = inside(args, save, batch_major);
+        const Tensor want = outside(kiln::matmul(time_major, args[1]), args, save);
+        CHECK(got.shape() == want.shape());
+        CHECK(max_diff(got, want) <= 1e-12);
       }
-      const Tensor weights = kiln::random::normal({steps, batch, 2 * units}, 0, 1, 37, DType::f64);
+      const Tensor weights =
+          kiln::random::normal({steps, batch, state_units * units}, 0, 1, seed + 9, DType::f64);
       check_against_finite_differences(
           [&](const Tensors& a, bool save) {
-            const Tensor y = kiln::detail::lstm_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4],
-                                                                     a[5], save, batch_major);
-            return kiln::sum(kiln::slice(y, 2, 0, 2 * units) * weights);
+            const Tensor y = inside(a, save, batch_major);
+            return kiln::sum(kiln::slice(y, 2, 0, state_units * units) * weights);
           },
           args);
     }
 }
 
+}  // namespace
+
 TEST_CASE(
-    "gru_sequence_from_inputs projects inside: equal to gru_sequence of x W_in, gradients "
-    "match finite differences, time- and batch-major",
+    "the fused recurrences' forms that project their inputs equal those fed x W, "
+    "gradients match finite differences, time- and batch-major",
     "[fused_recurrent][autodiff]") {
-  using kiln::DType;
-  for (const auto& [batch, units, steps] : gradient_shapes)
-    for (const bool batch_major : {false, true}) {
-      INFO("batch " << batch << ", units " << units << ", batch-major " << batch_major);
-      constexpr std::int64_t features = 5;
-      const kiln::Shape x_shape =
-          batch_major ? kiln::Shape{batch, steps, features} : kiln::Shape{steps, batch, features};
-      const Tensors args{kiln::random::normal(x_shape, 0, 1, 41, DType::f64),
-                         kiln::random::normal({features, 3 * units}, 0, 0.4, 42, DType::f64),
-                         kiln::random::normal({batch, units}, 0, 0.5, 43, DType::f64),
-                         kiln::random::normal({units, 3 * units}, 0, 0.3, 44, DType::f64),
-                         kiln::random::normal({3 * units}, 0, 0.3, 45, DType::f64),
-                         kiln::random::normal({3 * units}, 0, 0.3, 46, DType::f64)};
-      const Tensor time_major = batch_major ? kiln::transpose(args[0], {1, 0, 2}) : args[0];
-      for (const bool save : {false, true}) {
-        const Tensor inside = kiln::detail::gru_sequence_from_inputs(
-            args[0], args[1], args[2], args[3], args[4], args[5], save, batch_major);
-        const Tensor outside = kiln::detail::gru_sequence(kiln::matmul(time_major, args[1]),
-                                                          args[2], args[3], args[4], args[5], save);
-        CHECK(inside.shape() == outside.shape());
-        CHECK(max_diff(inside, outside) <= 1e-12);
-      }
-      const Tensor weights = kiln::random::normal({steps, batch, units}, 0, 1, 47, DType::f64);
-      check_against_finite_differences(
-          [&](const Tensors& a, bool save) {
-            const Tensor y = kiln::detail::gru_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4],
-                                                                    a[5], save, batch_major);
-            return kiln::sum(kiln::slice(y, 2, 0, units) * weights);
-          },
-          args);
-    }
+  using kiln::detail::gru_sequence;
+  using kiln::detail::lstm_sequence;
+  SECTION("lstm_sequence_from_inputs") {
+    check_projects_inside(
+        4, 2, 31,
+        [](std::int64_t b, std::int64_t u) {
+          return std::vector<kiln::Shape>{{b, u}, {b, u}, {u, 4 * u}, {4 * u}};
+        },
+        [](const Tensors& a, bool save, bool batch_major) {
+          return kiln::detail::lstm_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4], a[5], save,
+                                                         batch_major);
+        },
+        [](const Tensor& xp, const Tensors& a, bool save) {
+          return lstm_sequence(xp, a[2], a[3], a[4], a[5], save);
+        });
+  }
+  SECTION("gru_sequence_from_inputs") {
+    check_projects_inside(
+        3, 1, 41,
+        [](std::int64_t b, std::int64_t u) {
+          return std::vector<kiln::Shape>{{b, u}, {u, 3 * u}, {3 * u}, {3 * u}};
+        },
+        [](const Tensors& a, bool save, bool batch_major) {
+          return kiln::detail::gru_sequence_from_inputs(a[0], a[1], a[2], a[3], a[4], a[5], save,
+                                                        batch_major);
+        },
+        [](const Tensor& xp, const Tensors& a, bool save) {
+          return gru_sequence(xp, a[2], a[3], a[4], a[5], save);
+        });
+  }
 }
 
 TEST_CASE("gru_sequence's gradient matches finite differences", "[fused_recurrent][autodiff]") {

@@ -31,35 +31,28 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 /// kernels/recurrent_step_arch.hpp) runs over z's rows while they are in cache.
 template <class T>
 void lstm_forward(const KernelCall& call) {
-  if (call.inputs.size() != 5 && call.inputs.size() != 6)
-    fail("lstm_sequence", "takes 5 or 6 inputs, got {}", call.inputs.size());
-  const ArrayRef& xp = call.inputs[0];
+  const std::int64_t units = call.inputs[1].shape[1];
+  const StepInputs in(call, "lstm_sequence", 4 * units);
+  const bool projects = in.projects;
+  const std::int64_t steps = in.steps, batch = in.batch;
   const T* h0 = call.inputs[1].ptr<const T>();
   const T* c0 = call.inputs[2].ptr<const T>();
   const T* w = call.inputs[3].ptr<const T>();
   const T* bias = call.inputs[4].ptr<const T>();
-  const bool projects = call.inputs.size() == 6;  // xp is x, and W_x is input 5
   const T* w_in = projects ? call.inputs[5].ptr<const T>() : nullptr;
-  const std::int64_t features = projects ? xp.shape[2] : 0;
-  const bool batch_major = projects && !call.attrs.ints.empty() && call.attrs.ints[0] == 1;
-  const std::int64_t steps = xp.shape[batch_major ? 1 : 0], batch = xp.shape[batch_major ? 0 : 1];
-  const std::int64_t units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];  // S U
   const bool save_gates = row_size == 6 * units;
   T* y = call.out.ptr<T>();
   if (steps == 0 || batch == 0) return;
 
   const DType dtype = sizeof(T) == 4 ? DType::f32 : DType::f64;
-  const GatePanels panels = GatePanels::of(dtype, units, 4, features);
+  const GatePanels panels = GatePanels::of(dtype, units, 4, in.features);
   const std::vector<std::int64_t> bounds = part_bounds(steps, batch, units);
   const int parts = static_cast<int>(bounds.size()) - 1;
   std::vector<PanelPart<T>> part;
   for (int p = 0; p < parts; ++p)
     part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
                       bounds[static_cast<std::size_t>(p) + 1], batch);
-  // Where step t's rows of xp or x start, and how far apart they are
-  const std::int64_t x_step = batch_major ? features : batch * (projects ? features : 4 * units);
-  const std::int64_t x_ld = batch_major ? steps * features : features;
   const LstmCellFn lstm_cell = elementwise_rows().lstm_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
@@ -69,12 +62,12 @@ void lstm_forward(const KernelCall& call) {
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const T* c_prev = t == 0 ? c0 : y + (t - 1) * batch * row_size + units;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    const T* x_t = xp.ptr<const T>() + t * x_step;
+    const T* x_t = call.inputs[0].ptr<const T>() + t * in.step;
     if (projects)
-      q.product_of(panels, h_prev, prev_ld, nullptr, 0, bias, nullptr, x_t, x_ld);
+      q.product_of(panels, h_prev, prev_ld, nullptr, 0, bias, nullptr, x_t, in.ld);
     else
-      q.product_of(panels, h_prev, prev_ld, x_t, 4 * units, bias,
-                   t + 1 < steps ? x_t + x_step : nullptr);
+      q.product_of(panels, h_prev, prev_ld, x_t, in.ld, bias,
+                   t + 1 < steps ? x_t + in.step : nullptr);
     LstmCellArgs cell;
     cell.z_gate_stride = wd;
     cell.gates_stride = units;

@@ -24,19 +24,15 @@ DType dtype_of(std::size_t element_size) { return element_size == 4 ? DType::f32
 /// (S = 5), z, r, n and q_n.
 template <class T>
 void gru_forward(const KernelCall& call) {
-  if (call.inputs.size() != 5 && call.inputs.size() != 6)
-    fail("gru_sequence", "takes 5 or 6 inputs, got {}", call.inputs.size());
-  const ArrayRef& xp = call.inputs[0];
+  const std::int64_t units = call.inputs[1].shape[1];
+  const StepInputs in(call, "gru_sequence", 3 * units);
+  const bool projects = in.projects;
+  const std::int64_t steps = in.steps, batch = in.batch;
   const T* h0 = call.inputs[1].ptr<const T>();
   const T* w = call.inputs[2].ptr<const T>();
   const T* b_in = call.inputs[3].ptr<const T>();
   const T* b_rec = call.inputs[4].ptr<const T>();
-  const bool projects = call.inputs.size() == 6;  // xp is x, and W_in is input 5
   const T* w_in = projects ? call.inputs[5].ptr<const T>() : nullptr;
-  const std::int64_t features = projects ? xp.shape[2] : 0;
-  const bool batch_major = projects && !call.attrs.ints.empty() && call.attrs.ints[0] == 1;
-  const std::int64_t steps = xp.shape[batch_major ? 1 : 0], batch = xp.shape[batch_major ? 0 : 1];
-  const std::int64_t units = call.inputs[1].shape[1];
   const std::int64_t row_size = call.out.shape[2];
   const bool save = row_size == 5 * units;
   T* y = call.out.ptr<T>();
@@ -56,15 +52,13 @@ void gru_forward(const KernelCall& call) {
   // With W_in, each part also projects its columns of the step's inputs, x_t W_in + b_in
   // [B, 3 width], in gate panels of W_in alone (K = 0 rows of h): the projection of every step is
   // never written, and the cell reads the part's rows of it (with b_in added: a zero bias then).
-  GatePanels input_panels = GatePanels::of(dtype, units, 3, features);
+  GatePanels input_panels = GatePanels::of(dtype, units, 3, in.features);
   input_panels.k = 0;
   std::vector<PanelPart<T>> input_part;
   if (projects)
     for (int p = 0; p < parts; ++p)
       input_part.emplace_back(input_panels, bounds[static_cast<std::size_t>(p)],
                               bounds[static_cast<std::size_t>(p) + 1], batch);
-  const std::int64_t x_step = batch_major ? features : batch * (projects ? features : 3 * units);
-  const std::int64_t x_ld = batch_major ? steps * features : features;
   const std::vector<T> zeros(static_cast<std::size_t>(3 * units), T(0));
   const GruCellFn gru_cell = elementwise_rows().gru_cell[dtype_index(dtype)];
 
@@ -75,11 +69,11 @@ void gru_forward(const KernelCall& call) {
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
     pt.product_of(panels, h_prev, prev_ld, nullptr, 0, b_rec, nullptr);  // q
-    const T* x_t = xp.ptr<const T>() + t * x_step;
+    const T* x_t = call.inputs[0].ptr<const T>() + t * in.step;
     if (projects) {
-      PanelPart<T>& in = input_part[static_cast<std::size_t>(p)];
-      if (t == 0) in.pack(input_panels, w_in, w_in);  // K = 0 rows of w: only W_in's
-      in.product_of(input_panels, x_t, 0, nullptr, 0, b_in, nullptr, x_t, x_ld);
+      PanelPart<T>& pin = input_part[static_cast<std::size_t>(p)];
+      if (t == 0) pin.pack(input_panels, w_in, w_in);  // K = 0 rows of w: only W_in's
+      pin.product_of(input_panels, x_t, 0, nullptr, 0, b_in, nullptr, x_t, in.ld);
     }
     GruCellArgs cell;
     cell.x_gate_stride = projects ? wd : units;

@@ -19,9 +19,11 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "core/fail.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
@@ -117,6 +119,31 @@ inline std::vector<std::int64_t> part_bounds(std::int64_t steps, std::int64_t ba
 }
 
 inline int to_int(std::int64_t v) { return static_cast<int>(v); }
+
+/// How a fused forward recurrence (Prim::lstm_sequence, gru_sequence) reads its inputs: input 0
+/// is either the projection xp [T, B, G U] of every step (5 inputs) or, with the input kernel as
+/// a sixth input, the inputs x [T, B, F] (or [B, T, F] where attrs.ints is {1}), which the
+/// recurrence projects itself. Step t's rows start at t * step and are ld apart.
+struct StepInputs {
+  bool projects = false;      // x and its kernel (input 5) in place of xp
+  std::int64_t features = 0;  // F, or 0 for xp
+  std::int64_t steps = 0, batch = 0;
+  std::int64_t step = 0, ld = 0;
+
+  StepInputs(const KernelCall& call, std::string_view op, std::int64_t gate_columns) {
+    if (call.inputs.size() != 5 && call.inputs.size() != 6)
+      fail(op, "takes 5 or 6 inputs, got {}", call.inputs.size());
+    const Shape& shape = call.inputs[0].shape;
+    projects = call.inputs.size() == 6;
+    const bool batch_major = projects && !call.attrs.ints.empty() && call.attrs.ints[0] == 1;
+    features = projects ? shape[2] : 0;
+    steps = shape[batch_major ? 1 : 0];
+    batch = shape[batch_major ? 0 : 1];
+    const std::int64_t row = projects ? features : gate_columns;
+    step = batch_major ? row : batch * row;
+    ld = batch_major ? steps * row : row;
+  }
+};
 
 /// Asks for a part's columns [u0, u0 + width) of each of the `gates` blocks (`units` apart) of a
 /// row of the input projection xp to be brought into L2. A forward step does this for the next

@@ -23,6 +23,35 @@ void check_float(std::string_view op, std::initializer_list<const Tensor*> tenso
            dtype_name(t->dtype()));
 }
 
+/// Checks a recurrence's raw inputs x ([T, B, F], or [B, T, F] when batch-major; F static) and
+/// their kernel w_in [F, gates U] against h0 [B, U].
+void check_inputs(std::string_view op, const Tensor& x, const Tensor& w_in, const Tensor& h0,
+                  std::int64_t gates, bool batch_major) {
+  const std::int64_t units = h0.dim(1);
+  if (x.ndim() != 3 || x.dim(batch_major ? 0 : 1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
+    fail(op, "the input must be {} with static features, got {}",
+         batch_major ? fmt::format("[batch, time, features] = [{}, ?, ?]", dim_text(h0.dim(0)))
+                     : fmt::format("[time, batch, features] = [?, {}, ?]", dim_text(h0.dim(0))),
+         x.shape());
+  if (w_in.shape() != Shape{x.dim(2), gates * units})
+    fail(op, "the input kernel must be [{}, {}], got {}", x.dim(2), gates * units, w_in.shape());
+}
+
+/// Checks the GRU's h0 [B, U] (U static), recurrent kernel [U, 3U] and biases [3U]; returns U.
+std::int64_t check_gru_weights(std::string_view op, const Tensor& h0, const Tensor& w,
+                               const Tensor& b_in, const Tensor& b_rec) {
+  if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
+    fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
+  const std::int64_t units = h0.dim(1);
+  if (w.shape() != Shape{units, 3 * units})
+    fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 3 * units, w.shape());
+  if (b_in.shape() != Shape{3 * units})
+    fail(op, "the input bias must be [{}], got {}", 3 * units, b_in.shape());
+  if (b_rec.shape() != Shape{3 * units})
+    fail(op, "the recurrent bias must be [{}], got {}", 3 * units, b_rec.shape());
+  return units;
+}
+
 /// Checks h0 / c0 [B, U] (U static) and w [U, 4U]; returns U.
 std::int64_t check_state_and_kernel(std::string_view op, const Tensor& h0, const Tensor& c0,
                                     const Tensor& w) {
@@ -59,13 +88,7 @@ Tensor lstm_sequence_from_inputs(const Tensor& x, const Tensor& w_x, const Tenso
   constexpr std::string_view op = "lstm_sequence";
   check_float(op, {&x, &h0, &c0, &w, &b, &w_x});
   const std::int64_t units = check_state_and_kernel(op, h0, c0, w);
-  if (x.ndim() != 3 || x.dim(batch_major ? 0 : 1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
-    fail(op, "the input must be {} with static features, got {}",
-         batch_major ? fmt::format("[batch, time, features] = [{}, ?, ?]", dim_text(h0.dim(0)))
-                     : fmt::format("[time, batch, features] = [?, {}, ?]", dim_text(h0.dim(0))),
-         x.shape());
-  if (w_x.shape() != Shape{x.dim(2), 4 * units})
-    fail(op, "the input kernel must be [{}, {}], got {}", x.dim(2), 4 * units, w_x.shape());
+  check_inputs(op, x, w_x, h0, 4, batch_major);
   if (b.shape() != Shape{4 * units})
     fail(op, "the bias must be [{}], got {}", 4 * units, b.shape());
   const Shape out{x.dim(batch_major ? 1 : 0), h0.dim(0), (save_gates ? 6 : 2) * units};
@@ -96,18 +119,11 @@ Tensor gru_sequence(const Tensor& xp, const Tensor& h0, const Tensor& w, const T
                     const Tensor& b_rec, bool save_gates) {
   constexpr std::string_view op = "gru_sequence";
   check_float(op, {&xp, &h0, &w, &b_in, &b_rec});
-  if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
-    fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
-  const std::int64_t units = h0.dim(1);
-  if (xp.ndim() != 3 || xp.dim(2) != 3 * units || xp.dim(1) != h0.dim(0))
+  if (h0.ndim() == 2 && !is_dynamic_dim(h0.dim(1)) &&
+      (xp.ndim() != 3 || xp.dim(2) != 3 * h0.dim(1) || xp.dim(1) != h0.dim(0)))
     fail(op, "the projected input must be [time, batch, 3 units] = [?, {}, {}], got {}",
-         dim_text(h0.dim(0)), 3 * units, xp.shape());
-  if (w.shape() != Shape{units, 3 * units})
-    fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 3 * units, w.shape());
-  if (b_in.shape() != Shape{3 * units})
-    fail(op, "the input bias must be [{}], got {}", 3 * units, b_in.shape());
-  if (b_rec.shape() != Shape{3 * units})
-    fail(op, "the recurrent bias must be [{}], got {}", 3 * units, b_rec.shape());
+         dim_text(h0.dim(0)), 3 * h0.dim(1), xp.shape());
+  const std::int64_t units = check_gru_weights(op, h0, w, b_in, b_rec);
   const Shape out{xp.dim(0), xp.dim(1), (save_gates ? 5 : 1) * units};
   return apply(Prim::gru_sequence, {xp, h0, w, b_in, b_rec}, Attrs{}, xp.dtype(), out);
 }
@@ -117,22 +133,8 @@ Tensor gru_sequence_from_inputs(const Tensor& x, const Tensor& w_in, const Tenso
                                 bool save_gates, bool batch_major) {
   constexpr std::string_view op = "gru_sequence";
   check_float(op, {&x, &h0, &w, &b_in, &b_rec, &w_in});
-  if (h0.ndim() != 2 || is_dynamic_dim(h0.dim(1)))
-    fail(op, "h0 must be [batch, units] with static units, got {}", h0.shape());
-  const std::int64_t units = h0.dim(1);
-  if (x.ndim() != 3 || x.dim(batch_major ? 0 : 1) != h0.dim(0) || is_dynamic_dim(x.dim(2)))
-    fail(op, "the input must be {} with static features, got {}",
-         batch_major ? fmt::format("[batch, time, features] = [{}, ?, ?]", dim_text(h0.dim(0)))
-                     : fmt::format("[time, batch, features] = [?, {}, ?]", dim_text(h0.dim(0))),
-         x.shape());
-  if (w_in.shape() != Shape{x.dim(2), 3 * units})
-    fail(op, "the input kernel must be [{}, {}], got {}", x.dim(2), 3 * units, w_in.shape());
-  if (w.shape() != Shape{units, 3 * units})
-    fail(op, "the recurrent kernel must be [{}, {}], got {}", units, 3 * units, w.shape());
-  if (b_in.shape() != Shape{3 * units})
-    fail(op, "the input bias must be [{}], got {}", 3 * units, b_in.shape());
-  if (b_rec.shape() != Shape{3 * units})
-    fail(op, "the recurrent bias must be [{}], got {}", 3 * units, b_rec.shape());
+  const std::int64_t units = check_gru_weights(op, h0, w, b_in, b_rec);
+  check_inputs(op, x, w_in, h0, 3, batch_major);
   const Shape out{x.dim(batch_major ? 1 : 0), h0.dim(0), (save_gates ? 5 : 1) * units};
   Attrs attrs;
   if (batch_major) attrs.ints = {1};
