@@ -155,21 +155,6 @@ Tensor first_step(const Tensor& r, std::int64_t from, std::int64_t to) {
 }
 
 /// The gradients of a and b in matmul(a, b) from g, the product's gradient.
-std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g);
-
-/// A fused recurrence that projects its inputs (six inputs: x first, its kernel last; attrs.ints
-/// {1} when x is batch-major): grads[0], the gradient of the projection xp = x W_in computed
-/// from dxp [T, B, G U], becomes x's, and W_in's is appended.
-void projected_input_grads(const TapeEntry& e, const Tensor& dxp, std::vector<Tensor>& grads) {
-  const bool batch_major = !e.attrs.ints.empty() && e.attrs.ints[0] == 1;
-  const Tensor& x = e.inputs[0];
-  const Tensor time_major = batch_major ? transpose(x, {1, 0, 2}) : x;
-  std::vector<Tensor> projection = matmul_vjp(time_major, e.inputs[5], dxp);
-  grads[0] = batch_major ? transpose(projection[0], {1, 0, 2}) : std::move(projection[0]);
-  grads.push_back(std::move(projection[1]));
-}
-
-/// The gradients of a and b in matmul(a, b) from g, the product's gradient.
 std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g) {
   Tensor grad_b;
   if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
@@ -182,6 +167,18 @@ std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g
     grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
   }
   return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
+}
+
+/// A fused recurrence that projects its inputs (six inputs: x first, its kernel last; attrs.ints
+/// {1} when x is batch-major): grads[0], the gradient of the projection xp = x W_in computed
+/// from dxp [T, B, G U], becomes x's, and W_in's is appended.
+void projected_input_grads(const TapeEntry& e, const Tensor& dxp, std::vector<Tensor>& grads) {
+  const bool batch_major = !e.attrs.ints.empty() && e.attrs.ints[0] == 1;
+  const Tensor& x = e.inputs[0];
+  const Tensor time_major = batch_major ? transpose(x, {1, 0, 2}) : x;
+  std::vector<Tensor> projection = matmul_vjp(time_major, e.inputs[5], dxp);
+  grads[0] = batch_major ? transpose(projection[0], {1, 0, 2}) : std::move(projection[0]);
+  grads.push_back(std::move(projection[1]));
 }
 
 }  // namespace

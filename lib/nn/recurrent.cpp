@@ -249,8 +249,9 @@ using SegmentRun = std::function<std::pair<std::vector<Tensor>, std::vector<Tens
     const std::vector<Tensor>&, const std::vector<Tensor>&, bool)>;
 
 /// recur's scan in segments of k steps (static time above k): a scan over segments whose body
-/// projects the segment's raw inputs (xs[0], time-major) in one matmul and scans them (or runs
-/// fused_segment on them), then one segment of the remaining steps. Traced under a tape the outer
+/// projects the segment's raw inputs (xs[0], time-major) with `projected` and scans them (or runs
+/// fused_segment on them; the fused LSTM's projects inside its recurrence, so its `projected` is
+/// the identity), then one segment of the remaining steps. Traced under a tape the outer
 /// scan keeps one state per segment; its gradient replays a segment's projection and inner scan.
 /// Eagerly each segment is a kiln::checkpoint.
 
