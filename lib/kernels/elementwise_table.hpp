@@ -100,9 +100,10 @@ using SumRowsFn = void (*)(const void* x, std::int64_t rows, std::int64_t cols, 
 /// q < k_in of in[r][q] b[q][0, w) + sum over p < k of a[r][p] b[k_in + p][0, w)), the sums in
 /// that order, where w is the table's gate_panel_width of the dtype and b is the panel
 /// [k_in + k][w], contiguous. x may be null (then c[r] = bias + the sums); k_in is 0 where the
-/// step has no input rows (then `in` is not read). Rows of in, a, x and c are ldin, lda, ldx and
-/// ldc apart; c overlaps none of the others. next_x, when not null, is where the caller's next
-/// panel's x starts (asked for into the cache on the way).
+/// step has no input rows (then `in` is not read), and k 0 where it has no rows of a (then `a`
+/// is not read). Rows of in, a, x and c are ldin, lda, ldx and ldc apart; c overlaps none of the
+/// others. next_x, when not null, is where the caller's next panel's x starts (asked for into the
+/// cache on the way).
 struct GatePanelArgs {
   const void* a = nullptr;
   std::int64_t lda = 0;

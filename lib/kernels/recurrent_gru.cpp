@@ -52,8 +52,7 @@ void gru_forward(const KernelCall& call) {
   // With W_in, each part also projects its columns of the step's inputs, x_t W_in + b_in
   // [B, 3 width], in gate panels of W_in alone (K = 0 rows of h): the projection of every step is
   // never written, and the cell reads the part's rows of it (with b_in added: a zero bias then).
-  GatePanels input_panels = GatePanels::of(dtype, units, 3, in.features);
-  input_panels.k = 0;
+  const GatePanels input_panels = GatePanels::inputs(dtype, units, 3, in.features);
   std::vector<PanelPart<T>> input_part;
   if (projects)
     for (int p = 0; p < parts; ++p)
@@ -72,8 +71,8 @@ void gru_forward(const KernelCall& call) {
     const T* x_t = call.inputs[0].ptr<const T>() + t * in.step;
     if (projects) {
       PanelPart<T>& pin = input_part[static_cast<std::size_t>(p)];
-      if (t == 0) pin.pack(input_panels, w_in, w_in);  // K = 0 rows of w: only W_in's
-      pin.product_of(input_panels, x_t, 0, nullptr, 0, b_in, nullptr, x_t, in.ld);
+      if (t == 0) pin.pack(input_panels, nullptr, w_in);
+      pin.product_of(input_panels, nullptr, 0, nullptr, 0, b_in, nullptr, x_t, in.ld);
     }
     GruCellArgs cell;
     cell.x_gate_stride = projects ? wd : units;

@@ -181,6 +181,13 @@ struct GatePanels {
             units,
             features};
   }
+  /// A step's inputs x_t [B, features] times the input kernel [features, gates U] alone (no rows
+  /// of h: the GRU's, whose candidate gate needs them apart from h W).
+  static GatePanels inputs(DType dtype, std::int64_t units, int gates, std::int64_t features) {
+    GatePanels g = of(dtype, units, gates, features);
+    g.k = 0;
+    return g;
+  }
   /// Rows of a packed panel.
   [[nodiscard]] std::int64_t panel_rows() const { return k_in + k; }
   /// A backward step's: the gate gradients [B, gates U] times the recurrent kernel [U, gates U]
@@ -214,8 +221,8 @@ struct PanelPart {
     }
   }
 
-  /// Packs the part's columns of w_in [k_in, gates U] (when g.k_in > 0) and w [k, gates U], on
-  /// the thread that runs the part, so they land in its core's cache.
+  /// Packs the part's columns of w_in [k_in, gates U] and w [k, gates U] (each read only when it
+  /// has rows), on the thread that runs the part, so they land in its core's cache.
   void pack(const GatePanels& g, const T* w, const T* w_in = nullptr) {
     const std::int64_t nr = g.width, ld = g.gates * g.units, rows = g.panel_rows();
     packed.assign(static_cast<std::size_t>(g.gates * blocks * rows * nr), T(0));
@@ -228,7 +235,7 @@ struct PanelPart {
             std::memcpy(to + p * nr, src + p * ld, static_cast<std::size_t>(cols) * sizeof(T));
         };
         if (g.k_in > 0) copy(w_in + gate * g.units + u0 + j0, g.k_in, panel);
-        copy(w + gate * g.units + u0 + j0, g.k, panel + g.k_in * nr);
+        if (g.k > 0) copy(w + gate * g.units + u0 + j0, g.k, panel + g.k_in * nr);
       }
   }
 
@@ -247,10 +254,11 @@ struct PanelPart {
     }
   }
 
-  /// z = x + b + (in W_in + h W) over the part's columns: h [B, k] with rows ldh apart, x the
-  /// step's [B, gates U] with rows ldx apart (0: one row for all; null: no x), b [gates U], `in`
-  /// the step's inputs [B, k_in] with rows ldin apart (read only when g.k_in > 0); next_x is the
-  /// next step's x (or null), asked for into the cache while the last panel runs.
+  /// z = x + b + (in W_in + h W) over the part's columns: h [B, k] with rows ldh apart (read only
+  /// when g.k > 0), x the step's [B, gates U] with rows ldx apart (0: one row for all; null: no
+  /// x), b [gates U], `in` the step's inputs [B, k_in] with rows ldin apart (read only when
+  /// g.k_in > 0); next_x is the next step's x (or null), asked for into the cache while the last
+  /// panel runs.
   void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, std::int64_t ldx,
                   const T* bias, const T* next_x, const T* in = nullptr, std::int64_t ldin = 0) {
     const std::int64_t nr = g.width, ldz = g.gates * width, rows = g.panel_rows();

@@ -80,7 +80,7 @@ template <class Arch, class T>
 [[gnu::always_inline]] inline void gate_rows(const GatePanelArgs& g, std::int64_t i,
                                              std::int64_t count) {
   const T* in = static_cast<const T*>(g.in) + (g.k_in > 0 ? i * g.ldin : 0);
-  const T* a = static_cast<const T*>(g.a) + i * g.lda;
+  const T* a = g.k > 0 ? static_cast<const T*>(g.a) + i * g.lda : nullptr;
   const T* x = g.x != nullptr ? static_cast<const T*>(g.x) + i * g.ldx : nullptr;
   T* c = static_cast<T*>(g.c) + i * g.ldc;
   switch (count) {
