@@ -707,3 +707,35 @@ TEST_CASE("every instruction set's softmax, log_softmax and logsumexp rows are a
     }
   }
 }
+
+TEST_CASE("every instruction set's log_softmax and logsumexp sums are accurate over wide rows",
+          "[reduce][simd]") {
+  // Their sums of exps take a cheaper exp than the exp primitive's (ExpOfNonPositiveForSumOp):
+  // f = y log2(e) - n in one step, whose error grows with |y|, and 2^f of degree 5. Rows spread
+  // over [-120, 0] below their max (past the clamp at -88 or -104, where the terms vanish), rows
+  // of one value repeated (every term exactly 1: logsumexp = max + log n), and rows with most of
+  // their weight far below the max, all against the definition in long double.
+  const auto tables = kiln::test::row_tables_of_this_cpu();
+  const auto f32 = kiln::detail::dtype_index(kiln::f32);
+  for (const std::int64_t n : {9, 33, 100, 1024, 5000}) {
+    CAPTURE(n);
+    const std::vector<float> spread =
+        kiln::random::uniform({n}, -120, 0, static_cast<std::uint64_t>(n)).to_vector<float>();
+    std::vector<float> heavy_tail(static_cast<std::size_t>(n), -9.5f);
+    heavy_tail[static_cast<std::size_t>(n / 2)] = 0.5f;
+    for (const std::vector<float>& x32 :
+         {spread, std::vector<float>(static_cast<std::size_t>(n), 37.25f), heavy_tail}) {
+      const std::vector<double> x64(x32.begin(), x32.end());
+      const LogSoftmaxReference log_want = reference_log_softmax(x64, x32.size(), true);
+      const LogSoftmaxReference lse_want = reference_logsumexp(x64, x32.size(), true);
+      for (const auto* table : tables) {
+        CAPTURE(table->isa_name);
+        std::vector<float> y(x32.size());
+        table->log_softmax_row[f32](x32.data(), y.data(), n, nullptr);
+        CHECK(first_off(kiln::tensor<float>(y), log_want) == -1);
+        table->logsumexp_row[f32](x32.data(), y.data(), n, nullptr);
+        CHECK(first_off(kiln::tensor<float>({y[0]}), lse_want) == -1);
+      }
+    }
+  }
+}
