@@ -15,31 +15,51 @@ namespace kiln::detail {
 
 namespace {
 
-/// The max of the non-NaN elements of x[0, n), -inf when there are none, in four vector
-/// accumulators. Each step is xsimd::max(x, acc), the instruction set's max instruction (maxps,
-/// vmaxps), which gives its second operand when either is NaN: a NaN element is skipped, and
-/// the accumulators, which start at -inf, never hold one. The max of a set is one of its
-/// elements whatever the order (up to the sign of a zero maximum, which softmax does not see).
+/// The least and the greatest of the non-NaN elements of x[0, n) (+inf and -inf when there are
+/// none), in four vector accumulators of each. Each step is xsimd::max(x, acc) (and min), the
+/// instruction set's max instruction (maxps, vmaxps), which gives its second operand when either
+/// is NaN: a NaN element is skipped, and the accumulators, which start at -inf (+inf), never hold
+/// one. The max of a set is one of its elements whatever the order (up to the sign of a zero
+/// maximum, which softmax does not see). The min costs nothing here: the pass waits on its loads.
+template <class T>
+struct RowRange {
+  T min;
+  T max;
+};
 template <class Arch, class T>
-T max_skipping_nan(const T* x, std::int64_t n) {
+RowRange<T> range_skipping_nan(const T* x, std::int64_t n) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  constexpr T minus_inf = -__builtin_inf();
-  T m = minus_inf;
+  constexpr T inf = __builtin_inf();
+  T lo = inf, hi = -inf;
   std::int64_t i = 0;
   if (n >= width) {
-    B acc[4] = {B(minus_inf), B(minus_inf), B(minus_inf), B(minus_inf)};
+    B most[4] = {B(-inf), B(-inf), B(-inf), B(-inf)}, least[4] = {B(inf), B(inf), B(inf), B(inf)};
     for (; i + 4 * width <= n; i += 4 * width)
-      for (std::int64_t k = 0; k < 4; ++k)
-        acc[k] = xsimd::max(B::load_unaligned(x + i + k * width), acc[k]);
-    for (; i + width <= n; i += width) acc[0] = xsimd::max(B::load_unaligned(x + i), acc[0]);
-    const B all = xsimd::max(xsimd::max(acc[0], acc[1]), xsimd::max(acc[2], acc[3]));
-    T lanes[width];
-    all.store_unaligned(lanes);
-    for (std::int64_t j = 0; j < width; ++j) m = lanes[j] > m ? lanes[j] : m;
+      for (std::int64_t k = 0; k < 4; ++k) {
+        const B v = B::load_unaligned(x + i + k * width);
+        most[k] = xsimd::max(v, most[k]);
+        least[k] = xsimd::min(v, least[k]);
+      }
+    for (; i + width <= n; i += width) {
+      const B v = B::load_unaligned(x + i);
+      most[0] = xsimd::max(v, most[0]);
+      least[0] = xsimd::min(v, least[0]);
+    }
+    T highs[width], lows[width];
+    xsimd::max(xsimd::max(most[0], most[1]), xsimd::max(most[2], most[3])).store_unaligned(highs);
+    xsimd::min(xsimd::min(least[0], least[1]), xsimd::min(least[2], least[3]))
+        .store_unaligned(lows);
+    for (std::int64_t j = 0; j < width; ++j) {
+      hi = highs[j] > hi ? highs[j] : hi;
+      lo = lows[j] < lo ? lows[j] : lo;
+    }
   }
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
+  for (; i < n; ++i) {
+    hi = x[i] > hi ? x[i] : hi;
+    lo = x[i] < lo ? x[i] : lo;
+  }
+  return {lo, hi};
 }
 
 /// The lanes of v added: halves, then quarters, ... (the same order on every call). Not
@@ -66,7 +86,9 @@ inline constexpr std::int64_t kSoftmaxBlock = 512;
 /// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, four batches at a time (Exp::each),
 /// written out while the exps are added in two or four vector accumulators per block of
 /// kSoftmaxBlock (the blocks in double; the tail through a batch padded with -inf, whose exps are
-/// 0). Returns the sum. With kStore false only the sum (log_softmax_row; y is not touched).
+/// 0). Returns the sum. With kStore false only the sum (log_softmax_row; y is not touched). With
+/// kClamp false every x - shift is in [-88, 0] or NaN (shifted_exp_sum), and Exp leaves out its
+/// clamp (the tail, padded with -inf, keeps it).
 /// Four batches at a time: from L1 on the Zen 2, a softmax row's exps took 16% less time than one
 /// batch after another. Each step of four vectors also asks for the same bytes of `next` (the next
 /// row, as long as this one) to be brought into L2, and the rest of it after the loop: spread over
@@ -76,7 +98,7 @@ inline constexpr std::int64_t kSoftmaxBlock = 512;
 /// too, for writing: log_softmax over rows of 1,024 f32 on two threads, 1.05-1.14 ms instead of
 /// 1.19-1.22 (the rows are pages apart, and a store to a page the prefetchers have not followed
 /// waits for its line).
-template <class Arch, class T, class Exp, bool kStore = true>
+template <class Arch, class T, class Exp, bool kStore, bool kClamp>
 double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
                     const char* to_write) {
   using B = xsimd::batch<T, Arch>;
@@ -103,7 +125,7 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
       B e[4];
       for_each_batch<4>(
           [&](int k) { e[k] = SubOp::simd(B::load_unaligned(x + i + k * width), s); });
-      Exp::each(e);
+      Exp::template each<kClamp>(e);
       for_each_batch<4>([&](int k) {
         if constexpr (kStore) e[k].store_unaligned(y + i + k * width);
         acc[k % accumulators] += e[k];
@@ -138,8 +160,10 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
 /// finite, else 0, then softmax_exps with it (the exps stored in y when kStore). With a finite
 /// shift every x - shift is at most 0 (or NaN), where ExpBelowOverflowOp gives ExpOp's bits
 /// without its test for the top of the range; when only the sum is wanted (log_softmax,
-/// logsumexp) ExpOfNonPositiveForSumOp's cheaper exp adds up instead. `next` is the row to ask
-/// for (null: this one, which is in L1 by then).
+/// logsumexp) ExpOfNonPositiveForSumOp's cheaper exp adds up instead. Where the row's elements
+/// are all within 87 of its max (most rows of logits), the exps leave out their clamp (kClamp
+/// false), which changes nothing there. `next` is the row to ask for (null: this one, which is in
+/// L1 by then).
 template <class T>
 struct ShiftedSum {
   T shift;
@@ -148,14 +172,17 @@ struct ShiftedSum {
 template <class Arch, class T, bool kStore>
 ShiftedSum<T> shifted_exp_sum(const T* x, T* y, std::int64_t n, const void* next,
                               const void* to_write) {
-  const T max = max_skipping_nan<Arch, T>(x, n);
-  const bool finite = __builtin_isfinite(max);
-  const T shift = finite ? max : T{0};
+  const auto [min, max] = range_skipping_nan<Arch, T>(x, n);
   const char* ahead = static_cast<const char*>(next != nullptr ? next : x);
   const char* write = static_cast<const char*>(to_write);
+  if (!__builtin_isfinite(max))
+    return {T{0}, softmax_exps<Arch, T, ExpOp, kStore, true>(x, y, n, T{0}, ahead, write)};
   using BelowMax = std::conditional_t<kStore, ExpBelowOverflowOp, ExpOfNonPositiveForSumOp>;
-  return {shift, finite ? softmax_exps<Arch, T, BelowMax, kStore>(x, y, n, shift, ahead, write)
-                        : softmax_exps<Arch, T, ExpOp, kStore>(x, y, n, shift, ahead, write)};
+  // Every x - max in [-87, 0] (or NaN): the exps need no clamp. min - max rounds to at least
+  // -87 only when it is above -88, and so is each x - max, being at least min - max.
+  if (min - max >= T{-87})
+    return {max, softmax_exps<Arch, T, BelowMax, kStore, false>(x, y, n, max, ahead, write)};
+  return {max, softmax_exps<Arch, T, BelowMax, kStore, true>(x, y, n, max, ahead, write)};
 }
 
 /// SoftmaxRowFn: out[i] = softmax(x)[i] for one row of n >= 1 elements, in three passes over
@@ -181,6 +208,11 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
       T{1} / static_cast<T>(shifted_exp_sum<Arch, T, true>(x, y, n, next, nullptr).total);
   const B scale(inverse);
   std::int64_t i = 0;
+  for (; i + 4 * width <= n; i += 4 * width) {
+    B e[4];
+    for_each_batch<4>([&](int k) { e[k] = B::load_unaligned(y + i + k * width) * scale; });
+    for_each_batch<4>([&](int k) { e[k].store_unaligned(y + i + k * width); });
+  }
   for (; i + width <= n; i += width) (B::load_unaligned(y + i) * scale).store_unaligned(y + i);
   for (; i < n; ++i) y[i] *= inverse;
 }
@@ -219,6 +251,13 @@ void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next
   const auto [shift, log_sum] = shift_and_log_sum<Arch, T>(x, n, next, y);
   const B s(shift), l(log_sum);
   std::int64_t i = 0;
+  for (; i + 4 * width <= n; i += 4 * width) {
+    B o[4];
+    for_each_batch<4>([&](int k) {
+      o[k] = SubOp::simd(SubOp::simd(B::load_unaligned(x + i + k * width), s), l);
+    });
+    for_each_batch<4>([&](int k) { o[k].store_unaligned(y + i + k * width); });
+  }
   for (; i + width <= n; i += width)
     SubOp::simd(SubOp::simd(B::load_unaligned(x + i), s), l).store_unaligned(y + i);
   for (; i < n; ++i) y[i] = (x[i] - shift) - log_sum;
