@@ -665,22 +665,25 @@ TEST_CASE("every instruction set's softmax, log_softmax and logsumexp rows are a
       CAPTURE(table->isa_name);
       std::vector<double> y64(x64.size());
       std::vector<float> y32(x32.size());
-      table->softmax_row[f64](x64.data(), y64.data(), n, nullptr);
-      table->softmax_row[f32](x32.data(), y32.data(), n, x64.data());  // asks for another row
+      table->softmax_row[f64](x64.data(), y64.data(), n, nullptr, nullptr);
+      // Asks for another row to read, and for one to write, which it must not touch.
+      std::vector<float> next_out(x32.size(), 7.0f);
+      table->softmax_row[f32](x32.data(), y32.data(), n, x64.data(), next_out.data());
+      CHECK(next_out == std::vector<float>(x32.size(), 7.0f));
       CHECK(first_inaccurate(kiln::tensor<double>(y64), want) == -1);
       CHECK(first_inaccurate(kiln::tensor<float>(y32), want) == -1);
       std::vector<float> in_place = x32;  // out == in, as the primitive may ask
-      table->softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
+      table->softmax_row[f32](in_place.data(), in_place.data(), n, nullptr, nullptr);
       CHECK(in_place == y32);
-      table->log_softmax_row[f64](x64.data(), y64.data(), n, nullptr);
-      table->log_softmax_row[f32](x32.data(), y32.data(), n, x64.data());
+      table->log_softmax_row[f64](x64.data(), y64.data(), n, nullptr, nullptr);
+      table->log_softmax_row[f32](x32.data(), y32.data(), n, x64.data(), nullptr);
       CHECK(first_off(kiln::tensor<double>(y64), log_want64) == -1);
       CHECK(first_off(kiln::tensor<float>(y32), log_want32) == -1);
       in_place = x32;
-      table->log_softmax_row[f32](in_place.data(), in_place.data(), n, nullptr);
+      table->log_softmax_row[f32](in_place.data(), in_place.data(), n, nullptr, nullptr);
       CHECK(in_place == y32);
-      table->logsumexp_row[f64](x64.data(), y64.data(), n, nullptr);
-      table->logsumexp_row[f32](x32.data(), y32.data(), n, x64.data());
+      table->logsumexp_row[f64](x64.data(), y64.data(), n, nullptr, nullptr);
+      table->logsumexp_row[f32](x32.data(), y32.data(), n, x64.data(), nullptr);
       CHECK(first_off(kiln::tensor<double>({y64[0]}), lse_want64) == -1);
       CHECK(first_off(kiln::tensor<float>({y32[0]}), lse_want32) == -1);
       for (const float special :
@@ -689,13 +692,13 @@ TEST_CASE("every instruction set's softmax, log_softmax and logsumexp rows are a
         std::vector<float> row = x32;
         const auto at = static_cast<std::size_t>(n / 2);
         row[at] = special;
-        table->softmax_row[f32](row.data(), y32.data(), n, nullptr);
+        table->softmax_row[f32](row.data(), y32.data(), n, nullptr, nullptr);
         bool as_expected = true;
         for (std::size_t i = 0; i < y32.size(); ++i)
           as_expected =
               as_expected && (std::isnan(special) || i == at ? std::isnan(y32[i]) : y32[i] == 0.0f);
         CHECK(as_expected);
-        table->log_softmax_row[f32](row.data(), y32.data(), n, nullptr);
+        table->log_softmax_row[f32](row.data(), y32.data(), n, nullptr, nullptr);
         bool log_as_expected = true;
         for (std::size_t i = 0; i < y32.size(); ++i)
           log_as_expected =
@@ -731,9 +734,9 @@ TEST_CASE("every instruction set's log_softmax and logsumexp sums are accurate o
       for (const auto* table : tables) {
         CAPTURE(table->isa_name);
         std::vector<float> y(x32.size());
-        table->log_softmax_row[f32](x32.data(), y.data(), n, nullptr);
+        table->log_softmax_row[f32](x32.data(), y.data(), n, nullptr, nullptr);
         CHECK(first_off(kiln::tensor<float>(y), log_want) == -1);
-        table->logsumexp_row[f32](x32.data(), y.data(), n, nullptr);
+        table->logsumexp_row[f32](x32.data(), y.data(), n, nullptr, nullptr);
         CHECK(first_off(kiln::tensor<float>({y[0]}), lse_want) == -1);
       }
     }

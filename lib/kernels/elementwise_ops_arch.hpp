@@ -242,8 +242,8 @@ ExpParts<B> exp_clamped_f32_parts(const B& y) {
 }
 
 /// f(0), f(1), ..., f(K - 1), written out in that order: the loop over the K batches of each step
-/// of ExpBelowOverflowOp::each below, unrolled at every optimization level so that the batches stay
-/// in registers.
+/// of the exps below (ExpBelowOverflowOp), unrolled at every optimization level so that the batches
+/// stay in registers.
 template <int K, class F>
 [[gnu::always_inline]] inline void for_each_batch(F&& f) {
   [&]<int... k>(std::integer_sequence<int, k...>) { (f(k), ...); }
@@ -256,7 +256,7 @@ template <int K, class F>
 /// to leave an odd multiple of 1/2 under 2^24), and n = t - (1.5 2^23 + 127) exactly. t's low
 /// mantissa bits hold n + 127, 2^n's exponent bits for n in [-126, 127]. x must be clamped by the
 /// caller to |x| <= 104 (t stays in its binade). Two operations where nearbyint takes three.
-/// K batches at once, each step for all K before the next (ExpBelowOverflowOp::each).
+/// K batches at once, each step for all K before the next (ExpBelowOverflowOp).
 template <class B, int K>
 struct ExpRounded {
   B n[K];  // integers
@@ -293,16 +293,21 @@ template <class B, int K>
 /// exp pass was the part of its time that did not hide under the memory's). x is clamped to
 /// [-104, 89], beyond which exp(x) rounds to 0 or overflows (NaN passes through), reduced
 /// (exp_reduce_f32), exp(r) is exp_poly_f32, and vscalefps computes p 2^n, exact until it
-/// leaves the normal range and rounded once there. In place, K batches at once
-/// (ExpBelowOverflowOp::each). kClamp false: the caller knows every x is in [-88, 0] or NaN,
-/// where the clamp changes nothing, and it is left out.
+/// leaves the normal range and rounded once there. K batches at once, in two halves that a loop
+/// may overlap (ExpBelowOverflowOp): begin (the clamp and the reduction) and finish (exp(r) and
+/// its scale, into y). kClamp false: the caller knows every x is in [-88, 0] or NaN, where the
+/// clamp changes nothing, and it is left out.
 template <bool kClamp = true, class B, int K>
-[[gnu::always_inline]] inline void exp_f32_avx512(B (&x)[K]) {
-  if constexpr (kClamp)
-    for_each_batch<K>([&](int k) { x[k] = clamp_keeping_nan(x[k], -104.0f, 89.0f); });
-  const ExpRounded<B, K> e = exp_reduce_rounded_f32(x);
-  exp_poly_f32(e.r, x);
-  for_each_batch<K>([&](int k) { x[k] = B(_mm512_scalef_ps(x[k], e.n[k])); });
+[[gnu::always_inline]] inline ExpRounded<B, K> exp_f32_avx512_begin(const B (&x)[K]) {
+  B clamped[K];
+  for_each_batch<K>(
+      [&](int k) { clamped[k] = kClamp ? clamp_keeping_nan(x[k], -104.0f, 89.0f) : x[k]; });
+  return exp_reduce_rounded_f32(clamped);
+}
+template <class B, int K>
+[[gnu::always_inline]] inline void exp_f32_avx512_finish(const ExpRounded<B, K>& e, B (&y)[K]) {
+  exp_poly_f32(e.r, y);
+  for_each_batch<K>([&](int k) { y[k] = B(_mm512_scalef_ps(y[k], e.n[k])); });
 }
 #endif
 
@@ -315,17 +320,20 @@ template <bool kClamp = true, class B, int K>
 /// 0: a second power of two or a test per vector for the rest cost softmax's unrolled exp pass
 /// 10-20% (xsimd's exp gives 0 from -87.34 on). Above 88.37 the lanes are not exp(x) (n = 128
 /// and up leave the exponent field): ExpOp replaces them (exp_near_overflow), as it does
-/// xsimd's, and softmax's x - max is at most 0. In place, K batches at once
-/// (ExpBelowOverflowOp::each). kClamp false: the caller knows every x is in [-88, 0] or NaN,
-/// where the clamp changes nothing, and it is left out.
+/// xsimd's, and softmax's x - max is at most 0. K batches at once, begun and finished as
+/// exp_f32_avx512's.
 template <bool kClamp = true, class B, int K>
-[[gnu::always_inline]] inline void exp_f32_avx2(B (&x)[K]) {
+[[gnu::always_inline]] inline ExpRounded<B, K> exp_f32_avx2_begin(const B (&x)[K]) {
+  B clamped[K];
+  for_each_batch<K>([&](int k) { clamped[k] = kClamp ? xsimd::max(B(-88.0f), x[k]) : x[k]; });
+  return exp_reduce_rounded_f32(clamped);
+}
+template <class B, int K>
+[[gnu::always_inline]] inline void exp_f32_avx2_finish(const ExpRounded<B, K>& e, B (&y)[K]) {
   using I = xsimd::batch<std::int32_t, typename B::arch_type>;
-  if constexpr (kClamp) for_each_batch<K>([&](int k) { x[k] = xsimd::max(B(-88.0f), x[k]); });
-  const ExpRounded<B, K> e = exp_reduce_rounded_f32(x);
-  exp_poly_f32(e.r, x);
+  exp_poly_f32(e.r, y);
   for_each_batch<K>(
-      [&](int k) { x[k] = x[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(e.t[k]) << 23); });
+      [&](int k) { y[k] = y[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(e.t[k]) << 23); });
 }
 
 // ------------------------------------------------------------------ unary ops
@@ -479,26 +487,45 @@ template <class B>
 
 /// exp where x is below exp_overflow_from, as softmax's x - max <= 0 is: ExpOp's bits there,
 /// without its test.
+///
+/// The exp ops of the softmax rows (this, ExpOp and ExpOfNonPositiveForSumOp) take K batches at
+/// once, each step for all K before the next, so that a core has K independent chains of
+/// dependent operations to schedule instead of one, and in two halves: begin (the clamp and the
+/// reduction, whose state is an ExpRounded) and finish (the polynomial and the scale). A loop
+/// that finishes one group while it begins the next keeps the core's scheduler fed with ready
+/// operations (kernels/softmax_rows_arch.hpp, softmax_exps). each(x) is begin then finish, in
+/// place. kClamp false: every x is in [-88, 0] or NaN (a softmax row whose elements are within
+/// 87 of its max), where the clamp changes nothing and is left out.
 struct ExpBelowOverflowOp {
-  /// exp of the K batches x[k], in place, each step taken for all K before the next: a core then
-  /// has K independent chains of dependent operations to schedule instead of one. Each x[k] gets
-  /// the bits simd(x[k]) gives. (Zen 2, a sum of exps from L1: 2.5 ns per 8 floats with K = 4
-  /// where one batch after another took 3.0; K = 8 spilled AVX2's 16 registers, 3.2.) kClamp
-  /// false: every x is in [-88, 0] or NaN (a softmax row whose elements are within 88 of its max),
-  /// where kiln's exps leave their clamp out for the same bits (2.8 ns instead of 3.0 with a
-  /// store).
   template <bool kClamp = true, int K, class B>
-  [[gnu::always_inline]] static void each(B (&x)[K]) {
+  [[gnu::always_inline]] static ExpRounded<B, K> begin(const B (&x)[K]) {
+#if defined(__AVX512F__)
+    if constexpr (kiln_exp_v<B>) return exp_f32_avx512_begin<kClamp>(x);
+#endif
+    if constexpr (kiln_exp_avx2_v<B>) {
+      return exp_f32_avx2_begin<kClamp>(x);
+    } else {
+      ExpRounded<B, K> e;  // xsimd's exp: begin only keeps x
+      for_each_batch<K>([&](int k) { e.r[k] = x[k]; });
+      return e;
+    }
+  }
+  template <int K, class B>
+  [[gnu::always_inline]] static void finish(const ExpRounded<B, K>& e, B (&y)[K]) {
 #if defined(__AVX512F__)
     if constexpr (kiln_exp_v<B>) {
-      exp_f32_avx512<kClamp>(x);
+      exp_f32_avx512_finish(e, y);
       return;
     }
 #endif
     if constexpr (kiln_exp_avx2_v<B>)
-      exp_f32_avx2<kClamp>(x);
+      exp_f32_avx2_finish(e, y);
     else
-      for_each_batch<K>([&](int k) { x[k] = xsimd::exp(x[k]); });
+      for_each_batch<K>([&](int k) { y[k] = xsimd::exp(e.r[k]); });
+  }
+  template <bool kClamp = true, int K, class B>
+  [[gnu::always_inline]] static void each(B (&x)[K]) {
+    finish(begin<kClamp>(x), x);
   }
   template <class B>
   static B simd(const B& x) {
@@ -509,11 +536,18 @@ struct ExpBelowOverflowOp {
 };
 
 struct ExpOp : FloatUnary {
-  /// simd on each of the K batches (the near-overflow test is per batch), which clamp.
+  /// begin keeps x; finish is simd on each batch (the near-overflow test is per batch). It takes
+  /// any x: it clamps.
   template <bool kClamp = true, int K, class B>
-  static void each(B (&x)[K]) {
+  static ExpRounded<B, K> begin(const B (&x)[K]) {
     static_assert(kClamp, "ExpOp takes any x: it clamps");
-    for_each_batch<K>([&](int k) { x[k] = simd(x[k]); });
+    ExpRounded<B, K> e;
+    for_each_batch<K>([&](int k) { e.r[k] = x[k]; });
+    return e;
+  }
+  template <int K, class B>
+  static void finish(const ExpRounded<B, K>& e, B (&y)[K]) {
+    for_each_batch<K>([&](int k) { y[k] = simd(e.r[k]); });
   }
   template <class B>
   static B simd(const B& x) {
@@ -526,12 +560,13 @@ struct ExpOp : FloatUnary {
   }
 };
 
-/// exp(y) of K float batches, in place, for a sum of them that nobody reads one by one (the
-/// exp pass of log_softmax and logsumexp rows, where y = x - max <= 0, or NaN): the work of
-/// ExpBelowOverflowOp::each less two fused multiply-adds (a sum of exps from L1 on the Zen 2:
-/// 2.1 ns per 8 floats instead of 2.5), and a little less accurate.
+/// exp(y) of K float batches for a sum of them that nobody reads one by one (the exp pass of
+/// log_softmax and logsumexp rows, where y = x - max <= 0, or NaN): the work of
+/// ExpBelowOverflowOp's exp less two fused multiply-adds (a sum of exps from L1 on the Zen 2:
+/// 2.1 ns per 8 floats instead of 2.5), and a little less accurate. Begun and finished as
+/// ExpBelowOverflowOp's (with f in ExpRounded's r).
 /// - y is clamped below as kiln's exps clamp it (-88 at AVX2, -104 at AVX-512; NaN passes
-///   through).
+///   through), unless kClamp is false.
 /// - t rounds y log2(e) to n as exp_reduce_rounded_f32's, but f = y log2(e) - n is one fused
 ///   multiply-subtract with log2(e)'s float instead of Cody-Waite's y - n ln2 in two steps. That
 ///   float is 1.3e-8 off, relatively: f is off by |y| 1.9e-8 and the term by |y| 1.3e-8. A sum of
@@ -542,37 +577,47 @@ struct ExpOp : FloatUnary {
 ///   takes degree 6. y = 0 gives 1 exactly.
 /// - The result is p 2^n as kiln's exps build it (the exponent bits at AVX2, vscalefps at
 ///   AVX-512).
-/// Other batch types (double, SSE2) take ExpBelowOverflowOp's exp. kClamp false: every y is in
-/// [-88, 0] or NaN, and the clamp is left out (as ExpBelowOverflowOp::each's).
+/// Other batch types (double, SSE2) take ExpBelowOverflowOp's exp.
 struct ExpOfNonPositiveForSumOp {
+  template <class B>
+  static constexpr bool kilns = kiln_exp_v<B> || kiln_exp_avx2_v<B>;
+
   template <bool kClamp = true, int K, class B>
-  [[gnu::always_inline]] static void each(B (&y)[K]) {
-    constexpr bool avx512 = kiln_exp_v<B>;
-    if constexpr (!avx512 && !kiln_exp_avx2_v<B>) {
-      ExpBelowOverflowOp::each<kClamp>(y);
+  [[gnu::always_inline]] static ExpRounded<B, K> begin(const B (&y)[K]) {
+    if constexpr (!kilns<B>) {
+      return ExpBelowOverflowOp::begin<kClamp>(y);
     } else {
       constexpr float offset = 12583039.0f;  // 1.5 * 2^23 + 127, as exp_reduce_rounded_f32's
-      const B log2e(1.44269504088896341f);
-      B t[K], n[K], p[K];
-      if constexpr (kClamp)
-        for_each_batch<K>([&](int k) { y[k] = xsimd::max(B(avx512 ? -104.0f : -88.0f), y[k]); });
-      for_each_batch<K>([&](int k) { t[k] = fused_multiply_add(y[k], log2e, B(offset)); });
-      for_each_batch<K>([&](int k) { n[k] = t[k] - B(offset); });
-      for_each_batch<K>([&](int k) { y[k] = fused_multiply_subtract(y[k], log2e, n[k]); });
-      for_each_batch<K>([&](int k) { p[k] = B(1.3269518968e-3f); });
+      const B log2e(1.44269504088896341f), lowest(kiln_exp_v<B> ? -104.0f : -88.0f);
+      B clamped[K];
+      ExpRounded<B, K> e;
+      for_each_batch<K>([&](int k) { clamped[k] = kClamp ? xsimd::max(lowest, y[k]) : y[k]; });
+      for_each_batch<K>([&](int k) { e.t[k] = fused_multiply_add(clamped[k], log2e, B(offset)); });
+      for_each_batch<K>([&](int k) { e.n[k] = e.t[k] - B(offset); });
+      for_each_batch<K>(
+          [&](int k) { e.r[k] = fused_multiply_subtract(clamped[k], log2e, e.n[k]); });
+      return e;
+    }
+  }
+  template <int K, class B>
+  [[gnu::always_inline]] static void finish(const ExpRounded<B, K>& e, B (&y)[K]) {
+    if constexpr (!kilns<B>) {
+      ExpBelowOverflowOp::finish(e, y);
+    } else {
+      for_each_batch<K>([&](int k) { y[k] = B(1.3269518968e-3f); });
       for (const float c :
            {9.6712913364e-3f, 5.5507108569e-2f, 2.4022246897e-1f, 6.9314700365e-1f, 1.f})
-        for_each_batch<K>([&](int k) { p[k] = fused_multiply_add(p[k], y[k], B(c)); });
+        for_each_batch<K>([&](int k) { y[k] = fused_multiply_add(y[k], e.r[k], B(c)); });
 #if defined(__AVX512F__)
-      if constexpr (avx512) {
-        for_each_batch<K>([&](int k) { y[k] = B(_mm512_scalef_ps(p[k], n[k])); });
+      if constexpr (kiln_exp_v<B>) {
+        for_each_batch<K>([&](int k) { y[k] = B(_mm512_scalef_ps(y[k], e.n[k])); });
         return;
       }
 #endif
-      if constexpr (!avx512) {
+      if constexpr (!kiln_exp_v<B>) {
         using I = xsimd::batch<std::int32_t, typename B::arch_type>;
         for_each_batch<K>([&](int k) {
-          y[k] = p[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(t[k]) << 23);
+          y[k] = y[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(e.t[k]) << 23);
         });
       }
     }
@@ -580,7 +625,7 @@ struct ExpOfNonPositiveForSumOp {
   template <class B>
   static B simd(const B& y) {
     B one[1] = {y};
-    each(one);
+    finish(begin(one), one);
     return one[0];
   }
 };

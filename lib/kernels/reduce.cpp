@@ -478,8 +478,10 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
-/// Runs row(in_row, out_row, next_in_row) for each of `rows` contiguous rows of n elements of x,
-/// writing out_row elements per row to y (next_in_row: the next row this thread runs, or null).
+/// Runs row(in_row, out_row, next_in_row, next_out_row) for each of `rows` contiguous rows of n
+/// elements of x, writing out_row elements per row to y (next_in_row: the next row this thread
+/// runs, or null; next_out_row: where it writes next, or null when that is this thread's scratch
+/// row, or there is no next row).
 /// Rows are split over the threads. A large output of whole rows is written with non-temporal
 /// stores: each row is computed in this thread's scratch (in L1) and then streamed out.
 template <class T, class Row>
@@ -494,10 +496,10 @@ void for_each_row(const T* x, T* y, std::int64_t rows, std::int64_t n, std::int6
     for (std::int64_t r = begin; r < end; ++r) {
       const T* next = r + 1 < end ? x + (r + 1) * n : nullptr;
       if (!stream) {
-        row(x + r * n, y + r * out_row, next);
+        row(x + r * n, y + r * out_row, next, r + 1 < end ? y + (r + 1) * out_row : nullptr);
         continue;
       }
-      row(x + r * n, row_out.data(), next);
+      row(x + r * n, row_out.data(), next, nullptr);
       stream_copy(y + r * n, row_out.data(), n * static_cast<std::int64_t>(sizeof(T)));
     }
 #if defined(__SSE2__)
@@ -526,8 +528,9 @@ void softmax_typed(const KernelCall& call) {
                                    : call.prim == Prim::logsumexp ? table.logsumexp_row[d]
                                                                   : table.softmax_row[d];
   const std::int64_t out_row = call.prim == Prim::logsumexp ? 1 : n;  // elements out per row
-  for_each_row(in.ptr<const T>(), call.out.ptr<T>(), rows, n, out_row,
-               [&](const T* x, T* y, const T* next) { softmax_row(x, y, n, next); });
+  for_each_row(
+      in.ptr<const T>(), call.out.ptr<T>(), rows, n, out_row,
+      [&](const T* x, T* y, const T* next, T* next_out) { softmax_row(x, y, n, next, next_out); });
 }
 
 /// Prim::layer_norm and Prim::rms_norm over the contiguous rows in.shape[axes[0]:]: each row by
@@ -555,9 +558,10 @@ void normalize_typed(const KernelCall& call) {
   const T* gamma = row_of(at.gamma);
   const T* beta = row_of(at.beta);
   const double epsilon = call.attrs.value;
-  for_each_row(
-      in.ptr<const T>(), call.out.ptr<T>(), rows, n, n,
-      [&](const T* x, T* y, const T* next) { normalize_row(x, gamma, beta, y, n, epsilon, next); });
+  for_each_row(in.ptr<const T>(), call.out.ptr<T>(), rows, n, n,
+               [&](const T* x, T* y, const T* next, T*) {
+                 normalize_row(x, gamma, beta, y, n, epsilon, next);
+               });
 }
 
 /// True when v should replace best as the running arg-extremum: NaN wins and stays (the first

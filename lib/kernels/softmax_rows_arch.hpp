@@ -83,53 +83,74 @@ T lane_sum(const xsimd::batch<T, Arch>& v) {
 /// 8 roundings of its value. 512 leaves 1.9e-7, for 1-3% of logsumexp's time from L1.
 inline constexpr std::int64_t kSoftmaxBlock = 512;
 
-/// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, four batches at a time (Exp::each),
-/// written out while the exps are added in two or four vector accumulators per block of
-/// kSoftmaxBlock (the blocks in double; the tail through a batch padded with -inf, whose exps are
-/// 0). Returns the sum. With kStore false only the sum (log_softmax_row; y is not touched). With
-/// kClamp false every x - shift is in [-88, 0] or NaN (shifted_exp_sum), and Exp leaves out its
-/// clamp (the tail, padded with -inf, keeps it).
-/// Four batches at a time: from L1 on the Zen 2, a softmax row's exps took 16% less time than one
-/// batch after another. Each step of four vectors also asks for the same bytes of `next` (the next
-/// row, as long as this one) to be brought into L2, and the rest of it after the loop: spread over
-/// the pass, the prefetches wait on nothing (all at once, 64 of them for a row of 1,024 f32
-/// stalled on the core's fill buffers: a tenth of softmax's time at AVX2). When `to_write` is not
-/// null (log_softmax's output row, which its last pass writes), the step asks for its same bytes
-/// too, for writing: log_softmax over rows of 1,024 f32 on two threads, 1.05-1.14 ms instead of
-/// 1.19-1.22 (the rows are pages apart, and a store to a page the prefetchers have not followed
-/// waits for its line).
+/// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, written out while the exps are
+/// added per block of kSoftmaxBlock (the blocks in double; the tail through a batch padded with
+/// -inf, whose exps are 0). Returns the sum. With kStore false only the sum (log_softmax_row; y is
+/// not touched). With kClamp false every x - shift is in [-88, 0] or NaN (shifted_exp_sum), and
+/// Exp leaves out its clamp (the tail, padded with -inf, keeps it).
+/// - The exps go in groups of two batches (four below 8 lanes), and each step finishes one group
+///   while it begins the next (ExpBelowOverflowOp): the core's scheduler then holds the next
+///   group's ready reductions beside this group's polynomials, where a whole group's chain of
+///   dependent operations would fill it. From L1 on the Zen 2, exps and their stores at 2.4 ns
+///   per 8 floats, where four batches begun and finished in turn took 2.8 and one batch after
+///   another 3.0.
+/// - Each group's exps add into their own accumulators, so a lane adds at most kSoftmaxBlock / 8
+///   terms.
+/// - Each step also asks for the same bytes of `next` (the next row, as long as this one) to be
+///   brought into L2, and the rest of it after the loop: spread over the pass, the prefetches
+///   wait on nothing (all at once, 64 of them for a row of 1,024 f32 stalled on the core's fill
+///   buffers: a tenth of softmax's time at AVX2).
+/// - When `to_write` is not null (softmax's next output row, or log_softmax's own, which its last
+///   pass writes), the step asks for its same bytes too, for writing: log_softmax over rows of
+///   1,024 f32 on two threads, 1.05-1.14 ms instead of 1.19-1.22 (the rows are pages apart, and a
+///   store to a page the prefetchers have not followed waits for its line).
 template <class Arch, class T, class Exp, bool kStore, bool kClamp>
 double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
                     const char* to_write) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  constexpr std::int64_t step_bytes = 4 * width * static_cast<std::int64_t>(sizeof(T));
-  // Vectors of 8 or more lanes add into two accumulators (each step of four vectors adds two
-  // exps to each), narrower ones into four. With four, AVX2's 16 registers could not also hold
-  // exp's constants: the compiler kept two of the f32 accumulators in memory (softmax at AVX2
-  // 8% slower). With two, a lane adds at most kSoftmaxBlock / 16 terms; four keep SSE2's f64
-  // lanes at kSoftmaxBlock / 8.
-  constexpr std::int64_t accumulators = width >= 8 ? 2 : 4;
+  constexpr int kGroup = width >= 8 ? 2 : 4;
+  constexpr std::int64_t group = kGroup * width;
+  constexpr auto bytes = static_cast<std::int64_t>(sizeof(T));
   const B s(shift);
+  const auto begin_at = [&](std::int64_t at) {
+    B v[kGroup];
+    for_each_batch<kGroup>(
+        [&](int k) { v[k] = SubOp::simd(B::load_unaligned(x + at + k * width), s); });
+    return Exp::template begin<kClamp>(v);
+  };
+  const auto ask_for_step = [&](std::int64_t at) {
+    for (std::int64_t byte = 0; byte < group * bytes; byte += 64)
+      __builtin_prefetch(next + at * bytes + byte, 0, 2);
+    if (to_write != nullptr)
+      for (std::int64_t byte = 0; byte < group * bytes; byte += 64)
+        __builtin_prefetch(to_write + at * bytes + byte, 1, 3);
+  };
   double total = 0;
   std::int64_t i = 0;
   while (i + width <= n) {
     const std::int64_t block_end = n - i > kSoftmaxBlock ? i + kSoftmaxBlock : n;
-    B acc[4] = {B(T{0}), B(T{0}), B(T{0}), B(T{0})};
-    for (; i + 4 * width <= block_end; i += 4 * width) {
-      for (std::int64_t at = 0; at < step_bytes; at += 64)
-        __builtin_prefetch(next + i * static_cast<std::int64_t>(sizeof(T)) + at, 0, 2);
-      if (to_write != nullptr)
-        for (std::int64_t at = 0; at < step_bytes; at += 64)
-          __builtin_prefetch(to_write + i * static_cast<std::int64_t>(sizeof(T)) + at, 1, 3);
-      B e[4];
-      for_each_batch<4>(
-          [&](int k) { e[k] = SubOp::simd(B::load_unaligned(x + i + k * width), s); });
-      Exp::template each<kClamp>(e);
-      for_each_batch<4>([&](int k) {
-        if constexpr (kStore) e[k].store_unaligned(y + i + k * width);
-        acc[k % accumulators] += e[k];
+    B acc[kGroup];
+    for_each_batch<kGroup>([&](int k) { acc[k] = B(T{0}); });
+    const auto finish_at = [&](std::int64_t at, const auto& started) {
+      B e[kGroup];
+      Exp::finish(started, e);
+      for_each_batch<kGroup>([&](int k) {
+        if constexpr (kStore) e[k].store_unaligned(y + at + k * width);
+        acc[k] += e[k];
       });
+    };
+    if (i + group <= block_end) {
+      auto started = begin_at(i);
+      for (; i + 2 * group <= block_end; i += group) {
+        ask_for_step(i);
+        const auto following = begin_at(i + group);
+        finish_at(i, started);
+        started = following;
+      }
+      ask_for_step(i);
+      finish_at(i, started);
+      i += group;
     }
     for (; i + width <= block_end; i += width) {
       const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i), s));
@@ -137,8 +158,10 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
       acc[0] += e;
     }
     const B both = acc[0] + acc[1];
-    total +=
-        static_cast<double>(lane_sum<Arch, T>(accumulators == 2 ? both : both + (acc[2] + acc[3])));
+    if constexpr (kGroup == 2)
+      total += static_cast<double>(lane_sum<Arch, T>(both));
+    else
+      total += static_cast<double>(lane_sum<Arch, T>(both + (acc[2] + acc[3])));
   }
   for (std::int64_t at = i * static_cast<std::int64_t>(sizeof(T));
        at < n * static_cast<std::int64_t>(sizeof(T)); at += 64)
@@ -197,15 +220,17 @@ ShiftedSum<T> shifted_exp_sum(const T* x, T* y, std::int64_t n, const void* next
 /// instead of waiting for each line, and the loads are in flight while this row computes. Each
 /// row starts a new run of pages, which the hardware prefetchers do not follow (a single thread
 /// over rows of 1,024 f32: 4.1-4.4 ms instead of 4.8-5.9). Without a next row it asks for this
-/// row's own bytes, which are in L1 by then.
+/// row's own bytes, which are in L1 by then. It asks for the row at `next_out` too, for writing
+/// (softmax_exps' to_write), whose lines the next row's exp pass stores into at once: on two
+/// threads over rows of 1,024 f32, 1.10-1.24 ms instead of 1.24-1.28.
 template <class Arch, class T>
-void softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
+void softmax_row(const void* in, void* out, std::int64_t n, const void* next, void* next_out) {
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
   const T inverse =
-      T{1} / static_cast<T>(shifted_exp_sum<Arch, T, true>(x, y, n, next, nullptr).total);
+      T{1} / static_cast<T>(shifted_exp_sum<Arch, T, true>(x, y, n, next, next_out).total);
   const B scale(inverse);
   std::int64_t i = 0;
   for (; i + 4 * width <= n; i += 4 * width) {
@@ -243,7 +268,7 @@ ShiftAndLogSum<T> shift_and_log_sum(const T* x, std::int64_t n, const void* next
 /// with +inf NaN there and -inf elsewhere, one of -inf only NaN (-inf - log 0): the composite's
 /// values.
 template <class Arch, class T>
-void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next) {
+void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next, void*) {
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   using B = xsimd::batch<T, Arch>;
@@ -267,7 +292,7 @@ void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next
 /// shift)) + shift for one row of n >= 1 elements (shift_and_log_sum), as the composite computes
 /// it. A row with a NaN gives NaN, one with +inf +inf, one of -inf only -inf (log 0 + 0).
 template <class Arch, class T>
-void logsumexp_row(const void* in, void* out, std::int64_t n, const void* next) {
+void logsumexp_row(const void* in, void* out, std::int64_t n, const void* next, void*) {
   const auto [shift, log_sum] =
       shift_and_log_sum<Arch, T>(static_cast<const T*>(in), n, next, nullptr);
   *static_cast<T*>(out) = log_sum + shift;
