@@ -20,7 +20,7 @@ namespace {
 /// instruction set's max instruction (maxps, vmaxps), which gives its second operand when either
 /// is NaN: a NaN element is skipped, and the accumulators, which start at -inf (+inf), never hold
 /// one. The max of a set is one of its elements whatever the order (up to the sign of a zero
-/// maximum, which softmax does not see). The min costs nothing here: the pass waits on its loads.
+/// maximum, which softmax does not see). The min costs little: the pass waits on its loads.
 template <class T>
 struct RowRange {
   T min;
@@ -75,12 +75,12 @@ T lane_sum(const xsimd::batch<T, Arch>& v) {
   return lanes[0];
 }
 
-/// Elements per block of the exp pass: within a block the exps are added in two or four vector
-/// accumulators (softmax_exps); the blocks' sums are added in double. So every partial sum adds
-/// at most kSoftmaxBlock / 8 terms, whatever the row's length. With 2048, a row of 5,000 equal
-/// exps of e^-10 beside a 1 (a classifier's logits before training look like this) added in
-/// float lanes of 128 terms each, all rounded the same way: logsumexp was 1.7e-6 off, more than
-/// 8 roundings of its value. 512 leaves 1.9e-7, for 1-3% of logsumexp's time from L1.
+/// Elements per block of the exp pass: within a block the exps are added in one vector
+/// accumulator per batch of a group (softmax_exps); the blocks' sums are added in double. So every
+/// partial sum adds at most kSoftmaxBlock / 8 terms, whatever the row's length. With 2048, a row of
+/// 5,000 equal exps of e^-10 beside a 1 (a classifier's logits before training look like this)
+/// added in float lanes of 128 terms each, all rounded the same way: logsumexp was 1.7e-6 off, more
+/// than 8 roundings of its value. 512 leaves 1.9e-7, for 1-3% of logsumexp's time from L1.
 inline constexpr std::int64_t kSoftmaxBlock = 512;
 
 /// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, written out while the exps are
@@ -91,9 +91,9 @@ inline constexpr std::int64_t kSoftmaxBlock = 512;
 /// - The exps go in groups of two batches (four below 8 lanes), and each step finishes one group
 ///   while it begins the next (ExpBelowOverflowOp): the core's scheduler then holds the next
 ///   group's ready reductions beside this group's polynomials, where a whole group's chain of
-///   dependent operations would fill it. From L1 on the Zen 2, exps and their stores at 2.4 ns
-///   per 8 floats, where four batches begun and finished in turn took 2.8 and one batch after
-///   another 3.0.
+///   dependent operations would fill it. On the Zen 2, a loop of exps and their stores (from L1,
+///   without the clamp) took 2.4 ns per 8 floats so, against 2.8 with four batches begun and
+///   finished in turn and 3.0 with one batch after another.
 /// - Each group's exps add into their own accumulators, so a lane adds at most kSoftmaxBlock / 8
 ///   terms.
 /// - Each step also asks for the same bytes of `next` (the next row, as long as this one) to be
