@@ -263,13 +263,19 @@ struct ExpRounded {
   B r[K];
   B t[K];  // bits: n + 127 in the low mantissa bits
 };
+/// The rounding alone: e.t and e.n of exp_reduce_rounded_f32 (which ExpOfNonPositiveForSumOp
+/// shares), r left for the caller.
 template <class B, int K>
-[[gnu::always_inline]] inline ExpRounded<B, K> exp_reduce_rounded_f32(const B (&clamped)[K]) {
+[[gnu::always_inline]] inline void exp_round_f32(const B (&clamped)[K], ExpRounded<B, K>& e) {
   constexpr float offset = 12583039.0f;  // 1.5 * 2^23 + 127
-  ExpRounded<B, K> e;
   for_each_batch<K>(
       [&](int k) { e.t[k] = fused_multiply_add(clamped[k], B(1.44269504088896341f), B(offset)); });
   for_each_batch<K>([&](int k) { e.n[k] = e.t[k] - B(offset); });
+}
+template <class B, int K>
+[[gnu::always_inline]] inline ExpRounded<B, K> exp_reduce_rounded_f32(const B (&clamped)[K]) {
+  ExpRounded<B, K> e;
+  exp_round_f32(clamped, e);
   for_each_batch<K>(
       [&](int k) { e.r[k] = fused_multiply_add(e.n[k], B(-0.693359375f), clamped[k]); });
   for_each_batch<K>([&](int k) { e.r[k] = fused_multiply_add(e.n[k], B(2.12194440e-4f), e.r[k]); });
@@ -285,6 +291,22 @@ template <class B, int K>
   for (const float c :
        {8.368710056e-3f, 4.166838899e-2f, 1.666652113e-1f, 4.999999404e-1f, 1.f, 1.f})
     for_each_batch<K>([&](int k) { p[k] = fused_multiply_add(p[k], r[k], B(c)); });
+}
+
+/// y[k] *= 2^n[k], the last step of kiln's exps (and of ExpOfNonPositiveForSumOp's): vscalefps by
+/// n on AVX-512, exact until the product leaves the normal range and rounded once there; on AVX2
+/// a product by 2^n built from t's bits shifted into the exponent field (0 where n = -127).
+template <class B, int K>
+[[gnu::always_inline]] inline void exp_scale_f32(const ExpRounded<B, K>& e, B (&y)[K]) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<typename B::arch_type, xsimd::avx512f>) {
+    for_each_batch<K>([&](int k) { y[k] = B(_mm512_scalef_ps(y[k], e.n[k])); });
+    return;
+  }
+#endif
+  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
+  for_each_batch<K>(
+      [&](int k) { y[k] = y[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(e.t[k]) << 23); });
 }
 
 #if defined(__AVX512F__)
@@ -307,7 +329,7 @@ template <bool kClamp = true, class B, int K>
 template <class B, int K>
 [[gnu::always_inline]] inline void exp_f32_avx512_finish(const ExpRounded<B, K>& e, B (&y)[K]) {
   exp_poly_f32(e.r, y);
-  for_each_batch<K>([&](int k) { y[k] = B(_mm512_scalef_ps(y[k], e.n[k])); });
+  exp_scale_f32(e, y);
 }
 #endif
 
@@ -330,10 +352,8 @@ template <bool kClamp = true, class B, int K>
 }
 template <class B, int K>
 [[gnu::always_inline]] inline void exp_f32_avx2_finish(const ExpRounded<B, K>& e, B (&y)[K]) {
-  using I = xsimd::batch<std::int32_t, typename B::arch_type>;
   exp_poly_f32(e.r, y);
-  for_each_batch<K>(
-      [&](int k) { y[k] = y[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(e.t[k]) << 23); });
+  exp_scale_f32(e, y);
 }
 
 // ------------------------------------------------------------------ unary ops
@@ -587,15 +607,14 @@ struct ExpOfNonPositiveForSumOp {
     if constexpr (!kilns<B>) {
       return ExpBelowOverflowOp::begin<kClamp>(y);
     } else {
-      constexpr float offset = 12583039.0f;  // 1.5 * 2^23 + 127, as exp_reduce_rounded_f32's
-      const B log2e(1.44269504088896341f), lowest(kiln_exp_v<B> ? -104.0f : -88.0f);
+      const B lowest(kiln_exp_v<B> ? -104.0f : -88.0f);
       B clamped[K];
       ExpRounded<B, K> e;
       for_each_batch<K>([&](int k) { clamped[k] = kClamp ? xsimd::max(lowest, y[k]) : y[k]; });
-      for_each_batch<K>([&](int k) { e.t[k] = fused_multiply_add(clamped[k], log2e, B(offset)); });
-      for_each_batch<K>([&](int k) { e.n[k] = e.t[k] - B(offset); });
-      for_each_batch<K>(
-          [&](int k) { e.r[k] = fused_multiply_subtract(clamped[k], log2e, e.n[k]); });
+      exp_round_f32(clamped, e);
+      for_each_batch<K>([&](int k) {
+        e.r[k] = fused_multiply_subtract(clamped[k], B(1.44269504088896341f), e.n[k]);
+      });
       return e;
     }
   }
@@ -608,18 +627,7 @@ struct ExpOfNonPositiveForSumOp {
       for (const float c :
            {9.6712913364e-3f, 5.5507108569e-2f, 2.4022246897e-1f, 6.9314700365e-1f, 1.f})
         for_each_batch<K>([&](int k) { y[k] = fused_multiply_add(y[k], e.r[k], B(c)); });
-#if defined(__AVX512F__)
-      if constexpr (kiln_exp_v<B>) {
-        for_each_batch<K>([&](int k) { y[k] = B(_mm512_scalef_ps(y[k], e.n[k])); });
-        return;
-      }
-#endif
-      if constexpr (!kiln_exp_v<B>) {
-        using I = xsimd::batch<std::int32_t, typename B::arch_type>;
-        for_each_batch<K>([&](int k) {
-          y[k] = y[k] * xsimd::bitwise_cast<B>(xsimd::bitwise_cast<I>(e.t[k]) << 23);
-        });
-      }
+      exp_scale_f32(e, y);
     }
   }
   template <class B>
