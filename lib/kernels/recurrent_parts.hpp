@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 
 #include "core/fail.hpp"
+#include "core/storage.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
@@ -205,8 +206,9 @@ struct GatePanels {
 
 /// Memory for a part's packed panels: from 2 MiB on, in 2 MiB-aligned blocks that the kernel is
 /// asked to back with huge pages (MADV_HUGEPAGE, advice only: where transparent huge pages are
-/// off it changes nothing). A step reads all of its part's panels, 2.6 MiB for an LSTM(512) on
-/// two threads; in 4 KiB pages its forward ran 0.5-3% slower (nine interleaved pairs, Zen 2).
+/// off it changes nothing); below, the storage's block cache (allocate_block). A step reads all
+/// of its part's panels, 2.6 MiB for an LSTM(512) on two threads; in 4 KiB pages its forward ran
+/// 0.5-3% slower (nine interleaved pairs, Zen 2).
 template <class T>
 struct PanelAllocator {
   using value_type = T;
@@ -222,12 +224,17 @@ struct PanelAllocator {
       p = std::aligned_alloc(huge_page, held);
       if (p != nullptr) ::madvise(p, held, MADV_HUGEPAGE);
     } else {
-      p = std::aligned_alloc(64, std::max<std::size_t>((bytes + 63) / 64 * 64, 64));
+      p = allocate_block(bytes);
     }
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
-  void deallocate(T* p, std::size_t /*n*/) { std::free(p); }
+  void deallocate(T* p, std::size_t n) {
+    if (n * sizeof(T) >= huge_page)
+      std::free(p);
+    else
+      free_block(p, n * sizeof(T));
+  }
   template <class U>
   bool operator==(const PanelAllocator<U>& /*other*/) const {
     return true;
