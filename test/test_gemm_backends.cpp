@@ -1,9 +1,9 @@
 // The GEMM backends (lib/kernels/gemm.hpp): every backend this build and CPU can run, forced in
 // turn, against a double-precision reference on shapes that exercise its paths (one libxsmm
 // kernel, tiles with edge tiles in both directions, tiles spread over the pool, a transposed or
-// row-strided operand, batches merged into one product, a plan's accumulating epilogue). The
-// operands are multiples of 1/8, so every sum is exact in f32 and results must match exactly,
-// whatever order a library adds in. scripts/test.sh runs this once per KILN_SIMD level.
+// row-strided operand, batches merged into one product, a plan's accumulating epilogue, a
+// product scaled by an alpha given per call). The operands are multiples of 1/8, so every sum
+// is exact in f32 and results must match exactly, whatever order a library adds in. scripts/test.sh runs this once per KILN_SIMD level.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "core/tensor_impl.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/kernel.hpp"
 
 namespace {
 
@@ -128,6 +129,18 @@ TEST_CASE("every GEMM backend computes exact products on every path", "[matmul][
         const std::vector<Tensor> traced = f(a, b, addend);
         CHECK(exact_difference(traced[0], want) == "");
         CHECK(exact_difference(traced[1], want + kiln::cast(addend, kiln::f64)) == "");
+        // Scaled, as a plan runs an SGD update folded into its gradient's GEMM: the addend
+        // minus a quarter of the product (alpha = -1/4, beta = 1), exact in these values.
+        const Tensor in_place_b =
+            kiln::detail::matmul_reads_in_place(kiln::detail::array_ref(b), 1) ? b : b.contiguous();
+        const Tensor updated = addend.contiguous() + 0.0f;  // a buffer of its own
+        const kiln::detail::ArrayRef out = kiln::detail::array_ref(updated);
+        const auto plan = kiln::detail::plan_matmul(kiln::detail::array_ref(a),
+                                                    kiln::detail::array_ref(in_place_b), out,
+                                                    /*accumulate=*/true, /*scaled=*/true);
+        REQUIRE(plan != nullptr);
+        kiln::detail::run_planned_matmul(*plan, a.data(), in_place_b.data(), out.data, -0.25);
+        CHECK(exact_difference(updated, kiln::cast(addend, kiln::f64) - want * 0.25) == "");
       }
     }
   }
@@ -148,6 +161,17 @@ TEST_CASE("a forced GEMM backend is the one that runs, where it can", "[matmul][
     transposed_b.trans_b = true;
     transposed_b.ldb = 500;
     CHECK(Gemm<float>(transposed_b).backend() != GemmBackend::xsmm);
+  }
+  {
+    // Nor does it take an alpha: a scaled product (an SGD update folded in) goes to the others,
+    // forced or not, small or large.
+    const ForcedBackend forced(GemmBackend::xsmm);
+    for (GemmShape scaled : {large, GemmShape{8, 8, 8, false, 8, 8, true}}) {
+      scaled.accumulate = true;
+      scaled.scaled = true;
+      CHECK(Gemm<float>(scaled).backend() != GemmBackend::xsmm);
+      CHECK(Gemm<double>(scaled).backend() != GemmBackend::xsmm);
+    }
   }
   {
     // oneDNN has no f64 GEMM: forcing it leaves f64 products to the automatic choice.

@@ -1,8 +1,13 @@
 // kiln::optim: updates against hand-computed steps, slots (names, created once, dropped with
-// their variable), schedules, clipping, eager against traced train steps.
+// their variable), schedules, clipping, eager against traced train steps, SGD updates folded
+// into their gradients' GEMMs (in place, or on a copy when the old value is held).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <functional>
+#include <thread>
 
 #include <kiln/kiln.hpp>
 
@@ -306,4 +311,157 @@ TEST_CASE("a train step traced and eager gives the same weights", "[nn][optim][f
   CHECK(traced_step.tracing_count() == 1);
   CHECK(eager.opt.variables().size() == traced.opt.variables().size());
   kiln::random::set_global_seed(0);
+}
+
+namespace {
+
+/// A traced SGD step on one weight w [features, units]: loss sum((x w) * dy), so w's gradient
+/// is x^T dy, one GEMM, into which the compiled plan folds the update (fold_sgd_updates).
+struct FoldedStep {
+  Variable w;
+  optim::SGD opt;
+  using Step = std::function<Tensor(const Tensor&, const Tensor&)>;
+  kiln::Function<Step> step;
+  FoldedStep(const Tensor& initial, double rate)
+      : w(initial, "w"),
+        opt({.learning_rate = rate}),
+        step(kiln::function(Step([this](const Tensor& x, const Tensor& dy) {
+          std::vector<Tensor> grads;
+          Tensor loss;
+          {
+            kiln::GradientTape tape;
+            loss = kiln::sum(kiln::matmul(x, w.value()) * dy);
+            grads = tape.gradient(loss, {w});
+          }
+          opt.apply(grads, {w});
+          return loss;
+        }))) {}
+};
+
+/// w - rate * x^T dy in f64.
+std::vector<double> sgd_reference(const std::vector<double>& w, const Tensor& x, const Tensor& dy,
+                                  double rate) {
+  const auto xs = kiln::cast(x, kiln::f64).to_vector<double>();
+  const auto ds = kiln::cast(dy, kiln::f64).to_vector<double>();
+  const std::int64_t rows = x.shape()[0], features = x.shape()[1], units = dy.shape()[1];
+  std::vector<double> out = w;
+  for (std::int64_t i = 0; i < features; ++i)
+    for (std::int64_t j = 0; j < units; ++j) {
+      double g = 0;
+      for (std::int64_t r = 0; r < rows; ++r)
+        g += xs[static_cast<std::size_t>(r * features + i)] *
+             ds[static_cast<std::size_t>(r * units + j)];
+      out[static_cast<std::size_t>(i * units + j)] -= rate * g;
+    }
+  return out;
+}
+
+double max_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double most = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) most = std::max(most, std::abs(a[i] - b[i]));
+  return most;
+}
+
+}  // namespace
+
+TEST_CASE("SGD updates folded into the weight gradient's GEMM", "[nn][optim][function]") {
+  kiln::clear_session();
+  // [512, 512]: 2^18 elements, folded whichever backend plans the product.
+  for (const kiln::DType dtype : {kiln::f32, kiln::f64}) {
+    CAPTURE(kiln::dtype_name(dtype));
+    const double tol = dtype == kiln::f32 ? 1e-5 : 1e-12;
+    const Tensor x = kiln::cast(kiln::random::normal({16, 512}, 0, 1, 1), dtype);
+    const Tensor dy = kiln::cast(kiln::random::normal({16, 512}, 0, 1, 2), dtype);
+    FoldedStep t(kiln::cast(kiln::random::normal({512, 512}, 0, 1, 3), dtype), 0.1);
+    std::vector<double> expected = values_of(t.w);
+
+    SECTION("in place while only the variable holds its value") {
+      for (int call = 0; call < 3; ++call) {
+        const void* before = t.w.value().data();
+        t.step(x, dy);
+        expected = sgd_reference(expected, x, dy, 0.1);
+        CHECK(max_difference(values_of(t.w), expected) < tol);
+        if (call > 0) CHECK(t.w.value().data() == before);  // the first call built the plan
+      }
+    }
+    SECTION("a value someone holds is left as it was") {
+      t.step(x, dy);
+      expected = sgd_reference(expected, x, dy, 0.1);
+      const Tensor held = t.w.value();
+      const std::vector<double> held_values = kiln::cast(held, kiln::f64).to_vector<double>();
+      t.step(x, dy);
+      expected = sgd_reference(expected, x, dy, 0.1);
+      CHECK(kiln::cast(held, kiln::f64).to_vector<double>() == held_values);
+      CHECK(t.w.value().data() != held.data());
+      CHECK(max_difference(values_of(t.w), expected) < tol);
+    }
+    SECTION("the learning rate is read at each call") {
+      t.step(x, dy);
+      t.opt.set_learning_rate(0.5);
+      t.step(x, dy);
+      expected = sgd_reference(sgd_reference(expected, x, dy, 0.1), x, dy, 0.5);
+      CHECK(max_difference(values_of(t.w), expected) < tol);
+      CHECK(t.step.tracing_count() == 1);
+    }
+  }
+  SECTION("a function that also returns the value it read gets the old value") {
+    const Tensor x = kiln::random::normal({16, 512}, 0, 1, 4);
+    const Tensor dy = kiln::random::normal({16, 512}, 0, 1, 5);
+    Variable w(kiln::random::normal({512, 512}, 0, 1, 6), "w_returned");
+    optim::SGD opt({.learning_rate = 0.1});
+    auto step = kiln::function([&](const Tensor& xx, const Tensor& dd) {
+      Tensor before;
+      std::vector<Tensor> grads;
+      {
+        kiln::GradientTape tape;
+        before = w.value();
+        const Tensor loss = kiln::sum(kiln::matmul(xx, before) * dd);
+        grads = tape.gradient(loss, {w});
+      }
+      opt.apply(grads, {w});
+      return before;
+    });
+    for (int call = 0; call < 2; ++call) {
+      const std::vector<double> old = values_of(w);
+      const Tensor returned = step(x, dy);
+      CHECK(kiln::cast(returned, kiln::f64).to_vector<double>() == old);
+      CHECK(max_difference(values_of(w), sgd_reference(old, x, dy, 0.1)) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("folded SGD updates from several threads never tear a variable's value",
+          "[nn][optim][function][threads]") {
+  kiln::clear_session();
+  // x all ones and dy all 1/16 over 16 rows: every gradient element is exactly 1, so after k
+  // updates at rate 1/4 every element of w is exactly -k/4, whichever calls overlap.
+  const Tensor x = kiln::ones({16, 512});
+  const Tensor dy = kiln::full({16, 512}, 1.0 / 16);
+  FoldedStep t(kiln::zeros({512, 512}), 0.25);
+  t.step(x, dy);
+  constexpr int calls = 20;
+  std::atomic<bool> torn{false};
+  std::atomic<int> running{2};
+  const auto uniform = [](const Tensor& v) {
+    const auto values = v.to_vector<float>();
+    return std::all_of(values.begin(), values.end(), [&](float e) { return e == values[0]; });
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&] {
+      for (int c = 0; c < calls; ++c) t.step(x, dy);
+      --running;
+    });
+  threads.emplace_back([&] {
+    while (running > 0)
+      if (!uniform(t.w.value())) torn = true;
+  });
+  for (auto& th : threads) th.join();
+  CHECK_FALSE(torn);
+  const auto final_values = t.w.value().to_vector<float>();
+  REQUIRE(uniform(t.w.value()));
+  const double k = -final_values[0] * 4;
+  CHECK(k == std::round(k));
+  CHECK(k >= 2);
+  CHECK(k <= 1 + 2 * calls);
 }

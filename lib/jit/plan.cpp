@@ -29,6 +29,7 @@ class PlanBuilder {
     for (std::size_t i = 0; i < g_.nodes.size(); ++i) add_node(static_cast<std::int32_t>(i));
     mark_escapes();
     fuse_matmul_epilogues(plan_);
+    fold_sgd_updates(plan_, g_);
     lay_out_fused_steps();
     mark_escape_allocations();
     place_in_arena();
@@ -585,6 +586,32 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
     return make_view(base, v.shape, v.strides, impl.offset + v.offset);
   };
+  // A GEMM with an SGD update folded in (fold_sgd_updates): w - rate * (a b), written over w's
+  // buffer while only the variable holds it (under its lock, so no other call reads it
+  // meanwhile), else into a fresh copy of w.
+  const auto run_folded_update = [&](const Plan::Step& step) {
+    const std::size_t w_root = static_cast<std::size_t>(step.update_root);
+    const std::size_t out_root = plan.root_of(step.values.back());
+    RootBinding& w = bound[w_root];
+    RootBinding& out = bound[out_root];
+    std::unique_lock<std::mutex> sole;
+    if (variable_values.empty())
+      sole = vars[static_cast<std::size_t>(plan.roots[w_root].index)]->lock_sole_value(w.held);
+    if (sole.owns_lock()) {
+      out.held = w.held;
+      out.tensor = &out.held;
+      out.address = w.address;
+    } else {
+      allocate_escape(out_root, out);
+      copy_strided(array_ref(w.held), array_ref(out.held));
+    }
+    const char* rate = data_of(step.values[2]);
+    const double alpha = plan.values[static_cast<std::size_t>(step.values[2])].dtype == DType::f32
+                             ? -static_cast<double>(*reinterpret_cast<const float*>(rate))
+                             : -*reinterpret_cast<const double*>(rate);
+    run_planned_matmul(*step.matmul, data_of(step.values[0]), data_of(step.values[1]), out.address,
+                       alpha);
+  };
   for (const Plan::Step& step : plan.steps) {
     if (step.kind == Plan::Step::Kind::region) {
       std::vector<Tensor> ins;
@@ -604,6 +631,10 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
       }
       run_control_flow(g.nodes[static_cast<std::size_t>(step.node)], step.region_plans, ins,
                        results, function_name);
+      continue;
+    }
+    if (step.update_root >= 0) {
+      run_folded_update(step);
       continue;
     }
     if (step.allocate_escape >= 0) {

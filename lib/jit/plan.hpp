@@ -70,6 +70,11 @@ struct Plan {
     std::vector<std::shared_ptr<const Plan>> region_plans;
     std::int32_t num_inputs = 0;
     std::vector<std::int32_t> result_index;
+    /// Matmul steps with an SGD update folded in (fold_sgd_updates): values are a, b, the
+    /// learning rate (a scalar) and the variable's new value, variable - rate * (a b), computed
+    /// by the GEMM with alpha = -rate into the variable's buffer (update_root's) when nothing
+    /// else holds it, else into a copy of it.
+    std::int32_t update_root = -1;
   };
 
   std::vector<Root> roots;
@@ -113,6 +118,15 @@ struct Plan {
 /// into it by its GEMM (beta = 1). It pays when the products are read only by the sum: one pass
 /// over the output instead of one per term, and no buffer per product.
 void fuse_matmul_epilogues(Plan& plan);
+
+/// SGD updates folded into their gradients' GEMMs (plan_epilogues.cpp), run after
+/// fuse_matmul_epilogues: a variable assigned `w - rate * (a b)`, the product read by nothing
+/// else, is updated by the product's GEMM (alpha = -rate, beta = 1) straight into w's buffer when
+/// only the variable holds it, instead of the GEMM writing the gradient and an elementwise pass
+/// reading it and w and writing a new buffer. Those GEMMs run after every other step, so a call
+/// that fails changes no variable (a graph with row updates, whose checks run later, is left as
+/// it is). The result differs from the unfused one by rounding only (one fused multiply-add).
+void fold_sgd_updates(Plan& plan, const GraphData& g);
 
 /// Builds the plan of graph g for the given node shapes (null: the nodes' own, static shapes).
 /// `dim_values` (the dynamic dims' sizes those shapes were bound with) binds the shapes of

@@ -376,33 +376,33 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   return library;
 }
 
-void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
+void blas_gemm(const float* a, const float* b, float* c, const GemmShape& g, float alpha) {
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a, g.lda, b, g.ldb,
+              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, alpha, a, g.lda, b, g.ldb,
               g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
 }
-void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g) {
+void blas_gemm(const double* a, const double* b, double* c, const GemmShape& g, double alpha) {
   cblas_dgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans,
-              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0, a, g.lda, b, g.ldb,
+              g.trans_b ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, alpha, a, g.lda, b, g.ldb,
               g.accumulate ? 1.0 : 0.0, c, g.c_stride());
 }
 
-void dnnl_gemm(const float* a, const float* b, float* c, const GemmShape& g) {
+void dnnl_gemm(const float* a, const float* b, float* c, const GemmShape& g, float alpha) {
 #if KILN_HAVE_DNNL
   // One thread: nthreads-var is per thread in OpenMP, so set it on each thread that calls.
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
   const dnnl_status_t status =
-      dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a, g.lda, b,
+      dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.m, g.n, g.k, alpha, a, g.lda, b,
                  g.ldb, g.accumulate ? 1.0f : 0.0f, c, g.c_stride());
   if (status != dnnl_success)
     fail("matmul", "oneDNN's sgemm failed on [{},{}] x [{},{}] (status {})", g.m, g.k, g.k, g.n,
          static_cast<int>(status));
 #else
-  (void)a, (void)b, (void)c, (void)g;
+  (void)a, (void)b, (void)c, (void)g, (void)alpha;
   fail("matmul", "internal: oneDNN is not built in");
 #endif
 }
-void dnnl_gemm(const double*, const double*, double*, const GemmShape&) {
+void dnnl_gemm(const double*, const double*, double*, const GemmShape&, double) {
   fail("matmul", "internal: oneDNN has no f64 GEMM");
 }
 
@@ -448,10 +448,11 @@ template <class T>
 Gemm<T>::Gemm(const GemmShape& shape) : shape_(shape) {
   ensure_library_threads();
   const GemmBackend wanted = forced_gemm_backend();
-  backend_ = can_run(wanted, sizeof(T)) && !(wanted == GemmBackend::xsmm && shape.trans_b)
+  const bool xsmm_cannot = shape.trans_b || shape.scaled;
+  backend_ = can_run(wanted, sizeof(T)) && !(wanted == GemmBackend::xsmm && xsmm_cannot)
                  ? wanted
                  : choose(shape, sizeof(T));
-  if (backend_ == GemmBackend::xsmm && !plan_xsmm())
+  if (backend_ == GemmBackend::xsmm && (shape.scaled || !plan_xsmm()))
     backend_ = can_run(GemmBackend::dnnl, sizeof(T)) ? GemmBackend::dnnl : GemmBackend::openblas;
   if (backend_ != GemmBackend::xsmm) plan_library_tiles();
 }
@@ -580,7 +581,8 @@ void Gemm<T>::plan_library_tiles() {
 }
 
 template <class T>
-void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end) const {
+void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end,
+                        T alpha) const {
   using Xsmm = typename XsmmTraits<T>::Kernel;
   const GemmShape& s = shape_;
   const std::int64_t ldc = s.c_stride();
@@ -603,9 +605,9 @@ void Gemm<T>::run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::i
     tile.ldc = static_cast<int>(ldc);
     const T* b_panel = s.trans_b ? b + j * s.ldb : b + j;
     if (backend_ == GemmBackend::dnnl)
-      dnnl_gemm(a_tile, b_panel, c_tile, tile);
+      dnnl_gemm(a_tile, b_panel, c_tile, tile, alpha);
     else
-      blas_gemm(a_tile, b_panel, c_tile, tile);
+      blas_gemm(a_tile, b_panel, c_tile, tile, alpha);
   }
 }
 
@@ -643,17 +645,18 @@ void Gemm<T>::run_transposed(const T* a, const T* b, T* c) const {
 }
 
 template <class T>
-void Gemm<T>::operator()(const T* a, const T* b, T* c) const {
+void Gemm<T>::operator()(const T* a, const T* b, T* c, T alpha) const {
   if (c_transposed_) {
     run_transposed(a, b, c);
     return;
   }
   if (tiles_ == 1) {
-    run_tiles(a, b, c, 0, 1);
+    run_tiles(a, b, c, 0, 1, alpha);
     return;
   }
-  parallel_for(tiles_, grain_,
-               [&](std::int64_t begin, std::int64_t end) { run_tiles(a, b, c, begin, end); });
+  parallel_for(tiles_, grain_, [&](std::int64_t begin, std::int64_t end) {
+    run_tiles(a, b, c, begin, end, alpha);
+  });
 }
 
 template <class T>

@@ -22,6 +22,9 @@ struct GemmShape {
   bool accumulate = false;  // C += A B instead of C = A B
   int ldc = 0;              // 0: n (C tight)
   bool trans_b = false;     // only oneDNN and OpenBLAS read a transposed B (libxsmm cannot)
+  /// C (+)= alpha op(A) op(B) with alpha given per call (an SGD update folded into its weight
+  /// gradient's product): only oneDNN and OpenBLAS take an alpha, so never libxsmm.
+  bool scaled = false;
   bool operator==(const GemmShape&) const = default;
   int c_stride() const { return ldc > 0 ? ldc : n; }
 };
@@ -71,7 +74,8 @@ class Gemm {
   /// on it).
   bool spreads_itself() const { return grain_ < tiles_; }
 
-  void operator()(const T* a, const T* b, T* c) const;
+  /// C (+)= alpha A B; alpha other than 1 only for a product planned `scaled`.
+  void operator()(const T* a, const T* b, T* c, T alpha = 1) const;
 
   /// "xsmm: 4 tiles of 64x256 on 2 threads": the backend and how C is cut.
   std::string describe() const;
@@ -96,7 +100,7 @@ class Gemm {
   void set_tiles(int tile_m, int tile_n, int threads);
   bool plan_xsmm();
   void plan_library_tiles();
-  void run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end) const;
+  void run_tiles(const T* a, const T* b, T* c, std::int64_t begin, std::int64_t end, T alpha) const;
   void run_transposed(const T* a, const T* b, T* c) const;
 };
 

@@ -120,11 +120,17 @@ bool reduce_reads_in_place(Prim p, const ArrayRef& x, const Attrs& attrs);
 struct MatmulPlan;
 /// Null when nothing needs planning (an empty product, k == 0) or the dtype is an integer one;
 /// the caller then runs run_linalg. With `accumulate` the product is added to what `out`
-/// holds (GEMM beta = 1: a plan's matmul epilogue, see lib/jit/plan.cpp).
+/// holds (GEMM beta = 1: a plan's matmul epilogue, see lib/jit/plan_epilogues.cpp). A `scaled`
+/// product is multiplied by an alpha given per call (run on oneDNN or OpenBLAS, which take one).
 std::shared_ptr<const MatmulPlan> plan_matmul(const ArrayRef& a, const ArrayRef& b,
-                                              const ArrayRef& out, bool accumulate = false);
-/// Runs the planned product on operands laid out as planned.
-void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out);
+                                              const ArrayRef& out, bool accumulate = false,
+                                              bool scaled = false);
+/// Whether the planned product runs on oneDNN or OpenBLAS, not on libxsmm's kernels.
+bool planned_on_library(const MatmulPlan& plan);
+/// Runs the planned product on operands laid out as planned: out (+)= alpha a b, alpha other
+/// than 1 only for a product planned `scaled`.
+void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out,
+                        double alpha = 1);
 
 /// Row-major out[rows, cols] (contiguous) = element (i, j) read at in[i + j * in_stride]: the
 /// copy of a transposed matrix, through libxsmm's transposition kernels.

@@ -123,25 +123,29 @@ namespace {
 template <class T>
 class FloatMatmul {
  public:
-  FloatMatmul(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, bool accumulate = false)
+  FloatMatmul(const ArrayRef& a, const ArrayRef& b, const ArrayRef& out, bool accumulate = false,
+              bool scaled = false)
       : walk_(a, b, out),
         m_(a.shape[a.shape.size() - 2]),
         n_(b.shape.back()),
         k_(a.shape.back()),
-        gemm_(choose(a, b, accumulate)) {}
+        gemm_(choose(a, b, accumulate, scaled)) {}
+
+  /// Whether the product runs on oneDNN or OpenBLAS (not on libxsmm kernels).
+  bool on_library() const { return gemm_.backend() != GemmBackend::xsmm; }
 
   /// For type deduction only (std::visit over the dtypes).
   static T* element() { return nullptr; }
 
-  void operator()(const T* a_data, const T* b_data, T* out_data) const {
+  void operator()(const T* a_data, const T* b_data, T* out_data, T alpha = 1) const {
     if (merged_ || walk_.count == 1) {
-      gemm_(a_data, b_data, out_data);
+      gemm_(a_data, b_data, out_data, alpha);
       return;
     }
     auto multiply = [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i) {
         const auto [a_off, b_off] = walk_.offsets(i);
-        gemm_(a_data + a_off, b_data + b_off, out_data + i * m_ * n_);
+        gemm_(a_data + a_off, b_data + b_off, out_data + i * m_ * n_, alpha);
       }
     };
     // A kernel that spreads itself over the cores runs matrix after matrix; single-threaded
@@ -153,7 +157,7 @@ class FloatMatmul {
   }
 
  private:
-  Gemm<T> choose(const ArrayRef& a, const ArrayRef& b, bool accumulate) {
+  Gemm<T> choose(const ArrayRef& a, const ArrayRef& b, bool accumulate, bool scaled) {
     constexpr std::int64_t blas_max = INT_MAX;
     if (m_ > blas_max || n_ > blas_max || k_ > blas_max)
       fail("matmul", "[{},{}] x [{},{}] exceeds the BLAS dimension limit {}", m_, k_, k_, n_,
@@ -172,6 +176,7 @@ class FloatMatmul {
     const std::int64_t rows = merged_ ? walk_.count * m_ : m_;
     GemmShape shape{static_cast<int>(rows), n, k, trans_a, lda, ldb, accumulate};
     shape.trans_b = trans_b;
+    shape.scaled = scaled;
     return Gemm<T>::planned(shape);
   }
 
@@ -246,22 +251,28 @@ struct MatmulPlan {
 };
 
 std::shared_ptr<const MatmulPlan> plan_matmul(const ArrayRef& a, const ArrayRef& b,
-                                              const ArrayRef& out, bool accumulate) {
+                                              const ArrayRef& out, bool accumulate, bool scaled) {
   if (out.numel() == 0 || a.shape.back() == 0) return nullptr;
   if (out.dtype == DType::f32)
     return std::make_shared<const MatmulPlan>(
-        MatmulPlan{FloatMatmul<float>(a, b, out, accumulate)});
+        MatmulPlan{FloatMatmul<float>(a, b, out, accumulate, scaled)});
   if (out.dtype == DType::f64)
     return std::make_shared<const MatmulPlan>(
-        MatmulPlan{FloatMatmul<double>(a, b, out, accumulate)});
+        MatmulPlan{FloatMatmul<double>(a, b, out, accumulate, scaled)});
   return nullptr;
 }
 
-void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out) {
+bool planned_on_library(const MatmulPlan& plan) {
+  return std::visit([](const auto& product) { return product.on_library(); }, plan.product);
+}
+
+void run_planned_matmul(const MatmulPlan& plan, const void* a, const void* b, void* out,
+                        double alpha) {
   std::visit(
       [&](const auto& product) {
         using T = std::remove_cv_t<std::remove_pointer_t<decltype(product.element())>>;
-        product(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
+        product(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out),
+                static_cast<T>(alpha));
       },
       plan.product);
 }

@@ -43,6 +43,12 @@ struct VariableImpl {
   /// the op in errors.
   void update_rows(const Tensor& rows, const Tensor& values, std::int64_t mode, bool padded,
                    const char* op);
+  /// A lock on the variable, under which the caller may overwrite `reading` (what read()
+  /// returned to it) in place as the variable's next value: held only when `reading` is still
+  /// the value, nothing but the variable and `reading` holds its buffer, the value is
+  /// contiguous and no snapshot is active on this thread. Else an empty lock: the caller writes
+  /// a copy instead. Other threads' reads wait while it is held.
+  std::unique_lock<std::mutex> lock_sole_value(const Tensor& reading);
 };
 
 /// Creates a variable named exactly `name` (no name scope applied), registered in the

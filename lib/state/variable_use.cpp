@@ -80,6 +80,23 @@ void VariableImpl::update_rows(const Tensor& rows, const Tensor& values, std::in
   write(std::move(copy));
 }
 
+std::unique_lock<std::mutex> VariableImpl::lock_sole_value(const Tensor& reading) {
+  if (active_snapshot != nullptr) return {};
+  std::unique_lock lock(mutex);
+  const auto& impl = value.impl();
+  // Two owners of the tensor (the variable and `reading`), one of its buffer.
+  if (impl != reading.impl() || impl.use_count() != 2 || impl->storage.use_count() != 1 ||
+      !impl->is_contiguous())
+    return {};
+  {
+    // As in update_rows: an acquiring read-modify-write of each count, so the last reads of
+    // owners that let go happen before the caller's writes.
+    const auto own = impl;
+    const auto buffer = impl->storage;
+  }
+  return lock;
+}
+
 VariableSnapshot::VariableSnapshot() : outermost_(active_snapshot == nullptr) {
   if (outermost_) active_snapshot = new SnapshotValues;
 }
