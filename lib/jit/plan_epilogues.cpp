@@ -43,6 +43,25 @@ bool is_sum_of_inputs(const Plan& plan, const Plan::Step& step) {
   return result == (std::uint64_t{1} << program.num_inputs) - 1;
 }
 
+/// Per root: how many step inputs read it, and the last step that writes it (-1: none). A
+/// region step reads its inputs and writes every value after them; other steps write their last
+/// value.
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_producers(
+    const Plan& plan) {
+  std::vector<std::int32_t> readers(plan.roots.size(), 0);
+  std::vector<std::int32_t> producer(plan.roots.size(), -1);
+  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+    const Plan::Step& step = plan.steps[s];
+    const std::size_t reads = step.kind == Plan::Step::Kind::region
+                                  ? static_cast<std::size_t>(step.num_inputs)
+                                  : step.values.size() - 1;
+    for (std::size_t i = 0; i < reads; ++i) ++readers[plan.root_of(step.values[i])];
+    for (std::size_t i = reads; i < step.values.size(); ++i)
+      producer[plan.root_of(step.values[i])] = static_cast<std::int32_t>(s);
+  }
+  return {std::move(readers), std::move(producer)};
+}
+
 }  // namespace
 
 /// Matmul epilogues: a sum of matmul products and at most one other term (a bias, broadcast
@@ -51,22 +70,7 @@ bool is_sum_of_inputs(const Plan& plan, const Plan::Step& step) {
 /// accumulated into it by its GEMM (beta = 1). It pays when the products are read only by the
 /// sum: one pass over the output instead of one per term, and no buffer per product.
 void fuse_matmul_epilogues(Plan& plan) {
-  std::vector<std::int32_t> readers(plan.roots.size(), 0);
-  std::vector<std::int32_t> producer(plan.roots.size(), -1);
-  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
-    const Plan::Step& step = plan.steps[s];
-    // A region step reads its inputs and writes every value after them; other steps write
-    // their last value.
-    const std::size_t reads = step.kind == Plan::Step::Kind::region
-                                  ? static_cast<std::size_t>(step.num_inputs)
-                                  : step.values.size() - 1;
-    for (std::size_t i = 0; i < reads; ++i) ++readers[plan.root_of(step.values[i])];
-    const std::size_t first_write = step.kind == Plan::Step::Kind::region
-                                        ? static_cast<std::size_t>(step.num_inputs)
-                                        : step.values.size() - 1;
-    for (std::size_t i = first_write; i < step.values.size(); ++i)
-      producer[plan.root_of(step.values[i])] = static_cast<std::int32_t>(s);
-  }
+  const auto [readers, producer] = readers_and_producers(plan);
   std::vector<bool> removed(plan.steps.size(), false);
   std::vector<std::pair<std::size_t, Plan::Step>> inserted;  // (before step index, step)
   for (std::size_t s = 0; s < plan.steps.size(); ++s) {
@@ -170,19 +174,9 @@ std::optional<UpdateInputs> sgd_update_inputs(const Plan& plan, const Plan::Step
 void fold_sgd_updates(Plan& plan, const GraphData& g) {
   for (auto s : g.side_effects)
     if (g.nodes[static_cast<std::size_t>(s)].kind != Node::Kind::assign) return;
-  // Readers and producer of each root; roots the call hands out or assigns after its steps.
-  std::vector<std::int32_t> readers(plan.roots.size(), 0);
-  std::vector<std::int32_t> producer(plan.roots.size(), -1);
+  const auto [readers, producer] = readers_and_producers(plan);
+  // Roots the call hands out or assigns after its steps.
   std::vector<std::int32_t> held_after(plan.roots.size(), 0);
-  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
-    const Plan::Step& step = plan.steps[s];
-    const std::size_t reads = step.kind == Plan::Step::Kind::region
-                                  ? static_cast<std::size_t>(step.num_inputs)
-                                  : step.values.size() - 1;
-    for (std::size_t i = 0; i < reads; ++i) ++readers[plan.root_of(step.values[i])];
-    for (std::size_t i = reads; i < step.values.size(); ++i)
-      producer[plan.root_of(step.values[i])] = static_cast<std::int32_t>(s);
-  }
   for (auto o : g.outputs) ++held_after[plan.root_of(o)];
   for (auto s : g.side_effects)
     ++held_after[plan.root_of(g.nodes[static_cast<std::size_t>(s)].inputs[0])];
