@@ -217,7 +217,7 @@ void fold_sgd_updates(Plan& plan, const GraphData& g) {
     const std::int32_t p = producer[p_root];
     if (!assigned_to_w || plan.roots[out_root].kind != Plan::Root::Kind::escape ||
         readers[out_root] != 0 || held_after[out_root] != 1 || !whole(out) ||
-        w.kind != Plan::Root::Kind::variable || held_after[w_root] != 0 || updated[w_root] ||
+        w.kind != Plan::Root::Kind::variable || held_after[w_root] != 0 ||
         !whole(inputs->variable) || plan.roots[p_root].kind != Plan::Root::Kind::arena ||
         std::find(updated_variables.begin(), updated_variables.end(), w.index) !=
             updated_variables.end() ||
@@ -252,8 +252,6 @@ void fold_sgd_updates(Plan& plan, const GraphData& g) {
     step.kind = Plan::Step::Kind::kernel;
     step.prim = Prim::matmul;
     step.node = update.node;
-    step.fn = gemm.fn;
-    step.attrs = gemm.attrs;
     step.values = {gemm.values[0], gemm.values[1], f.inputs.rate, out};
     step.refs = {gemm.refs[0], gemm.refs[1], plan.layout_of(f.inputs.rate), plan.layout_of(out)};
     step.matmul = plan_matmul(step.refs[0], step.refs[1], step.refs[3], /*accumulate=*/true,

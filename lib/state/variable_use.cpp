@@ -26,6 +26,22 @@ std::mutex provisional_mutex;
 using SnapshotValues = std::unordered_map<std::uint64_t, Tensor>;
 thread_local SnapshotValues* active_snapshot = nullptr;
 
+/// Whether a variable's value (read under its lock) is contiguous and held by exactly `owners`
+/// tensors, its buffer by that tensor alone, so a write in place is seen by those owners only.
+bool held_only_by(const Tensor& value, long owners) {
+  const auto& impl = value.impl();
+  if (impl.use_count() != owners || impl->storage.use_count() != 1 || !impl->is_contiguous())
+    return false;
+  // use_count() is a relaxed read. Taking and dropping one more reference of each is an
+  // acquiring read-modify-write of the counts, so whatever an owner that let go did with the
+  // buffer (its last reads) happens before the caller's writes.
+  {
+    const auto own = impl;
+    const auto buffer = impl->storage;
+  }
+  return true;
+}
+
 }  // namespace
 
 Tensor VariableImpl::read() const {
@@ -60,16 +76,8 @@ void VariableImpl::update_rows(const Tensor& rows, const Tensor& values, std::in
   };
   if (active_snapshot == nullptr) {
     std::lock_guard lock(mutex);
-    const auto& impl = value.impl();
     // Only this variable holds the buffer: nobody can see it change.
-    if (impl.use_count() == 1 && impl->storage.use_count() == 1 && impl->is_contiguous()) {
-      // use_count() is a relaxed read. Taking and dropping one more reference of each is an
-      // acquiring read-modify-write of the counts, so whatever an owner that let go did with
-      // the buffer (its last reads) happens before the writes below.
-      {
-        const auto own = impl;
-        const auto buffer = impl->storage;
-      }
+    if (held_only_by(value, 1)) {
       run(value);
       return;
     }
@@ -83,17 +91,8 @@ void VariableImpl::update_rows(const Tensor& rows, const Tensor& values, std::in
 std::unique_lock<std::mutex> VariableImpl::lock_sole_value(const Tensor& reading) {
   if (active_snapshot != nullptr) return {};
   std::unique_lock lock(mutex);
-  const auto& impl = value.impl();
-  // Two owners of the tensor (the variable and `reading`), one of its buffer.
-  if (impl != reading.impl() || impl.use_count() != 2 || impl->storage.use_count() != 1 ||
-      !impl->is_contiguous())
-    return {};
-  {
-    // As in update_rows: an acquiring read-modify-write of each count, so the last reads of
-    // owners that let go happen before the caller's writes.
-    const auto own = impl;
-    const auto buffer = impl->storage;
-  }
+  // Two owners of the tensor (the variable and `reading`), none else of its buffer.
+  if (value.impl() != reading.impl() || !held_only_by(value, 2)) return {};
   return lock;
 }
 
