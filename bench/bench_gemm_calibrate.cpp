@@ -2,8 +2,8 @@
 // forced in turn, on a grid of f32 shapes, through a cached kiln::function (the plan's matmul
 // step, as models run it), with the automatic choice as the last column. The table it prints
 // is the one in docs/performance.md, "GEMM backends"; gemm.cpp's choose() follows it.
-// --transposed: instead, where libxsmm generates AVX2 code, each small shape of a sweep with C
-// transposed and without (kiln::detail::set_c_transposed), what the CPU's rule chooses, and
+// --transposed: instead, where libxsmm generates code (AVX2 or AVX-512), each small shape of a
+// sweep with C transposed and without (kiln::detail::set_c_transposed), what the CPU's rule chooses, and
 // how the rule's choices compare with the faster path (xsmm_transposed_wins in gemm.cpp).
 // Usage: kiln_bench_gemm_calibrate [--quick] [--markdown] [--transposed]
 #include <fmt/format.h>
@@ -86,11 +86,11 @@ std::vector<Shape3> transposed_sweep() {
 int calibrate_transposed(const kiln::bench::TimingPlan& plan, bool quick) {
   namespace detail = kiln::detail;
   const auto& backends = detail::available_gemm_backends(sizeof(float));
-  if (detail::simd_level() != detail::SimdLevel::avx2 ||
+  if (detail::simd_level() == detail::SimdLevel::sse2 ||
       std::find(backends.begin(), backends.end(), GemmBackend::xsmm) == backends.end()) {
     fmt::print(
         "kiln_bench_gemm_calibrate --transposed: the C-transposed path runs only where "
-        "libxsmm generates AVX2 code (SIMD level {})\n",
+        "libxsmm generates code (SIMD level {})\n",
         detail::simd_level_name(detail::simd_level()));
     return 0;
   }

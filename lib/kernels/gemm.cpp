@@ -120,8 +120,7 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
 
 std::atomic<int> transposed_mode{-1};  // set_c_transposed
 
-/// A small f32 product that libxsmm runs faster with C transposed, where it generates AVX2 code.
-/// libxsmm is column-major and computes C^T = B^T A^T: C's rows are its vectors, so a C whose
+/// A small f32 product that libxsmm runs faster with C transposed. libxsmm is column-major and computes C^T = B^T A^T: C's rows are its vectors, so a C whose
 /// rows end in a part-filled 8-float vector wastes multiply-adds on every one, while its columns
 /// may fill whole vectors. The kernel then computes C^T column-major (C's columns as vectors)
 /// from A^T, and C^T is transposed back; both transposes are libxsmm's. Calibrated on a Zen 3
@@ -138,10 +137,17 @@ std::atomic<int> transposed_mode{-1};  // set_c_transposed
 /// not already whole vectors beyond the first. Over the sweeps the chosen path's time was
 /// 1.025, 1.010 and 1.030 of the faster one's (geometric means), against 1.088, 1.101 and 1.104
 /// for the Zen 3 rule, whose worst misses were 2.1x and 4.0x (128x4x32, 24x6x100).
+///
+/// With AVX-512 code (a Zen 4, two sweeps of kiln_bench_gemm_calibrate --transposed against the
+/// rule's other choices, OpenBLAS or libxsmm on C's rows) only C of at most 8 columns gains, a
+/// 16-float vector being twice as wide as those rows while C^T's columns fill it: 16x4x80 0.29
+/// against 0.48 us, 48x4x128 1.03 against 1.82, 32x8x80 0.70 against 0.86. Wider C gained
+/// nothing steady (32x20x80 1.25 against 1.35 us in one sweep, and lost in others).
 bool xsmm_transposed_wins(const GemmShape& s) {
   if (s.accumulate || s.trans_b) return false;
   if (const int mode = transposed_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1;
   if (s.m < 16 || s.m % 8 != 0 || s.k > 128) return false;
+  if (xsmm_avx512()) return s.n <= 8;
   if (cpu_model().zen2) return std::int64_t{s.m} * s.k <= 8192 && (s.n % 8 != 0 || s.n <= 8);
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   return s.m <= 64 && s.n % 8 != 0 && s.n < 48 && work >= (std::int64_t{1} << 14);
@@ -341,8 +347,9 @@ bool can_run(GemmBackend b, std::size_t element_size) {
 /// libxsmm generates AVX-512 code (and for f64): libxsmm up to mid sizes (alone when small,
 /// tiled on the pool above), where it ran at the core's peak while the libraries' blocking and
 /// threading cost more than they gave; for large problems oneDNN for f32, OpenBLAS for f64; on
-/// Intel CPUs f32 contractions of 256 and more go to the library too.
-/// f32 where it generates AVX2 code: choose_avx2_f32.
+/// Intel CPUs f32 contractions of 256 and more go to the library too; small f32 products that
+/// run faster with C transposed (xsmm_transposed_wins) on libxsmm that way. f32 where it
+/// generates AVX2 code: choose_avx2_f32.
 GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   const bool dnnl = can_run(GemmBackend::dnnl, element_size);
   const GemmBackend library = dnnl ? GemmBackend::dnnl : GemmBackend::openblas;
@@ -357,8 +364,10 @@ GemmBackend choose(const GemmShape& s, std::size_t element_size) {
   if (s.n < 16 && work >= (std::int64_t{1} << 16)) return library;
   const bool f32 = element_size == sizeof(float);
   if (f32 && !xsmm_avx512()) return choose_avx2_f32(s, library);
-  if (is_small(s.m, s.n, s.k))
+  if (is_small(s.m, s.n, s.k)) {
+    if (f32 && xsmm_transposed_wins(s)) return GemmBackend::xsmm;
     return f32 && openblas_beats_xsmm_avx512(s) ? GemmBackend::openblas : GemmBackend::xsmm;
+  }
   // Long contractions (64x256x1024: oneDNN 193 against libxsmm's 113; 256x1024x1024: 184
   // against 148), where the libraries' blocking of K pays.
   if (s.k >= 1024) return library;
@@ -531,8 +540,7 @@ bool Gemm<T>::plan_xsmm() {
   }
   set_tiles(tile_m, tile_n, is_small(s.m, s.n, s.k) ? 1 : threads);
   auto& cache = XsmmKernelCache<T>::instance();
-  c_transposed_ = std::is_same_v<T, float> && is_small(s.m, s.n, s.k) && !xsmm_avx512() &&
-                  xsmm_transposed_wins(s);
+  c_transposed_ = std::is_same_v<T, float> && is_small(s.m, s.n, s.k) && xsmm_transposed_wins(s);
   if (c_transposed_) {
     full_ = reinterpret_cast<Kernel>(cache.get(s, true));  // operator() runs it, not the tiles
     // libxsmm_otrans looks its kernel up on every call (about 150 ns of a 2 us product on the

@@ -46,7 +46,7 @@ const char* gemm_backend_name(GemmBackend b);
 GemmBackend forced_gemm_backend();
 /// Forces a backend for products planned from now on (tests and calibration benchmarks).
 void set_gemm_backend(GemmBackend b);
-/// Where libxsmm generates AVX2 code, whether small f32 products run with C transposed
+/// Where libxsmm generates code, whether small f32 products run with C transposed
 /// (xsmm_transposed_wins in gemm.cpp): by the CPU's rule (-1, the default), never (0), or
 /// wherever the path can run (1: not for an accumulating product or a transposed B). For
 /// calibration (kiln_bench_gemm_calibrate --transposed) and tests; products planned from then
