@@ -236,6 +236,22 @@ TEST_CASE("small or unsplittable work runs one plan", "[batch_split]") {
     return std::vector<Tensor>{p[0], kiln::matmul(p[0], kiln::ones({1000, 8}))};
   });
   CHECK(kiln::detail::plan_batch_split(identity) == nullptr);
+  // One product of 2^24 multiply-adds spreads over the cores on its own tiles (split by rows,
+  // each half would read all of B); one of 2^23 is split, and so is 2^24 element-ops of
+  // elementwise work alone.
+  const auto product = [](std::int64_t n) {
+    return record({{64, 1024}, {1024, n}}, [](const std::vector<Tensor>& p) {
+      return std::vector<Tensor>{kiln::matmul(p[0], p[1])};
+    });
+  };
+  const bool threads = kiln::detail::num_threads() > 1;
+  CHECK(kiln::detail::plan_batch_split(product(256)) == nullptr);
+  CHECK((kiln::detail::plan_batch_split(product(128)) != nullptr) == threads);
+  GraphData chain = record({{1024, 4096}}, [](const std::vector<Tensor>& p) {
+    return std::vector<Tensor>{kiln::tanh(p[0] * 2.0f + 1.0f) * 0.5f};
+  });
+  kiln::detail::fuse_elementwise(chain);
+  CHECK((kiln::detail::plan_batch_split(chain) != nullptr) == threads);
 }
 
 TEST_CASE("split functions: threads, memory and errors", "[batch_split]") {

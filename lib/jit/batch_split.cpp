@@ -2,6 +2,8 @@
 // and a call that runs them on two threads.
 #include "jit/batch_split.hpp"
 
+#include <algorithm>
+
 #include "core/tensor_impl.hpp"
 #include "kernels/parallel.hpp"
 #include "state/variable_impl.hpp"
@@ -160,19 +162,27 @@ class RowAnalysis {
 };
 
 /// Multiply-adds of the products plus element-ops of the elementwise steps.
-std::int64_t work_of(const GraphData& g, const std::vector<Shape>& shapes) {
-  std::int64_t work = 0;
+/// A graph's work for one set of shapes: multiply-adds of products plus elementwise element-ops,
+/// and the multiply-adds of its largest product.
+struct Work {
+  std::int64_t total = 0, largest_product = 0;
+};
+
+Work work_of(const GraphData& g, const std::vector<Shape>& shapes) {
+  Work work;
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const std::int64_t elements = shapes[i].numel();
     if (n.kind == Node::Kind::fused) {
-      work += elements * static_cast<std::int64_t>(n.program->ops.size());
+      work.total += elements * static_cast<std::int64_t>(n.program->ops.size());
     } else if (n.kind == Node::Kind::primitive) {
       if (n.prim == Prim::matmul) {
         const Shape& a = shapes[static_cast<std::size_t>(n.inputs[0])];
-        work += elements * (a.empty() ? 1 : a[a.size() - 1]);
+        const std::int64_t product = elements * (a.empty() ? 1 : a[a.size() - 1]);
+        work.total += product;
+        work.largest_product = std::max(work.largest_product, product);
       } else if (is_elementwise(n.prim)) {
-        work += elements;
+        work.total += elements;
       }
     }
   }
@@ -215,8 +225,10 @@ std::unique_ptr<BatchSplit> plan_batch_split(const GraphData& g,
   if (!rows) return nullptr;
   constexpr std::int64_t min_rows = 8;
   const std::int64_t batch = full[static_cast<std::size_t>(g.outputs[0])][0];
-  const std::int64_t work = work_of(g, full);
-  if (batch < min_rows || work < min_split_work || work > max_split_work) return nullptr;
+  const Work work = work_of(g, full);
+  if (batch < min_rows || work.total < min_split_work || work.total > max_split_work ||
+      work.largest_product >= max_split_work)
+    return nullptr;
 
   auto split = std::make_unique<BatchSplit>();
   split->rows = batch;
