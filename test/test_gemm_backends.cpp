@@ -3,7 +3,8 @@
 // kernel, tiles with edge tiles in both directions, tiles spread over the pool, a transposed or
 // row-strided operand, batches merged into one product, a plan's accumulating epilogue, a
 // product scaled by an alpha given per call). The operands are multiples of 1/8, so every sum
-// is exact in f32 and results must match exactly, whatever order a library adds in. scripts/test.sh runs this once per KILN_SIMD level.
+// is exact in f32 and results must match exactly, whatever order a library adds in. scripts/test.sh
+// runs this once per KILN_SIMD level.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -208,9 +209,9 @@ TEST_CASE("the C-transposed path can be forced on and off", "[matmul][gemm]") {
   using kiln::detail::Gemm;
   using kiln::detail::GemmShape;
   const auto& backends = kiln::detail::available_gemm_backends(sizeof(float));
-  const bool xsmm = std::find(backends.begin(), backends.end(), GemmBackend::xsmm) !=
-                        backends.end() &&
-                    kiln::detail::forced_gemm_backend() == GemmBackend::automatic;
+  const bool xsmm =
+      std::find(backends.begin(), backends.end(), GemmBackend::xsmm) != backends.end() &&
+      kiln::detail::forced_gemm_backend() == GemmBackend::automatic;
   const auto transposed = [](const GemmShape& s) { return Gemm<float>::planned(s).c_transposed(); };
   const GemmShape outside{128, 20, 128, false, 128, 20};  // no CPU's rule runs it transposed
   // Every rule runs this one transposed: the AVX2 rules 32x20x80, the AVX-512 rule 32x8x80.
@@ -340,11 +341,11 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   CHECK(transposed(shape(32, 20, 80)) == !avx512);
   CHECK(transposed(shape(64, 20, 64)) == !avx512);
   CHECK(transposed(shape(32, 8, 80)) == (avx512 || zen2));  // 0.70 against 0.86 us on a Zen 4
-  CHECK_FALSE(transposed(shape(32, 80, 20)));  // C's rows are whole vectors already
+  CHECK_FALSE(transposed(shape(32, 80, 20)));               // C's rows are whole vectors already
   // The Zen 2's rule bounds A (m k <= 8192) and not C's columns; the Zen 3's bounds the rows
   // (<= 64), the columns (< 48) and the work (>= 2^14); the AVX-512 rule the columns alone.
   const bool zen2_rule = !avx512 && zen2;
-  CHECK(transposed(shape(16, 4, 80)) == (zen2_rule || avx512));  // 0.29 against 0.48 us, Zen 4
+  CHECK(transposed(shape(16, 4, 80)) == (zen2_rule || avx512));   // 0.29 against 0.48 us, Zen 4
   CHECK(transposed(shape(128, 4, 32)) == (zen2_rule || avx512));  // 1.1 against 2.4 us, Zen 2
   CHECK(transposed(shape(96, 20, 80)) == zen2_rule);  // A of 7680 floats: 4.4-4.9 against 5.6-5.8
   CHECK_FALSE(transposed(shape(128, 20, 80)));        // A of 10240 floats
@@ -366,8 +367,8 @@ TEST_CASE("the C-transposed libxsmm kernel honours every leading dimension", "[m
   const ForcedBackend forced(GemmBackend::xsmm);
   // Shapes of the C-transposed rule (xsmm_transposed_wins), each with its own pair of
   // transpose kernels.
-  const std::vector<std::array<int, 3>> shapes{
-      {32, 20, 80}, {16, 12, 128}, {64, 20, 64}, {24, 44, 70}, {56, 3, 100}, {48, 5, 80}};
+  const std::vector<std::array<int, 3>> shapes{{32, 20, 80}, {16, 12, 128}, {64, 20, 64},
+                                               {24, 44, 70}, {56, 3, 100},  {48, 5, 80}};
   for (const auto& [m, n, k] : shapes)
     for (const bool trans_a : {false, true}) {
       // C[m,n] = op(A) B with A's rows (or, transposed, A^T's rows) 7 apart beyond their

@@ -120,15 +120,16 @@ bool openblas_beats_xsmm_avx512(const GemmShape& s) {
 
 std::atomic<int> transposed_mode{-1};  // set_c_transposed
 
-/// A small f32 product that libxsmm runs faster with C transposed. libxsmm is column-major and computes C^T = B^T A^T: C's rows are its vectors, so a C whose
-/// rows end in a part-filled 8-float vector wastes multiply-adds on every one, while its columns
-/// may fill whole vectors. The kernel then computes C^T column-major (C's columns as vectors)
-/// from A^T, and C^T is transposed back; both transposes are libxsmm's. Calibrated on a Zen 3
-/// (docs/performance.md, "GEMM backends"; us per product, transposes included, against the
-/// kernel on C's rows and oneDNN): 32x20x80 1.6 against 2.1 and 2.0; 64x20x64 2.5 against 3.3
-/// and 2.9; 32x12x80 1.2 against 1.9 and 1.3. It lost with more columns (32x50x80: 4.3 against
-/// oneDNN's 3.4), longer contractions (32x20x256: 5.6 against 4.0; libxsmm's transposes of
-/// longer rows ran far slower) and more rows (128x20x64: a tie).
+/// A small f32 product that libxsmm runs faster with C transposed. libxsmm is column-major and
+/// computes C^T = B^T A^T: C's rows are its vectors, so a C whose rows end in a part-filled 8-float
+/// vector wastes multiply-adds on every one, while its columns may fill whole vectors. The kernel
+/// then computes C^T column-major (C's columns as vectors) from A^T, and C^T is transposed back;
+/// both transposes are libxsmm's. Calibrated on a Zen 3 (docs/performance.md, "GEMM backends"; us
+/// per product, transposes included, against the kernel on C's rows and oneDNN): 32x20x80 1.6
+/// against 2.1 and 2.0; 64x20x64 2.5 against 3.3 and 2.9; 32x12x80 1.2 against 1.9 and 1.3. It lost
+/// with more columns (32x50x80: 4.3 against oneDNN's 3.4), longer contractions (32x20x256: 5.6
+/// against 4.0; libxsmm's transposes of longer rows ran far slower) and more rows (128x20x64: a
+/// tie).
 ///
 /// On a Zen 2, with the transposes' kernels looked up once per plan (plan_xsmm), three sweeps
 /// (eager products of 192 and 150 shapes, m 16-128, n 4-60, k 16-256, then the first 192
