@@ -161,7 +161,6 @@ class RowAnalysis {
   std::vector<std::uint8_t> split_;
 };
 
-/// Multiply-adds of the products plus element-ops of the elementwise steps.
 /// A graph's work for one set of shapes: multiply-adds of products plus elementwise element-ops,
 /// and the multiply-adds of its largest product.
 struct Work {

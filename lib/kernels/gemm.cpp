@@ -141,9 +141,10 @@ std::atomic<int> transposed_mode{-1};  // set_c_transposed
 ///
 /// With AVX-512 code (a Zen 4, two sweeps of kiln_bench_gemm_calibrate --transposed against the
 /// rule's other choices, OpenBLAS or libxsmm on C's rows) only C of at most 8 columns gains, a
-/// 16-float vector being twice as wide as those rows while C^T's columns fill it: 16x4x80 0.29
-/// against 0.48 us, 48x4x128 1.03 against 1.82, 32x8x80 0.70 against 0.86. Wider C gained
-/// nothing steady (32x20x80 1.25 against 1.35 us in one sweep, and lost in others).
+/// 16-float vector being twice as wide as those rows while C^T's columns fill it: 16x4x80
+/// 0.27-0.29 against 0.48 us, 48x4x128 1.03-1.07 against 1.82-1.83, 32x8x80 0.62-0.70 against
+/// 0.83-0.86. Wider C gained nothing steady (32x20x80 1.22-1.25 against 1.27-1.35 us, and its
+/// neighbours lost as often as they won).
 bool xsmm_transposed_wins(const GemmShape& s) {
   if (s.accumulate || s.trans_b) return false;
   if (const int mode = transposed_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1;

@@ -23,7 +23,7 @@ namespace {
 /// without (six runs), 1.00-1.10 with (a sum reads one stream per thread, which that CPU's own
 /// prefetcher ran behind). The request covers every line of the row's four vectors: at AVX-512
 /// they are four lines, and asking for the first and the last alone left a Zen 4 at 0.68-0.82
-/// of the read pass (1.02-1.14 with all four, five interleaved pairs).
+/// of the read pass (1.02-1.16 with all four, five interleaved pairs).
 template <class Arch, class T>
 void sum_rows(const void* in, std::int64_t rows, std::int64_t cols, std::int64_t ld, void* out) {
   using B = xsimd::batch<T, Arch>;
