@@ -5,7 +5,9 @@
 // --transposed: instead, where libxsmm generates code (AVX2 or AVX-512), each small shape of a
 // sweep with C transposed and without (kiln::detail::set_c_transposed), what the CPU's rule
 // chooses, and how the rule's choices compare with the faster path (xsmm_transposed_wins in
-// gemm.cpp). Usage: kiln_bench_gemm_calibrate [--quick] [--markdown] [--transposed]
+// gemm.cpp).
+//
+// Usage: kiln_bench_gemm_calibrate [--quick] [--markdown] [--transposed]
 #include <fmt/format.h>
 
 #include <algorithm>
