@@ -433,12 +433,13 @@ std::vector<T> column_sums_in_order(const std::vector<T>& x, std::int64_t rows, 
 
 TEST_CASE("every instruction set's sum rows add each column in row order", "[reduce][simd]") {
   // The leaves of the pairwise float sums: each table's sum_rows against the scalar loop, bit
-  // for bit, on widths that use its four-vector blocks, single vectors and scalar columns, with
-  // rows apart by more than a row (a column reduction's rows), up to a leaf's 32 rows. Values
+  // for bit, on widths that use its blocks of vectors (one or several, rows asked for whole or
+  // block by block), single vectors and scalar columns, with rows apart by more than a row (a
+  // column reduction's rows), up to a leaf's 32 rows. Values
   // spread over many magnitudes, so that any change of the order of the additions shows.
   const auto tables = kiln::test::row_tables_of_this_cpu();
   const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
-  for (const std::int64_t cols : {1, 7, 16, 33, 64, 100, 130}) {
+  for (const std::int64_t cols : {1, 7, 16, 33, 64, 100, 130, 200}) {
     for (const std::int64_t rows : {1, 2, 5, 31, 32}) {
       CAPTURE(cols, rows);
       const std::int64_t ld = cols + 3;

@@ -46,7 +46,7 @@ Tensor fill(const char* op, const Shape& shape, double value, DType dtype) {
     // Inside a trace with dynamic dims: the fill becomes a broadcast of one captured scalar,
     // whose size is fixed only when the function runs.
     const Tensor one = scalar(value, dtype);
-    return detail::apply(detail::Prim::broadcast_to, {one}, detail::Attrs{}, dtype, shape);
+    return detail::apply(detail::Prim::broadcast_to, {one}, detail::no_attrs(), dtype, shape);
   }
   Tensor t = detail::empty(shape, dtype, op);
   const std::int64_t n = shape.numel();

@@ -26,6 +26,10 @@ Tensor apply(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs, 
 /// executor of a compiled plan, which runs only when neither applies).
 Tensor run_primitive(Prim p, std::span<const Tensor* const> inputs, const Attrs& attrs,
                      DType out_dtype, const Shape& out_shape);
+/// The attributes of a primitive that takes none: one shared instance, so a call does not
+/// build and destroy an empty Attrs (120 bytes cleared) each time.
+inline const Attrs empty_attrs{};
+inline const Attrs& no_attrs() { return empty_attrs; }
 /// For a list of tensors (concat).
 Tensor apply(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, DType out_dtype,
              const Shape& out_shape);

@@ -14,10 +14,7 @@ using detail::Prim;
 
 using detail::Accepts;
 
-const detail::Attrs& no_attrs() {
-  static const detail::Attrs attrs;
-  return attrs;
-}
+using detail::no_attrs;
 
 /// The front end of a KILN_UNARY primitive (its accepts and output columns).
 template <Prim P>

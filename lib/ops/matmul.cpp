@@ -46,7 +46,7 @@ void check_result_size(const Shape& shape, DType dtype) {
 }
 
 Tensor reshape_view(const Tensor& x, const Shape& shape) {
-  return detail::apply(detail::Prim::reshape, {x}, detail::Attrs{}, x.dtype(), shape);
+  return detail::apply(detail::Prim::reshape, {x}, detail::no_attrs(), x.dtype(), shape);
 }
 
 }  // namespace
@@ -63,8 +63,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
                  a.shape(), b.shape());
 
   const bool a_vector = a.ndim() == 1, b_vector = b.ndim() == 1;
-  const Tensor a2 = a_vector ? reshape_view(a, Shape{1, a.dim(0)}) : a;
-  const Tensor b2 = b_vector ? reshape_view(b, Shape{b.dim(0), 1}) : b;
+  // Vectors as matrices; matrices by reference (no handle copies on the common path).
+  Tensor a_row, b_column;
+  if (a_vector) a_row = reshape_view(a, Shape{1, a.dim(0)});
+  if (b_vector) b_column = reshape_view(b, Shape{b.dim(0), 1});
+  const Tensor& a2 = a_vector ? a_row : a;
+  const Tensor& b2 = b_vector ? b_column : b;
   const Shape& as = a2.shape();
   const Shape& bs = b2.shape();
   const std::int64_t m = as[as.size() - 2], k = as.back();
@@ -76,7 +80,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   out_shape.push_back(m);
   out_shape.push_back(n);
   check_result_size(out_shape, a.dtype());
-  Tensor out = detail::apply(detail::Prim::matmul, {a2, b2}, detail::Attrs{}, a.dtype(), out_shape);
+  Tensor out =
+      detail::apply(detail::Prim::matmul, {a2, b2}, detail::no_attrs(), a.dtype(), out_shape);
   if (!a_vector && !b_vector) return out;
 
   Shape result_shape = out_shape;

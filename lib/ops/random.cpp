@@ -253,7 +253,8 @@ Tensor stateless_uniform(const Shape& shape, const Tensor& key, double low, doub
   check_parameter(op, "low", low, dtype);
   check_parameter(op, "high", high, dtype);
   if (low > high) detail::fail(op, "low {} is greater than high {}", low, high);
-  Tensor unit = detail::apply(detail::Prim::random_uniform, {key}, detail::Attrs{}, dtype, shape);
+  Tensor unit =
+      detail::apply(detail::Prim::random_uniform, {key}, detail::no_attrs(), dtype, shape);
   if (low == 0.0 && high == 1.0) return unit;
   return unit * (high - low) + low;
 }

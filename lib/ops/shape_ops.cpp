@@ -97,11 +97,11 @@ std::size_t normalize_new_axis(std::int64_t axis, std::int64_t rank, std::string
 }
 
 Tensor reshape_to(const Tensor& x, const Shape& shape) {
-  return apply(Prim::reshape, {x}, detail::Attrs{}, x.dtype(), shape);
+  return apply(Prim::reshape, {x}, detail::no_attrs(), x.dtype(), shape);
 }
 
 Tensor broadcast_view(const Tensor& x, const Shape& shape) {
-  return apply(Prim::broadcast_to, {x}, detail::Attrs{}, x.dtype(), shape);
+  return apply(Prim::broadcast_to, {x}, detail::no_attrs(), x.dtype(), shape);
 }
 
 /// The elements one axis of a slice takes: count of them, from `start`, `step` apart.
