@@ -75,6 +75,12 @@ T lane_sum(const xsimd::batch<T, Arch>& v) {
   return lanes[0];
 }
 
+/// What softmax_exps writes to y beside adding the exps: nothing (logsumexp), the exps
+/// (softmax, which then scales them in place) or the shifted inputs x - shift (log_softmax,
+/// which then subtracts the log of the sum in place). Either store keeps the output's lines
+/// written in the pass that reads x, so the last pass reads and writes one row in L1.
+enum class ExpStore { none, exps, shifted };
+
 /// Elements per block of the exp pass: within a block the exps are added in one vector
 /// accumulator per batch of a group (softmax_exps); the blocks' sums are added in double. So every
 /// partial sum adds at most kSoftmaxBlock / 8 terms, whatever the row's length. With 2048, a row of
@@ -85,9 +91,9 @@ inline constexpr std::int64_t kSoftmaxBlock = 512;
 
 /// softmax_row's exp pass: out[i] = exp(x[i] - shift) by Exp, written out while the exps are
 /// added per block of kSoftmaxBlock (the blocks in double; the tail through a batch padded with
-/// -inf, whose exps are 0). Returns the sum. With kStore false only the sum (log_softmax_row; y is
-/// not touched). With kClamp false every x - shift is in [-88, 0] or NaN (shifted_exp_sum), and
-/// Exp leaves out its clamp (the tail, padded with -inf, keeps it).
+/// -inf, whose exps are 0). Returns the sum. kStore says what else is written to y (ExpStore;
+/// with none y is not touched). With kClamp false every x - shift is in [-88, 0] or NaN
+/// (shifted_exp_sum), and Exp leaves out its clamp (the tail, padded with -inf, keeps it).
 /// - The exps go in groups of two batches (four below 8 lanes), and each step finishes one group
 ///   while it begins the next (ExpBelowOverflowOp): the core's scheduler then holds the next
 ///   group's ready reductions beside this group's polynomials, where a whole group's chain of
@@ -104,7 +110,7 @@ inline constexpr std::int64_t kSoftmaxBlock = 512;
 ///   pass writes), the step asks for its same bytes too, for writing: log_softmax over rows of
 ///   1,024 f32 on two threads, 1.05-1.14 ms instead of 1.19-1.22 (the rows are pages apart, and a
 ///   store to a page the prefetchers have not followed waits for its line).
-template <class Arch, class T, class Exp, bool kStore, bool kClamp>
+template <class Arch, class T, class Exp, ExpStore kStore, bool kClamp>
 double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
                     const char* to_write) {
   using B = xsimd::batch<T, Arch>;
@@ -115,8 +121,10 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
   const B s(shift);
   const auto begin_at = [&](std::int64_t at) {
     B v[kGroup];
-    for_each_batch<kGroup>(
-        [&](int k) { v[k] = SubOp::simd(B::load_unaligned(x + at + k * width), s); });
+    for_each_batch<kGroup>([&](int k) {
+      v[k] = SubOp::simd(B::load_unaligned(x + at + k * width), s);
+      if constexpr (kStore == ExpStore::shifted) v[k].store_unaligned(y + at + k * width);
+    });
     return Exp::template begin<kClamp>(v);
   };
   const auto ask_for_step = [&](std::int64_t at) {
@@ -136,7 +144,7 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
       B e[kGroup];
       Exp::finish(started, e);
       for_each_batch<kGroup>([&](int k) {
-        if constexpr (kStore) e[k].store_unaligned(y + at + k * width);
+        if constexpr (kStore == ExpStore::exps) e[k].store_unaligned(y + at + k * width);
         acc[k] += e[k];
       });
     };
@@ -153,8 +161,10 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
       i += group;
     }
     for (; i + width <= block_end; i += width) {
-      const B e = Exp::simd(SubOp::simd(B::load_unaligned(x + i), s));
-      if constexpr (kStore) e.store_unaligned(y + i);
+      const B shifted = SubOp::simd(B::load_unaligned(x + i), s);
+      if constexpr (kStore == ExpStore::shifted) shifted.store_unaligned(y + i);
+      const B e = Exp::simd(shifted);
+      if constexpr (kStore == ExpStore::exps) e.store_unaligned(y + i);
       acc[0] += e;
     }
     const B both = acc[0] + acc[1];
@@ -169,9 +179,10 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
   if (i < n) {
     T rest[width];
     for (std::int64_t j = 0; j < width; ++j) rest[j] = j < n - i ? x[i + j] : -__builtin_inf();
-    const B e = Exp::simd(SubOp::simd(B::load_unaligned(rest), s));
-    if constexpr (kStore) {
-      e.store_unaligned(rest);
+    const B shifted = SubOp::simd(B::load_unaligned(rest), s);
+    const B e = Exp::simd(shifted);
+    if constexpr (kStore != ExpStore::none) {
+      (kStore == ExpStore::exps ? e : shifted).store_unaligned(rest);
       for (std::int64_t j = 0; j < n - i; ++j) y[i + j] = rest[j];
     }
     total += static_cast<double>(lane_sum<Arch, T>(e));
@@ -192,7 +203,7 @@ struct ShiftedSum {
   T shift;
   double total;
 };
-template <class Arch, class T, bool kStore>
+template <class Arch, class T, ExpStore kStore>
 ShiftedSum<T> shifted_exp_sum(const T* x, T* y, std::int64_t n, const void* next,
                               const void* to_write) {
   const auto [min, max] = range_skipping_nan<Arch, T>(x, n);
@@ -200,7 +211,8 @@ ShiftedSum<T> shifted_exp_sum(const T* x, T* y, std::int64_t n, const void* next
   const char* write = static_cast<const char*>(to_write);
   if (!__builtin_isfinite(max))
     return {T{0}, softmax_exps<Arch, T, ExpOp, kStore, true>(x, y, n, T{0}, ahead, write)};
-  using BelowMax = std::conditional_t<kStore, ExpBelowOverflowOp, ExpOfNonPositiveForSumOp>;
+  using BelowMax =
+      std::conditional_t<kStore == ExpStore::exps, ExpBelowOverflowOp, ExpOfNonPositiveForSumOp>;
   // Every x - max in [-87, 0] (or NaN): the exps need no clamp. min - max rounds to at least
   // -87 only when it is above -88, and so is each x - max, being at least min - max.
   if (min - max >= T{-87})
@@ -230,7 +242,8 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next, vo
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
   const T inverse =
-      T{1} / static_cast<T>(shifted_exp_sum<Arch, T, true>(x, y, n, next, next_out).total);
+      T{1} /
+      static_cast<T>(shifted_exp_sum<Arch, T, ExpStore::exps>(x, y, n, next, next_out).total);
   const B scale(inverse);
   std::int64_t i = 0;
   for (; i + 4 * width <= n; i += 4 * width) {
@@ -244,18 +257,19 @@ void softmax_row(const void* in, void* out, std::int64_t n, const void* next, vo
 
 /// What log_softmax_row and logsumexp_row share: a row's shift (as softmax_row's) and the log of
 /// the sum of exp(x - shift) (softmax_exps' sum by ExpOfNonPositiveForSumOp, the exps not stored;
-/// the log by the row table's LogOp on one batch, as the composites take it). `to_write`: the
-/// output row to ask for while the exps are added (softmax_exps), or null.
+/// the log by the row table's LogOp on one batch, as the composites take it). With kStore
+/// ExpStore::shifted, x - shift is written to y as the exps are added. `to_write`: the output row
+/// to ask for while they are (softmax_exps), or null.
 template <class T>
 struct ShiftAndLogSum {
   T shift;
   T log_sum;
 };
-template <class Arch, class T>
-ShiftAndLogSum<T> shift_and_log_sum(const T* x, std::int64_t n, const void* next,
+template <class Arch, class T, ExpStore kStore>
+ShiftAndLogSum<T> shift_and_log_sum(const T* x, T* y, std::int64_t n, const void* next,
                                     const void* to_write) {
   using B = xsimd::batch<T, Arch>;
-  const auto [shift, total] = shifted_exp_sum<Arch, T, false>(x, nullptr, n, next, to_write);
+  const auto [shift, total] = shifted_exp_sum<Arch, T, kStore>(x, y, n, next, to_write);
   T lanes[B::size];
   LogOp::simd(B(static_cast<T>(total))).store_unaligned(lanes);
   return {shift, lanes[0]};
@@ -263,29 +277,31 @@ ShiftAndLogSum<T> shift_and_log_sum(const T* x, std::int64_t n, const void* next
 
 /// SoftmaxRowFn of the log_softmax primitive: out[i] = (x[i] - shift) - log(sum exp(x - shift))
 /// for one row of n >= 1 elements, in three passes over the row (in may be out), as the composite
-/// of lib/ops/reduce.cpp computes it (shift_and_log_sum, whose sum takes the cheaper exp, then two
-/// rounded subtractions per element). A row with a NaN gives NaN everywhere (through the sum), one
-/// with +inf NaN there and -inf elsewhere, one of -inf only NaN (-inf - log 0): the composite's
-/// values.
+/// of lib/ops/reduce.cpp computes it: shift_and_log_sum, whose sum takes the cheaper exp and which
+/// writes the rounded x - shift to the output as it goes, then the log subtracted in place (the
+/// second rounding). The output's lines are so written in the pass that reads x, as softmax's
+/// are, and the row asks for the next output row meanwhile (next_out): reading x again in the
+/// last pass and writing each output line there first left log_softmax 12-15% behind softmax
+/// over rows of 1,024 f32 on two threads of a Zen 4. A row with a NaN gives NaN everywhere
+/// (through the sum), one with +inf NaN there and -inf elsewhere, one of -inf only NaN (-inf -
+/// log 0): the composite's values.
 template <class Arch, class T>
-void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next, void*) {
+void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next, void* next_out) {
   const T* x = static_cast<const T*>(in);
   T* y = static_cast<T*>(out);
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  const auto [shift, log_sum] = shift_and_log_sum<Arch, T>(x, n, next, y);
-  const B s(shift), l(log_sum);
+  const T log_sum = shift_and_log_sum<Arch, T, ExpStore::shifted>(x, y, n, next, next_out).log_sum;
+  const B l(log_sum);
   std::int64_t i = 0;
   for (; i + 4 * width <= n; i += 4 * width) {
     B o[4];
-    for_each_batch<4>([&](int k) {
-      o[k] = SubOp::simd(SubOp::simd(B::load_unaligned(x + i + k * width), s), l);
-    });
+    for_each_batch<4>([&](int k) { o[k] = SubOp::simd(B::load_unaligned(y + i + k * width), l); });
     for_each_batch<4>([&](int k) { o[k].store_unaligned(y + i + k * width); });
   }
   for (; i + width <= n; i += width)
-    SubOp::simd(SubOp::simd(B::load_unaligned(x + i), s), l).store_unaligned(y + i);
-  for (; i < n; ++i) y[i] = (x[i] - shift) - log_sum;
+    SubOp::simd(B::load_unaligned(y + i), l).store_unaligned(y + i);
+  for (; i < n; ++i) y[i] = y[i] - log_sum;
 }
 
 /// SoftmaxRowFn of the logsumexp primitive, which writes one element: out[0] = log(sum exp(x -
@@ -293,8 +309,8 @@ void log_softmax_row(const void* in, void* out, std::int64_t n, const void* next
 /// it. A row with a NaN gives NaN, one with +inf +inf, one of -inf only -inf (log 0 + 0).
 template <class Arch, class T>
 void logsumexp_row(const void* in, void* out, std::int64_t n, const void* next, void*) {
-  const auto [shift, log_sum] =
-      shift_and_log_sum<Arch, T>(static_cast<const T*>(in), n, next, nullptr);
+  const auto [shift, log_sum] = shift_and_log_sum<Arch, T, ExpStore::none>(
+      static_cast<const T*>(in), nullptr, n, next, nullptr);
   *static_cast<T*>(out) = log_sum + shift;
 }
 
