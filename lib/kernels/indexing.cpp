@@ -37,14 +37,6 @@ AroundAxis around(const Shape& shape, std::size_t axis) {
   return a;
 }
 
-template <class T>
-bool is_nan_value(T v) {
-  if constexpr (std::is_floating_point_v<T>)
-    return std::isnan(v);
-  else
-    return false;
-}
-
 /// An index tensor's values as i64, in row-major order.
 std::vector<std::int64_t> index_values(const ArrayRef& indices) {
   const auto count = static_cast<std::size_t>(indices.numel());
@@ -76,12 +68,12 @@ void combine_into(T& target, T value, Combine mode) {
       target = static_cast<T>(target * value);
       break;
     case Combine::maximum:
-      if (is_nan_value(target)) break;
-      if (is_nan_value(value) || value > target) target = value;
+      if (is_nan_element(target)) break;
+      if (is_nan_element(value) || value > target) target = value;
       break;
     case Combine::minimum:
-      if (is_nan_value(target)) break;
-      if (is_nan_value(value) || value < target) target = value;
+      if (is_nan_element(target)) break;
+      if (is_nan_element(value) || value < target) target = value;
       break;
   }
 }
@@ -122,12 +114,12 @@ void running(const ArrayRef& in, const ArrayRef& out, std::size_t axis, bool exc
 template <class T, bool kDescending>
 bool sorts_before(T a, T b) {
   if constexpr (kDescending) {
-    if (is_nan_value(b)) return false;
-    if (is_nan_value(a)) return true;
+    if (is_nan_element(b)) return false;
+    if (is_nan_element(a)) return true;
     return a > b;
   } else {
-    if (is_nan_value(a)) return false;
-    if (is_nan_value(b)) return true;
+    if (is_nan_element(a)) return false;
+    if (is_nan_element(b)) return true;
     return a < b;
   }
 }

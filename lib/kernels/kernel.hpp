@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/dtype.hpp"
@@ -69,11 +70,22 @@ struct KernelCall {
 
 using KernelFn = void (*)(const KernelCall&);
 
+/// Whether an element is NaN (never, for a type that is not floating point).
+template <class T>
+constexpr bool is_nan_element(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v;
+  else
+    return false;
+}
+
 /// The kernel of each family (defined by the kernel translation units).
 void run_unary(const KernelCall& call);
 void run_binary(const KernelCall& call);
 void run_ternary(const KernelCall& call);
 void run_reduce(const KernelCall& call);
+/// argmax and argmin (kernels/arg_extremum.cpp), called by run_reduce.
+void run_arg_extremum(const KernelCall& call);
 void run_movement(const KernelCall& call);
 void run_indexing(const KernelCall& call);
 void run_window(const KernelCall& call);

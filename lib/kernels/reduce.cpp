@@ -1,10 +1,11 @@
-// Reduction kernels: reduce_sum/prod/max/min/all/any over attrs.axes, argmax/argmin over one
-// axis. The contract (contiguous input, normalized sorted axes, contiguous output) is stated
-// with the front ends in lib/ops/reduce.cpp.
+// Reduction kernels: reduce_sum/prod/max/min/all/any over attrs.axes (argmax and argmin, which
+// run_reduce also runs, are in arg_extremum.cpp). The contract (contiguous input, normalized
+// sorted axes, contiguous output) is stated with the front ends in lib/ops/reduce.cpp.
 
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -32,15 +33,6 @@ constexpr std::int64_t kPairwiseRows = 32;
 // A contiguous row is reduced as a [n / kRowWidth, kRowWidth] matrix: its rows are
 // combined as above into kRowWidth lanes, then the lanes and the leftover tail.
 constexpr std::int64_t kRowWidth = 64;
-
-template <class T>
-bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return v != v;
-  } else {
-    return false;
-  }
-}
 
 /// Integers accumulate in the unsigned type of the same width, so overflow wraps without UB.
 template <class T>
@@ -97,7 +89,7 @@ struct ExtremumReducer {
   static Acc load(T v) { return v; }
   static Acc combine(Acc a, Acc b) {
     const bool b_wins = kMax ? b > a : b < a;
-    return b_wins || is_nan(b) ? b : a;
+    return b_wins || is_nan_element(b) ? b : a;
   }
   static Out store(Acc a) { return a; }
 };
@@ -564,68 +556,6 @@ void normalize_typed(const KernelCall& call) {
                });
 }
 
-/// True when v should replace best as the running arg-extremum: NaN wins and stays (the first
-/// NaN, or with kLast the last one); with kLast an equal value replaces it too.
-template <class T, bool kMax, bool kLast = false>
-bool replaces(T v, T best) {
-  if (is_nan(best)) return kLast && is_nan(v);
-  if (is_nan(v)) return true;
-  if constexpr (kLast) return kMax ? v >= best : v <= best;
-  return kMax ? v > best : v < best;
-}
-
-template <class T, bool kMax, bool kLast>
-void arg_extremum_lines(const KernelCall& call) {
-  const ArrayRef& in = call.inputs[0];
-  const auto axis = static_cast<std::size_t>(call.attrs.axes[0]);
-  std::int64_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= in.shape[d];
-  for (std::size_t d = axis + 1; d < in.shape.size(); ++d) inner *= in.shape[d];
-  const std::int64_t n = in.shape[axis];
-  if (call.out.numel() == 0) return;
-  if (n == 0) fail(name(call.prim), "reduction over zero-size axis {} of shape {}", axis, in.shape);
-
-  const T* x = in.ptr<const T>();
-  auto* out = call.out.ptr<std::int64_t>();
-  if (inner == 1) {
-    for (std::int64_t o = 0; o < outer; ++o) {
-      const T* row = x + o * n;
-      std::int64_t best_at = 0;
-      for (std::int64_t i = 1; i < n; ++i)
-        if (replaces<T, kMax, kLast>(row[i], row[best_at])) best_at = i;
-      out[o] = best_at;
-    }
-    return;
-  }
-  std::vector<T> best(static_cast<std::size_t>(inner));
-  for (std::int64_t o = 0; o < outer; ++o) {
-    const T* block = x + o * n * inner;
-    std::int64_t* best_at = out + o * inner;
-    for (std::int64_t k = 0; k < inner; ++k) {
-      best[static_cast<std::size_t>(k)] = block[k];
-      best_at[k] = 0;
-    }
-    for (std::int64_t r = 1; r < n; ++r) {
-      const T* row = block + r * inner;
-      for (std::int64_t k = 0; k < inner; ++k) {
-        if (replaces<T, kMax, kLast>(row[k], best[static_cast<std::size_t>(k)])) {
-          best[static_cast<std::size_t>(k)] = row[k];
-          best_at[k] = r;
-        }
-      }
-    }
-  }
-}
-
-/// argmax or argmin; attrs.ints {1} asks for the last extremum.
-template <class T, bool kMax>
-void arg_extremum_typed(const KernelCall& call) {
-  if (!call.attrs.ints.empty() && call.attrs.ints[0] == 1)
-    arg_extremum_lines<T, kMax, true>(call);
-  else
-    arg_extremum_lines<T, kMax, false>(call);
-}
-
 }  // namespace
 
 bool reduce_reads_in_place(Prim p, const ArrayRef& x, const Attrs& attrs) {
@@ -643,6 +573,10 @@ bool reduce_reads_in_place(Prim p, const ArrayRef& x, const Attrs& attrs) {
 }
 
 void run_reduce(const KernelCall& call) {
+  if (call.prim == Prim::argmax || call.prim == Prim::argmin) {
+    run_arg_extremum(call);
+    return;
+  }
   const DType dtype = call.inputs[0].dtype;
   const bool empty_extent = call.inputs[0].numel() == 0 && call.out.numel() > 0;
   switch (call.prim) {
@@ -677,12 +611,6 @@ void run_reduce(const KernelCall& call) {
         break;
       case Prim::reduce_any:
         reduce_typed<LogicalReducer<T, false>>(call);
-        break;
-      case Prim::argmax:
-        arg_extremum_typed<T, true>(call);
-        break;
-      case Prim::argmin:
-        arg_extremum_typed<T, false>(call);
         break;
       case Prim::softmax:
       case Prim::log_softmax:

@@ -1,0 +1,215 @@
+// argmax and argmin over one axis (Prim::argmax, Prim::argmin; run by run_reduce): the index of
+// each line's extremum, NaN winning, the first or (attrs.ints {1}) the last of equal ones. The
+// contract is stated with the front ends in lib/ops/reduce.cpp.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "core/dtype_visit.hpp"
+#include "core/fail.hpp"
+#include "kernels/kernel.hpp"
+#include "kernels/parallel.hpp"
+
+namespace kiln::detail {
+
+namespace {
+
+/// Below this many input elements the lines run on the calling thread (as reductions do).
+constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 18;
+
+/// True when v should replace best as the running arg-extremum: NaN wins and stays (the first
+/// NaN, or with kLast the last one); with kLast an equal value replaces it too.
+template <class T, bool kMax, bool kLast = false>
+bool replaces(T v, T best) {
+  if (is_nan_element(best)) return kLast && is_nan_element(v);
+  if (is_nan_element(v)) return true;
+  if constexpr (kLast) return kMax ? v >= best : v <= best;
+  return kMax ? v > best : v < best;
+}
+
+/// The index replaces<> picks in row[0, n): NaN wins (its first, or with kLast its last,
+/// occurrence), else the extremum's first (last) occurrence. Long rows take two passes that the
+/// compiler turns into vector code: the extremum of the non-NaN elements in kLanes lanes (x > m
+/// ? x : m is the max instruction, which skips a NaN x) beside a flag per lane for NaN, then a
+/// scan for the first (last) element equal to that extremum, or NaN. Equal is the same test the
+/// one-pass loop makes: -0 and +0 tie, and the first (last) of them wins either way.
+template <class T, bool kMax, bool kLast>
+std::int64_t row_arg_extremum(const T* row, std::int64_t n) {
+  if (n < 32) {
+    std::int64_t best_at = 0;
+    for (std::int64_t i = 1; i < n; ++i)
+      if (replaces<T, kMax, kLast>(row[i], row[best_at])) best_at = i;
+    return best_at;
+  }
+  // Four 16-byte vectors of lanes (GCC's vector extension: baseline SSE2 code, no intrinsics),
+  // whose masks are as wide as T; elements of other sizes take one lane per element.
+  constexpr bool kVectorLanes = sizeof(T) == 4 || sizeof(T) == 8;
+  constexpr std::int64_t kLanes = kVectorLanes ? 4 * 16 / static_cast<std::int64_t>(sizeof(T)) : 8;
+  using Flag = std::conditional_t<sizeof(T) == 8, std::int64_t, std::int32_t>;
+  T best[kLanes];
+  Flag nan[kLanes];
+  std::int64_t i = 0;
+  if constexpr (kVectorLanes) {
+    typedef T V __attribute__((vector_size(16)));
+    typedef Flag F __attribute__((vector_size(16)));
+    constexpr std::int64_t width = 16 / static_cast<std::int64_t>(sizeof(T));
+    V b[4];
+    F flag[4];
+    const auto load = [&](std::int64_t at) {
+      V v;
+      std::memcpy(&v, row + at, sizeof(V));
+      return v;
+    };
+    for (int k = 0; k < 4; ++k) {
+      b[k] = load(k * width);
+      flag[k] = b[k] != b[k];
+    }
+    for (i = kLanes; i + kLanes <= n; i += kLanes)
+      for (int k = 0; k < 4; ++k) {
+        const V v = load(i + k * width);
+        if constexpr (kMax)
+          b[k] = v > b[k] ? v : b[k];
+        else
+          b[k] = v < b[k] ? v : b[k];
+        flag[k] |= v != v;
+      }
+    std::memcpy(best, b, sizeof(b));
+    std::memcpy(nan, flag, sizeof(flag));
+  } else {
+    for (std::int64_t j = 0; j < kLanes; ++j) {
+      best[j] = row[j];
+      nan[j] = is_nan_element(row[j]) ? 1 : 0;
+    }
+    for (i = kLanes; i + kLanes <= n; i += kLanes)
+      for (std::int64_t j = 0; j < kLanes; ++j) {
+        const T v = row[i + j];
+        if constexpr (kMax)
+          best[j] = v > best[j] ? v : best[j];
+        else
+          best[j] = v < best[j] ? v : best[j];
+        nan[j] |= is_nan_element(v) ? 1 : 0;
+      }
+  }
+  bool any_nan = false;
+  T extremum = best[0];
+  for (std::int64_t j = 0; j < kLanes; ++j) {
+    any_nan = any_nan || nan[j] != 0;
+    // best[j] is NaN only where row[j] was (flagged): it is skipped like any NaN.
+    if (!is_nan_element(best[j]) &&
+        (is_nan_element(extremum) || (kMax ? best[j] > extremum : best[j] < extremum)))
+      extremum = best[j];
+  }
+  for (; i < n; ++i) {
+    any_nan = any_nan || is_nan_element(row[i]);
+    if (!is_nan_element(row[i]) &&
+        (is_nan_element(extremum) || (kMax ? row[i] > extremum : row[i] < extremum)))
+      extremum = row[i];
+  }
+  // The scan, in blocks whose test is one loop of vector compares, then the element in the
+  // block that has it.
+  constexpr std::int64_t kBlock = 64;
+  const auto find = [&](auto wanted) -> std::int64_t {
+    const auto block_has = [&](std::int64_t at) {
+      Flag hit = 0;
+      for (std::int64_t j = 0; j < kBlock; ++j) hit |= wanted(row[at + j]) ? 1 : 0;
+      return hit != 0;
+    };
+    if constexpr (kLast) {
+      std::int64_t k = n;
+      while (k >= kBlock && !block_has(k - kBlock)) k -= kBlock;
+      while (k-- > 0)
+        if (wanted(row[k])) return k;
+    } else {
+      std::int64_t k = 0;
+      while (k + kBlock <= n && !block_has(k)) k += kBlock;
+      for (; k < n; ++k)
+        if (wanted(row[k])) return k;
+    }
+    return 0;  // not reached: the extremum (or a NaN) is an element of the row
+  };
+  if (any_nan) return find([](T v) { return is_nan_element(v); });
+  return find([&](T v) { return v == extremum; });
+}
+
+/// argmax or argmin along one axis (lines of n elements inner apart), shared out over the
+/// threads by output rows (inner == 1) or by blocks of outputs.
+template <class T, bool kMax, bool kLast>
+void arg_extremum_lines(const KernelCall& call) {
+  const ArrayRef& in = call.inputs[0];
+  const auto axis = static_cast<std::size_t>(call.attrs.axes[0]);
+  std::int64_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= in.shape[d];
+  for (std::size_t d = axis + 1; d < in.shape.size(); ++d) inner *= in.shape[d];
+  const std::int64_t n = in.shape[axis];
+  if (call.out.numel() == 0) return;
+  if (n == 0) fail(name(call.prim), "reduction over zero-size axis {} of shape {}", axis, in.shape);
+
+  const T* x = in.ptr<const T>();
+  auto* out = call.out.ptr<std::int64_t>();
+  const std::int64_t grain = std::max<std::int64_t>(1, kParallelMinElements / n);
+  if (inner == 1) {
+    parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t o = begin; o < end; ++o)
+        out[o] = row_arg_extremum<T, kMax, kLast>(x + o * n, n);
+    });
+    return;
+  }
+  // Lines inner apart: each item is a block of adjacent outputs, whose lines are walked
+  // together row by row (so the reads stream through memory in order). A whole line of outputs
+  // is one block when there are lines enough for the threads; else the lines are cut into
+  // column blocks, a few per thread and at least 64 columns wide.
+  const std::int64_t per_outer =
+      outer >= num_threads() ? 1
+                             : std::min((inner + 63) / 64, (2 * num_threads() + outer - 1) / outer);
+  const std::int64_t columns = (inner + per_outer - 1) / per_outer;
+  parallel_for(outer * per_outer, std::max<std::int64_t>(1, grain / columns),
+               [&](std::int64_t begin, std::int64_t end) {
+                 std::vector<T> best(static_cast<std::size_t>(columns));
+                 for (std::int64_t b = begin; b < end; ++b) {
+                   const std::int64_t o = b / per_outer;
+                   const std::int64_t first = (b % per_outer) * columns;
+                   const std::int64_t count = std::min(columns, inner - first);
+                   const T* block = x + o * n * inner + first;
+                   std::int64_t* best_at = out + o * inner + first;
+                   for (std::int64_t k = 0; k < count; ++k) {
+                     best[static_cast<std::size_t>(k)] = block[k];
+                     best_at[k] = 0;
+                   }
+                   for (std::int64_t r = 1; r < n; ++r) {
+                     const T* row = block + r * inner;
+                     for (std::int64_t k = 0; k < count; ++k) {
+                       if (replaces<T, kMax, kLast>(row[k], best[static_cast<std::size_t>(k)])) {
+                         best[static_cast<std::size_t>(k)] = row[k];
+                         best_at[k] = r;
+                       }
+                     }
+                   }
+                 }
+               });
+}
+
+/// argmax or argmin; attrs.ints {1} asks for the last extremum.
+template <class T, bool kMax>
+void arg_extremum_typed(const KernelCall& call) {
+  if (!call.attrs.ints.empty() && call.attrs.ints[0] == 1)
+    arg_extremum_lines<T, kMax, true>(call);
+  else
+    arg_extremum_lines<T, kMax, false>(call);
+}
+
+}  // namespace
+
+void run_arg_extremum(const KernelCall& call) {
+  visit_compute_type(call.inputs[0].dtype, name(call.prim).data(), [&](auto tag) {
+    using T = decltype(tag);
+    if (call.prim == Prim::argmax)
+      arg_extremum_typed<T, true>(call);
+    else
+      arg_extremum_typed<T, false>(call);
+  });
+}
+
+}  // namespace kiln::detail
