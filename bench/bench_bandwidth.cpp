@@ -22,9 +22,10 @@
 //   layer_norm  kiln::nn::layer_norm over rows of normal samples, f32[4096, 1024], gamma and beta
 //               f32[1024] (the reference: copy 1->1)
 //   rms_norm    kiln::nn::rms_norm over those rows, gamma f32[1024] (copy 1->1)
+//   argmax      kiln::argmax along those rows, one i64 out per row (the reference: read)
 // Bytes are the compulsory traffic: every input byte read once and every output byte written
 // once (chain 4 x 16 MiB, sum 64 MiB, softmax, log_softmax, layer_norm and rms_norm 2 x 16 MiB
-// (gamma and beta stay in cache), logsumexp 16 MiB, copy
+// (gamma and beta stay in cache), logsumexp and argmax 16 MiB, copy
 // 1->1 2 x 16 MiB, copy 3->1 4 x 16 MiB, read 64 MiB); GB/s = bytes / median time. Every reference
 // is split over as many persistent threads as kiln's kernels use (KILN_NUM_THREADS), the caller
 // included, two barrier waits per call. The copies store as kiln's kernels do: non-temporal stores
@@ -293,6 +294,13 @@ int main(int argc, char** argv) try {
               std::abs(kiln::mean(kiln::square(row - 0.25f)).item<float>() - 2.25f) < 1e-3f,
           "layer_norm: a row's mean or variance is wrong");
   }
+  auto argmax = kiln::function([](const Tensor& x) { return kiln::argmax(x, -1); });
+  {
+    const std::vector<float> row = kiln::slice(activations, 0, 7, 8).to_vector<float>();
+    const auto want = std::max_element(row.begin(), row.end()) - row.begin();
+    check(kiln::slice(argmax(activations), 0, 7, 8).item<std::int64_t>() == want,
+          "argmax: wrong index");
+  }
   auto rms_norm = kiln::function([&](const Tensor& x) { return kiln::nn::rms_norm(x, gamma); });
   {
     const Tensor row = kiln::slice(rms_norm(activations), 0, 7, 8);
@@ -389,6 +397,12 @@ int main(int argc, char** argv) try {
                   [&] { rms_norm(activations); },
                   0,
                   "f32[4096, 1024], gamma",
+                  {}});
+  rows.push_back({"argmax traced",
+                  m16,
+                  [&] { argmax(activations); },
+                  3,
+                  "the same rows, one index out per row",
                   {}});
 
   // Calibrate each row's calls per sample, then sample the rows in turn.
