@@ -106,10 +106,10 @@ inline constexpr std::int64_t kSoftmaxBlock = 512;
 ///   brought into L2, and the rest of it after the loop: spread over the pass, the prefetches
 ///   wait on nothing (all at once, 64 of them for a row of 1,024 f32 stalled on the core's fill
 ///   buffers: a tenth of softmax's time at AVX2).
-/// - When `to_write` is not null (softmax's next output row, or log_softmax's own, which its last
-///   pass writes), the step asks for its same bytes too, for writing: log_softmax over rows of
-///   1,024 f32 on two threads, 1.05-1.14 ms instead of 1.19-1.22 (the rows are pages apart, and a
-///   store to a page the prefetchers have not followed waits for its line).
+/// - When `to_write` is not null (the caller's next output row), the step asks for its same bytes
+///   too, for writing: log_softmax, which then asked for its own output row, ran over rows of
+///   1,024 f32 on two threads in 1.05-1.14 ms instead of 1.19-1.22 (the rows are pages apart, and
+///   a store to a page the prefetchers have not followed waits for its line).
 template <class Arch, class T, class Exp, ExpStore kStore, bool kClamp>
 double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
                     const char* to_write) {
@@ -191,13 +191,13 @@ double softmax_exps(const T* x, T* y, std::int64_t n, T shift, const char* next,
 }
 
 /// A row's exp pass with its shift: shift = the max of the row's non-NaN elements when that is
-/// finite, else 0, then softmax_exps with it (the exps stored in y when kStore). With a finite
+/// finite, else 0, then softmax_exps with it (writing to y what kStore says). With a finite
 /// shift every x - shift is at most 0 (or NaN), where ExpBelowOverflowOp gives ExpOp's bits
 /// without its test for the top of the range; when only the sum is wanted (log_softmax,
-/// logsumexp) ExpOfNonPositiveForSumOp's cheaper exp adds up instead. Where the row's elements
-/// are all within 87 of its max (most rows of logits), the exps leave out their clamp (kClamp
-/// false), which changes nothing there. `next` is the row to ask for (null: this one, which is in
-/// L1 by then).
+/// logsumexp: no exp is stored) ExpOfNonPositiveForSumOp's cheaper exp adds up instead. Where the
+/// row's elements are all within 87 of its max (most rows of logits), the exps leave out their
+/// clamp (kClamp false), which changes nothing there. `next` is the row to ask for (null: this one,
+/// which is in L1 by then).
 template <class T>
 struct ShiftedSum {
   T shift;
