@@ -1,5 +1,6 @@
 // argmax and argmin over long rows (kernels/arg_extremum.cpp's two-pass kernel, from 32
-// elements a row), against the index the one-pass loop picks. The reference loops over short
+// elements a row) and down columns (its vector column loop), against the index the one-pass
+// loop picks. The reference loops over short
 // and strided lines are in test_reduce.cpp.
 
 #include <catch2/catch.hpp>
@@ -92,5 +93,18 @@ TEST_CASE("argmax and argmin over long rows pick the one-pass loop's index", "[r
       CHECK(kiln::argmax(x, 1, false, true).to_vector<std::int64_t>()[1] == c.last_max);
       CHECK(kiln::argmin(x, 1).to_vector<std::int64_t>()[1] == c.first_min);
       CHECK(kiln::argmin(x, 1, false, true).to_vector<std::int64_t>()[1] == c.last_min);
+
+      // The same line down the columns of [n, 6] (lines inner apart: a vector of columns at a
+      // time, 4 f32 or 2 f64, and at f32 two columns left to the scalar loop), every column the
+      // row itself.
+      std::vector<double> columns;
+      for (std::int64_t i = 0; i < n; ++i)
+        for (int j = 0; j < 6; ++j) columns.push_back(c.row[static_cast<std::size_t>(i)]);
+      const Tensor down = make(columns, {n, 6}, dtype);
+      const auto all = [](std::int64_t want) { return std::vector<std::int64_t>(6, want); };
+      CHECK(kiln::argmax(down, 0).to_vector<std::int64_t>() == all(c.first_max));
+      CHECK(kiln::argmax(down, 0, false, true).to_vector<std::int64_t>() == all(c.last_max));
+      CHECK(kiln::argmin(down, 0).to_vector<std::int64_t>() == all(c.first_min));
+      CHECK(kiln::argmin(down, 0, false, true).to_vector<std::int64_t>() == all(c.last_min));
     }
 }

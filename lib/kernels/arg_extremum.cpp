@@ -3,6 +3,7 @@
 // contract is stated with the front ends in lib/ops/reduce.cpp.
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -134,6 +135,69 @@ std::int64_t row_arg_extremum(const T* row, std::int64_t n) {
   return find([&](T v) { return v == extremum; });
 }
 
+/// Elements of T in a 16-byte vector, for the vector column loop (0: T is not 4 or 8 bytes).
+template <class T>
+constexpr std::int64_t lanes_of() {
+  return sizeof(T) == 4 || sizeof(T) == 8 ? 16 / static_cast<std::int64_t>(sizeof(T)) : 0;
+}
+
+/// How many whole vectors of a block of `count` columns column_extrema takes: none for other
+/// element sizes, or where an index (as wide as T) could overflow.
+template <class T>
+std::int64_t column_vectors(std::int64_t count, std::int64_t n) {
+  constexpr std::int64_t lanes = lanes_of<T>();
+  if constexpr (lanes == 0) {
+    return 0;
+  } else {
+    if (sizeof(T) == 4 && n > std::int64_t{INT32_MAX}) return 0;
+    return count / lanes;
+  }
+}
+
+/// replaces<> over `vectors` vectors of adjacent columns at once, walked down the n rows (inner
+/// apart) in order: best[] and best_at[] get each column's extremum and its row, as the scalar
+/// loop leaves them. GCC's vector extension, baseline SSE2 code; the rows' indices are kept in
+/// lanes as wide as T and widened at the end.
+template <class T, bool kMax, bool kLast>
+void column_extrema(const T* block, std::int64_t inner, std::int64_t n, std::int64_t vectors,
+                    T* best, std::int64_t* best_at) {
+  if constexpr (lanes_of<T>() > 0) {
+    constexpr std::int64_t lanes = lanes_of<T>();
+    using Index = std::conditional_t<sizeof(T) == 8, std::int64_t, std::int32_t>;
+    typedef T V __attribute__((vector_size(16)));
+    typedef Index I __attribute__((vector_size(16)));
+    // The running extrema and their rows, column by column (in L1 for a block's columns);
+    // vectors are copied in and out (GCC makes the copies single unaligned moves).
+    std::vector<Index> at(static_cast<std::size_t>(vectors * lanes), 0);
+    std::memcpy(best, block, static_cast<std::size_t>(vectors * lanes) * sizeof(T));
+    for (std::int64_t r = 1; r < n; ++r) {
+      const T* row = block + r * inner;
+      const I here = I{} + static_cast<Index>(r);
+      for (std::int64_t c = 0; c < vectors * lanes; c += lanes) {
+        V v, m;
+        I a;
+        std::memcpy(&v, row + c, sizeof(V));
+        std::memcpy(&m, best + c, sizeof(V));
+        std::memcpy(&a, at.data() + c, sizeof(I));
+        const I v_nan = v != v, m_nan = m != m;
+        I beats;
+        if constexpr (kMax)
+          beats = kLast ? v >= m : v > m;
+        else
+          beats = kLast ? v <= m : v < m;
+        // NaN wins and stays (with kLast a later NaN replaces it); a compare with NaN is false.
+        const I wins =
+            kLast ? (m_nan & v_nan) | (~m_nan & (v_nan | beats)) : ~m_nan & (v_nan | beats);
+        m = wins ? v : m;
+        a = wins ? here : a;
+        std::memcpy(best + c, &m, sizeof(V));
+        std::memcpy(at.data() + c, &a, sizeof(I));
+      }
+    }
+    for (std::int64_t c = 0; c < vectors * lanes; ++c) best_at[c] = at[static_cast<std::size_t>(c)];
+  }
+}
+
 /// argmax or argmin along one axis (lines of n elements inner apart), shared out over the
 /// threads by output rows (inner == 1) or by blocks of outputs.
 template <class T, bool kMax, bool kLast>
@@ -178,9 +242,12 @@ void arg_extremum_lines(const KernelCall& call) {
                      best[static_cast<std::size_t>(k)] = block[k];
                      best_at[k] = 0;
                    }
+                   const std::int64_t vectors = column_vectors<T>(count, n);
+                   if (vectors > 0)
+                     column_extrema<T, kMax, kLast>(block, inner, n, vectors, best.data(), best_at);
                    for (std::int64_t r = 1; r < n; ++r) {
                      const T* row = block + r * inner;
-                     for (std::int64_t k = 0; k < count; ++k) {
+                     for (std::int64_t k = vectors * lanes_of<T>(); k < count; ++k) {
                        if (replaces<T, kMax, kLast>(row[k], best[static_cast<std::size_t>(k)])) {
                          best[static_cast<std::size_t>(k)] = row[k];
                          best_at[k] = r;
