@@ -31,84 +31,58 @@ bool replaces(T v, T best) {
   return kMax ? v > best : v < best;
 }
 
-/// The index replaces<> picks in row[0, n): NaN wins (its first, or with kLast its last,
-/// occurrence), else the extremum's first (last) occurrence. Long rows take two passes that the
-/// compiler turns into vector code: the extremum of the non-NaN elements in kLanes lanes (x > m
-/// ? x : m is the max instruction, which skips a NaN x) beside a flag per lane for NaN, then a
-/// scan for the first (last) element equal to that extremum, or NaN. Equal is the same test the
-/// one-pass loop makes: -0 and +0 tie, and the first (last) of them wins either way.
+/// Elements of T in a 16-byte vector, for the vector loops (0: T is not 4 or 8 bytes,
+/// bool's storage, which takes the one-pass loop).
+template <class T>
+constexpr std::int64_t lanes_of() {
+  return sizeof(T) == 4 || sizeof(T) == 8 ? 16 / static_cast<std::int64_t>(sizeof(T)) : 0;
+}
+
+/// row_arg_extremum's two passes (below), for rows of 32 or more elements of 4 or 8 bytes.
 template <class T, bool kMax, bool kLast>
-std::int64_t row_arg_extremum(const T* row, std::int64_t n) {
-  if (n < 32) {
-    std::int64_t best_at = 0;
-    for (std::int64_t i = 1; i < n; ++i)
-      if (replaces<T, kMax, kLast>(row[i], row[best_at])) best_at = i;
-    return best_at;
-  }
+std::int64_t two_pass_arg_extremum(const T* row, std::int64_t n) {
   // Four 16-byte vectors of lanes (GCC's vector extension: baseline SSE2 code, no intrinsics),
-  // whose masks are as wide as T; elements of other sizes take one lane per element.
-  constexpr bool kVectorLanes = sizeof(T) == 4 || sizeof(T) == 8;
-  constexpr std::int64_t kLanes = kVectorLanes ? 4 * 16 / static_cast<std::int64_t>(sizeof(T)) : 8;
+  // with NaN flags as wide as T.
+  constexpr std::int64_t width = lanes_of<T>(), kLanes = 4 * width;
   using Flag = std::conditional_t<sizeof(T) == 8, std::int64_t, std::int32_t>;
+  typedef T V __attribute__((vector_size(16)));
+  typedef Flag F __attribute__((vector_size(16)));
+  const auto load = [&](std::int64_t at) {
+    V v;
+    std::memcpy(&v, row + at, sizeof(V));
+    return v;
+  };
+  V b[4];
+  F flag[4];
+  for (int k = 0; k < 4; ++k) {
+    b[k] = load(k * width);
+    flag[k] = b[k] != b[k];
+  }
+  std::int64_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int k = 0; k < 4; ++k) {
+      const V v = load(i + k * width);
+      if constexpr (kMax)
+        b[k] = v > b[k] ? v : b[k];
+      else
+        b[k] = v < b[k] ? v : b[k];
+      flag[k] |= v != v;
+    }
   T best[kLanes];
   Flag nan[kLanes];
-  std::int64_t i = 0;
-  if constexpr (kVectorLanes) {
-    typedef T V __attribute__((vector_size(16)));
-    typedef Flag F __attribute__((vector_size(16)));
-    constexpr std::int64_t width = 16 / static_cast<std::int64_t>(sizeof(T));
-    V b[4];
-    F flag[4];
-    const auto load = [&](std::int64_t at) {
-      V v;
-      std::memcpy(&v, row + at, sizeof(V));
-      return v;
-    };
-    for (int k = 0; k < 4; ++k) {
-      b[k] = load(k * width);
-      flag[k] = b[k] != b[k];
-    }
-    for (i = kLanes; i + kLanes <= n; i += kLanes)
-      for (int k = 0; k < 4; ++k) {
-        const V v = load(i + k * width);
-        if constexpr (kMax)
-          b[k] = v > b[k] ? v : b[k];
-        else
-          b[k] = v < b[k] ? v : b[k];
-        flag[k] |= v != v;
-      }
-    std::memcpy(best, b, sizeof(b));
-    std::memcpy(nan, flag, sizeof(flag));
-  } else {
-    for (std::int64_t j = 0; j < kLanes; ++j) {
-      best[j] = row[j];
-      nan[j] = is_nan_element(row[j]) ? 1 : 0;
-    }
-    for (i = kLanes; i + kLanes <= n; i += kLanes)
-      for (std::int64_t j = 0; j < kLanes; ++j) {
-        const T v = row[i + j];
-        if constexpr (kMax)
-          best[j] = v > best[j] ? v : best[j];
-        else
-          best[j] = v < best[j] ? v : best[j];
-        nan[j] |= is_nan_element(v) ? 1 : 0;
-      }
-  }
+  std::memcpy(best, b, sizeof(b));
+  std::memcpy(nan, flag, sizeof(flag));
+  // The lanes, then the tail, into one extremum of the non-NaN elements (a lane is NaN only
+  // where its first element was, which its flag holds).
   bool any_nan = false;
   T extremum = best[0];
-  for (std::int64_t j = 0; j < kLanes; ++j) {
-    any_nan = any_nan || nan[j] != 0;
-    // best[j] is NaN only where row[j] was (flagged): it is skipped like any NaN.
-    if (!is_nan_element(best[j]) &&
-        (is_nan_element(extremum) || (kMax ? best[j] > extremum : best[j] < extremum)))
-      extremum = best[j];
-  }
-  for (; i < n; ++i) {
-    any_nan = any_nan || is_nan_element(row[i]);
-    if (!is_nan_element(row[i]) &&
-        (is_nan_element(extremum) || (kMax ? row[i] > extremum : row[i] < extremum)))
-      extremum = row[i];
-  }
+  const auto take = [&](T v, bool flagged) {
+    any_nan = any_nan || flagged;
+    if (!is_nan_element(v) && (is_nan_element(extremum) || (kMax ? v > extremum : v < extremum)))
+      extremum = v;
+  };
+  for (std::int64_t j = 0; j < kLanes; ++j) take(best[j], nan[j] != 0);
+  for (; i < n; ++i) take(row[i], is_nan_element(row[i]));
   // The scan, in blocks whose test is one loop of vector compares, then the element in the
   // block that has it.
   constexpr std::int64_t kBlock = 64;
@@ -135,10 +109,25 @@ std::int64_t row_arg_extremum(const T* row, std::int64_t n) {
   return find([&](T v) { return v == extremum; });
 }
 
-/// Elements of T in a 16-byte vector, for the vector column loop (0: T is not 4 or 8 bytes).
-template <class T>
-constexpr std::int64_t lanes_of() {
-  return sizeof(T) == 4 || sizeof(T) == 8 ? 16 / static_cast<std::int64_t>(sizeof(T)) : 0;
+/// The index replaces<> picks in row[0, n): NaN wins (its first, or with kLast its last,
+/// occurrence), else the extremum's first (last) occurrence. Long rows take two passes that the
+/// compiler turns into vector code: the extremum of the non-NaN elements in kLanes lanes (x > m
+/// ? x : m is the max instruction, which skips a NaN x) beside a flag per lane for NaN, then a
+/// scan for the first (last) element equal to that extremum, or NaN. Equal is the same test the
+/// one-pass loop makes: -0 and +0 tie, and the first (last) of them wins either way.
+template <class T, bool kMax, bool kLast>
+std::int64_t row_arg_extremum(const T* row, std::int64_t n) {
+  const auto one_pass = [&] {
+    std::int64_t best_at = 0;
+    for (std::int64_t i = 1; i < n; ++i)
+      if (replaces<T, kMax, kLast>(row[i], row[best_at])) best_at = i;
+    return best_at;
+  };
+  if constexpr (lanes_of<T>() == 0) {
+    return one_pass();
+  } else {
+    return n < 32 ? one_pass() : two_pass_arg_extremum<T, kMax, kLast>(row, n);
+  }
 }
 
 /// How many whole vectors of a block of `count` columns column_extrema takes: none for other
@@ -238,16 +227,18 @@ void arg_extremum_lines(const KernelCall& call) {
                    const std::int64_t count = std::min(columns, inner - first);
                    const T* block = x + o * n * inner + first;
                    std::int64_t* best_at = out + o * inner + first;
-                   for (std::int64_t k = 0; k < count; ++k) {
+                   // Whole vectors of columns in column_extrema, the rest one by one.
+                   const std::int64_t vectors = column_vectors<T>(count, n);
+                   const std::int64_t rest = vectors * lanes_of<T>();
+                   if (vectors > 0)
+                     column_extrema<T, kMax, kLast>(block, inner, n, vectors, best.data(), best_at);
+                   for (std::int64_t k = rest; k < count; ++k) {
                      best[static_cast<std::size_t>(k)] = block[k];
                      best_at[k] = 0;
                    }
-                   const std::int64_t vectors = column_vectors<T>(count, n);
-                   if (vectors > 0)
-                     column_extrema<T, kMax, kLast>(block, inner, n, vectors, best.data(), best_at);
                    for (std::int64_t r = 1; r < n; ++r) {
                      const T* row = block + r * inner;
-                     for (std::int64_t k = vectors * lanes_of<T>(); k < count; ++k) {
+                     for (std::int64_t k = rest; k < count; ++k) {
                        if (replaces<T, kMax, kLast>(row[k], best[static_cast<std::size_t>(k)])) {
                          best[static_cast<std::size_t>(k)] = row[k];
                          best_at[k] = r;
