@@ -96,8 +96,9 @@ std::int64_t step_peak_bytes(Fn&& fn) {
 /// The layer of one form with the train step's optimizer; weights from weight_seed, so every
 /// form starts from the same ones.
 struct Model : kiln::bench::LstmModel {
-  explicit Model(const Variant& v) : LstmModel(units, v.options, learning_rate, v.apply) {}
-  void create_weights(const Tensor& x) { LstmModel::create_weights(x, weight_seed); }
+  explicit Model(const Variant& v)
+      : kiln::bench::LstmModel(units, v.options, learning_rate, v.apply) {}
+  void create_weights(const Tensor& x) { kiln::bench::LstmModel::create_weights(x, weight_seed); }
 };
 
 /// One (form, workload, T) measurement.
@@ -314,7 +315,7 @@ int main(int argc, char** argv) {
     Model m(vs.front());
     m.create_weights(in.x.begin()->second);
     std::map<std::string, Tensor> arrays{{"y", in.y}};
-    for (const auto& [name, var] : m.lstm.named_variables())  // ".../kernel" -> "kernel"
+    for (const auto& [name, var] : m.layer.named_variables())  // ".../kernel" -> "kernel"
       arrays[name.substr(name.rfind('/') + 1)] = var.value();
     for (const auto& [length, x] : in.x) {
       arrays[fmt::format("x_{}", length)] = x;

@@ -1,5 +1,6 @@
 """The sizes family of bench/compare (issue 18), workloads 7-9: kiln_bench_lstm_sizes (LSTM,
-hidden 256 and 512, T = 50 and 200, forward and train step), kiln_bench_gemm (f32 GEMM at four
+hidden 256 and 512, T = 50 and 200, and GRU at the same hidden sizes, T = 50; forward and train
+step), kiln_bench_gemm (f32 GEMM at four
 shapes, kiln against OpenBLAS, libxsmm, oneDNN and BLIS called directly) and kiln_bench_mlp (an
 MLP train step), against bench/peers/peer_*_sizes.py. Imported by bench/compare and
 bench/plot_sizes.py; only the Python standard library is used.
@@ -15,7 +16,8 @@ PEER_SCRIPTS = {"torch": "peer_torch_sizes.py", "tensorflow": "peer_tensorflow_s
                 "jax": "peer_jax_sizes.py"}  # peer (as bench/compare's PEERS): script
 PEER_VARIANTS = ["PyTorch eager", "torch.compile", "tf.function", "tf.function XLA", "jax.jit"]
 LSTM_WORKLOADS = (("forward", "forward"), ("train", "train step"))
-LSTM_TARGET = 1.2  # kiln at least this many times faster than each peer, per row
+CELLS = (("lstm", "LSTM"), ("gru", "GRU"))  # workload 7's recurrent layers: key, label
+LSTM_TARGET = 1.2  # kiln at least this many times faster than each peer, per row (GRU alike)
 GEMM_TARGET = 0.9  # kiln at least this fraction of the fastest library's GFLOP/s
 KILN_GEMM = {"kiln_eager", "kiln_function"}
 
@@ -41,7 +43,7 @@ def run(build_dir: Path, repo: Path, python: str | None, peer_errors: dict, env:
 
 
 def _row_key(row: dict) -> tuple:
-    return tuple(row.get(k) for k in ("workload", "variant", "hidden", "T", "m", "n", "k"))
+    return tuple(row.get(k) for k in ("cell", "workload", "variant", "hidden", "T", "m", "n", "k"))
 
 
 def _best_rows(lists: list[list[dict]], key: Callable = _row_key) -> list[dict]:
@@ -98,7 +100,7 @@ def merge_rounds(results: list[dict]) -> dict:
         merged = dict(runs[0])
         merged["results"] = _best_rows([run.get("results", []) for run in runs])
         # A variant that failed in some round but ran in another counts as measured.
-        measured = {_row_key(row)[:2] for row in merged["results"]}
+        measured = {_row_key(row)[1:3] for row in merged["results"]}
         merged["errors"] = [e for e in runs[0].get("errors", [])
                             if (e.get("workload"), e.get("variant")) not in measured]
         peers[name] = merged
@@ -154,16 +156,23 @@ def peer_rows(result: dict, workload: str) -> dict:
     return {"rows": rows, "errors": errors}
 
 
-def lstm_series(result: dict) -> dict:
-    """{(workload, hidden, T): {form: seconds}} for kiln and every peer variant."""
+def recurrent_series(result: dict, cell: str) -> dict:
+    """{(workload, hidden, T): {form: seconds}} of one cell ("lstm" or "gru") for kiln and every
+    peer variant (peer workloads "<cell>_forward" and "<cell>_train")."""
     out = {}
     for r in result.get("kiln", {}).get("lstm", {}).get("rows", []):
-        out.setdefault((r["workload"], r["hidden"], r["T"]), {})["kiln"] = r["median_s"]
+        if r.get("cell", "lstm") == cell:
+            out.setdefault((r["workload"], r["hidden"], r["T"]), {})["kiln"] = r["median_s"]
     for workload, _ in LSTM_WORKLOADS:
-        for variant, rows in peer_rows(result, f"lstm_{workload}")["rows"].items():
+        for variant, rows in peer_rows(result, f"{cell}_{workload}")["rows"].items():
             for r in rows:
                 out.setdefault((workload, r["hidden"], r["T"]), {})[variant] = r["median_s"]
     return out
+
+
+def lstm_series(result: dict) -> dict:
+    """recurrent_series of the LSTM (bench/plot_sizes.py draws these)."""
+    return recurrent_series(result, "lstm")
 
 
 def _time(seconds: float) -> str:
@@ -199,12 +208,13 @@ def time_table(result: dict) -> list[list[str]]:
                                               else f"{ratio:.2f}x slower")
             lines.append(cells + [_time(peer_s), f"{ratio:.2f}" if ratio else "n/a", speed])
 
-    series = lstm_series(result)
-    for workload, label in LSTM_WORKLOADS:
-        for (w, hidden, length), forms in sorted(series.items()):
-            if w == workload:
-                add(f"7. LSTM({hidden}) {label}, T={length}", forms.get("kiln"), forms,
-                    f"lstm_{workload}")
+    for cell, name in CELLS:
+        series = recurrent_series(result, cell)
+        for workload, label in LSTM_WORKLOADS:
+            for (w, hidden, length), forms in sorted(series.items()):
+                if w == workload:
+                    add(f"7. {name}({hidden}) {label}, T={length}", forms.get("kiln"), forms,
+                        f"{cell}_{workload}")
     mlp = result.get("kiln", {}).get("mlp", {})
     kiln_s = mlp.get("traced", {}).get("median_s")
     peers = {v: rows[0]["median_s"] for v, rows in peer_rows(result, "mlp_train")["rows"].items()}
@@ -263,9 +273,9 @@ def print_tables(result: dict, markdown: bool) -> None:
     lstm = result.get("kiln", {}).get("lstm", {})
     mlp = result.get("kiln", {}).get("mlp", {})
     width = mlp.get("width", "?")
-    print(f"LSTM: batch {lstm.get('batch', 64)}, {lstm.get('features', 128)} features; MLP: "
-          f"{mlp.get('features', '?')} -> {width} -> {width} -> {mlp.get('classes', '?')}, batch "
-          f"{mlp.get('batch', '?')}; kiln/peer below 1: kiln is faster\n")
+    print(f"LSTM and GRU: batch {lstm.get('batch', 64)}, {lstm.get('features', 128)} features; "
+          f"MLP: {mlp.get('features', '?')} -> {width} -> {width} -> {mlp.get('classes', '?')}, "
+          f"batch {mlp.get('batch', '?')}; kiln/peer below 1: kiln is faster\n")
     _print(TIME_HEADER, time_table(result), markdown, {0, 2})
     if "eager" in mlp:
         print(f"\nkiln eager MLP train step: {_time(mlp['eager']['median_s'])}; first losses "
@@ -278,13 +288,15 @@ def print_tables(result: dict, markdown: bool) -> None:
 def checks(result: dict) -> list[dict]:
     """Issue 18's targets, each held or not, with the figures that decide."""
     out = []
-    for (workload, hidden, length), forms in sorted(lstm_series(result).items()):
+    series = [(name, key, forms) for cell, name in CELLS
+              for key, forms in sorted(recurrent_series(result, cell).items())]
+    for name, (workload, hidden, length), forms in series:
         kiln_s = forms.get("kiln")
         peers = {v: s for v, s in forms.items() if v != "kiln"}
         if not kiln_s or not peers:
             continue
         ratios = {v: s / kiln_s for v, s in peers.items()}  # peer time / kiln time
-        out.append({"claim": f"7. LSTM({hidden}) {workload} T={length}: kiln at least "
+        out.append({"claim": f"7. {name}({hidden}) {workload} T={length}: kiln at least "
                              f"{LSTM_TARGET}x faster than each peer",
                     "held": all(r >= LSTM_TARGET for r in ratios.values())
                     and len(peers) == len(PEER_VARIANTS),

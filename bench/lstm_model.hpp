@@ -1,6 +1,7 @@
 #pragma once
-// The LSTM layer and train step that the LSTM benchmarks time (bench_scaling.cpp,
-// bench_lstm_sizes.cpp): one nn::LSTM, the MSE of its last h against a target, plain SGD.
+// The recurrent layer and train step that the LSTM and GRU benchmarks time (bench_scaling.cpp,
+// bench_lstm_sizes.cpp, bench_distributed.cpp): one nn::LSTM or nn::GRU, the MSE of its last h
+// against a target, plain SGD.
 
 #include <cstdint>
 #include <functional>
@@ -11,28 +12,31 @@
 
 namespace kiln::bench {
 
-/// How a benchmark form applies its layer to x (a hook for wrappers such as a checkpointed call).
-using LstmApply = std::function<Tensor(nn::LSTM&, const Tensor&)>;
-
 /// The layer of one form with the train step's optimizer. Weights come from a seed (set by
 /// create_weights), so every model built with the same seed starts from the same ones.
-struct LstmModel : Module {
-  nn::LSTM lstm;
+/// Layer is nn::LSTM or nn::GRU, Options its options struct.
+template <class Layer, class Options>
+struct RecurrentModel : Module {
+  /// How a benchmark form applies its layer to x (a hook for wrappers such as a checkpointed
+  /// call).
+  using Apply = std::function<Tensor(Layer&, const Tensor&)>;
+
+  Layer layer;
   optim::SGD opt;
-  LstmApply apply;
+  Apply apply;
   std::vector<Tensor> initial;  // the weights before any update (restore() puts them back)
 
-  LstmModel(
-      std::int64_t units, const nn::LSTMOptions& options, double learning_rate,
-      LstmApply how = [](nn::LSTM& layer, const Tensor& x) { return layer(x); })
+  RecurrentModel(
+      std::int64_t units, const Options& options, double learning_rate,
+      Apply how = [](Layer& l, const Tensor& x) { return l(x); })
       : Module("model"),
-        lstm(units, options),
+        layer(units, options),
         opt({.learning_rate = learning_rate}),
         apply(std::move(how)) {
-    add_module("lstm", lstm);
+    add_module("layer", layer);
   }
 
-  Tensor forward(const Tensor& x) { return apply(lstm, x); }
+  Tensor forward(const Tensor& x) { return apply(layer, x); }
 
   /// One train step: the loss before the update.
   Tensor step(const Tensor& x, const Tensor& y) {
@@ -61,5 +65,9 @@ struct LstmModel : Module {
     for (std::size_t i = 0; i < vars.size(); ++i) vars[i].assign(initial[i]);
   }
 };
+
+using LstmModel = RecurrentModel<nn::LSTM, nn::LSTMOptions>;
+using LstmApply = LstmModel::Apply;
+using GruModel = RecurrentModel<nn::GRU, nn::GRUOptions>;
 
 }  // namespace kiln::bench

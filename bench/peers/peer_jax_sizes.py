@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """JAX side of bench/compare's sizes family (see sizes.py): workload 7 as jax.jit of a lax.scan
-LSTM (the input projection of all steps in one matmul, as Keras and kiln do; as
+LSTM and GRU (the input projection of all steps in one matmul, as Keras and kiln do; as
 peer_jax_scaling.py), train step with jax.value_and_grad and SGD written out, the parameters
 donated; workload 9, the MLP written out (softmax cross-entropy via log_softmax) under jax.jit
 the same way. Prints JSON (see common.py)."""
@@ -23,12 +23,11 @@ import jax_lstm  # noqa: E402
 
 report = common.Report("jax", args)
 report.info = {"version": jax.__version__, "xla_flags": os.environ["XLA_FLAGS"],
-               "variants": {"jax.jit": "jax.jit of lax.scan LSTM / the MLP; compiles per shape"}}
+               "variants": {"jax.jit": "jax.jit of lax.scan LSTM and GRU / the MLP; compiles "
+                                       "per shape"}}
 lstm_data = sizes.load_lstm(args)
+gru_data = sizes.load_gru(args)
 mlp_data = sizes.load_mlp(args)
-
-
-last_h = jax_lstm.last_h
 
 
 def sgd(loss_of):
@@ -38,27 +37,28 @@ def sgd(loss_of):
     return jax.jit(step, donate_argnums=(0,))
 
 
-def lstm_params(h):
-    return tuple(jnp.asarray(lstm_data[name][h]) for name in ("kernel", "recurrent_kernel", "bias"))
+def recurrent_makers(data, last_h, mse_of_last_h):
+    """make_forward and make_train of one cell (jax_lstm's LSTM or GRU) holding data's weights."""
+    def params(h):
+        return tuple(jnp.asarray(data[name][h]) for name in ("kernel", "recurrent_kernel", "bias"))
 
+    def make_forward(h):
+        fixed = params(h)
+        jitted = jax.jit(last_h)
+        return lambda x: jitted(fixed, x).block_until_ready()
 
-def make_forward(h):
-    params = lstm_params(h)
-    jitted = jax.jit(last_h)
-    return lambda x: jitted(params, x).block_until_ready()
+    def make_train(h):
+        state = {}
+        jitted = sgd(mse_of_last_h)
 
+        def step(x, y):
+            state["params"], loss = jitted(state["params"], x, y)
+            return loss.block_until_ready()
 
-def make_train(h):
-    state = {}
-    jitted = sgd(jax_lstm.mse_of_last_h)
-
-    def step(x, y):
-        state["params"], loss = jitted(state["params"], x, y)
-        return loss.block_until_ready()
-
-    def restore():
-        state["params"] = lstm_params(h)
-    return step, restore
+        def restore():
+            state["params"] = params(h)
+        return step, restore
+    return make_forward, make_train
 
 
 def mlp_loss(params, x, y):
@@ -80,6 +80,11 @@ def make_mlp_step():
     return step
 
 
-sizes.run_lstm(report, "jax.jit", lstm_data, make_forward, make_train, jax.device_put)
+sizes.run_lstm(report, "jax.jit", lstm_data,
+               *recurrent_makers(lstm_data, jax_lstm.last_h, jax_lstm.mse_of_last_h),
+               jax.device_put)
+sizes.run_lstm(report, "jax.jit", gru_data,
+               *recurrent_makers(gru_data, jax_lstm.gru_last_h, jax_lstm.gru_mse_of_last_h),
+               jax.device_put, cell="gru")
 sizes.run_mlp(report, "jax.jit", mlp_data, make_mlp_step, jax.device_put)
 report.emit()

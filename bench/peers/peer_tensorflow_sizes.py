@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""TensorFlow side of bench/compare's sizes family (see sizes.py): Keras 3 models under
-tf.function, with and without jit_compile=True (XLA). Workload 7: keras.layers.LSTM(h) (its
-recurrence a tf.while_loop), train step with a GradientTape, Keras's MeanSquaredError and SGD;
-workload 9: Sequential of Dense layers, CategoricalCrossentropy(from_logits=True), SGD. Each
-function traces (and with XLA compiles) once per input shape. Prints JSON (see common.py)."""
+"""TensorFlow side of bench/compare's sizes family (see sizes.py): Keras 3 models under tf.function,
+with and without jit_compile=True (XLA). Workload 7: keras.layers.LSTM(h) and keras.layers.GRU(h)
+(reset_after, the default; each recurrence a tf.while_loop), train step with a GradientTape,
+Keras's MeanSquaredError and SGD; workload 9: Sequential of Dense layers,
+CategoricalCrossentropy(from_logits=True), SGD. Each function traces (and with XLA compiles) once
+per input shape. Prints JSON (see common.py)."""
 
 import os
 import sys
@@ -26,6 +27,7 @@ report.info = {"version": tf.__version__, "keras": keras.__version__,
                "variants": {"tf.function": "Keras model in tf.function (graph mode, Grappler)",
                             "tf.function XLA": "the same in tf.function(jit_compile=True)"}}
 lstm_data = sizes.load_lstm(args)
+gru_data = sizes.load_gru(args)
 mlp_data = sizes.load_mlp(args)
 
 
@@ -42,11 +44,13 @@ def train_step_of(model, loss_fn, jit):
     return step
 
 
-def lstm_makers(jit):
+def recurrent_makers(jit, layer_type, data):
+    """make_forward and make_train of one cell (keras.layers.LSTM or GRU) holding data's
+    weights."""
     def make_model(h):
         model = keras.Sequential([keras.Input((None, sizes.FEATURES), batch_size=sizes.BATCH),
-                                  keras.layers.LSTM(h)])
-        initial = [lstm_data[name][h] for name in ("kernel", "recurrent_kernel", "bias")]
+                                  layer_type(h)])
+        initial = [data[name][h] for name in ("kernel", "recurrent_kernel", "bias")]
         model.set_weights(initial)
         return model, lambda: model.set_weights(initial)
 
@@ -74,6 +78,9 @@ def mlp_maker(jit):
 
 
 for variant, jit in (("tf.function", False), ("tf.function XLA", True)):
-    sizes.run_lstm(report, variant, lstm_data, *lstm_makers(jit), tf.constant)
+    sizes.run_lstm(report, variant, lstm_data,
+                   *recurrent_makers(jit, keras.layers.LSTM, lstm_data), tf.constant)
+    sizes.run_lstm(report, variant, gru_data, *recurrent_makers(jit, keras.layers.GRU, gru_data),
+                   tf.constant, cell="gru")
     sizes.run_mlp(report, variant, mlp_data, mlp_maker(jit), tf.constant)
 report.emit()

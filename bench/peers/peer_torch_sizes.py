@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""PyTorch side of bench/compare's sizes family (see sizes.py): workload 7 with torch.nn.LSTM,
-eager (forward under no_grad; its CPU kernel loops over time in C++) and torch.compile of the
-same forward and of the whole train step (Dynamo does not trace into nn.LSTM by default, so the
-recurrence itself stays the eager kernel there); workload 9, an nn.Sequential MLP, eager and the
-whole step in torch.compile; and for workload 8, torch.matmul into a preallocated output at each
-GEMM shape, as GFLOP/s. Prints JSON (see common.py)."""
+"""PyTorch side of bench/compare's sizes family (see sizes.py): workload 7 with torch.nn.LSTM and
+torch.nn.GRU, eager (forward under no_grad; its CPU kernel loops over time in C++) and
+torch.compile of the same forward and of the whole train step (Dynamo does not trace into nn.LSTM
+by default, so the recurrence itself stays the eager kernel there); workload 9, an nn.Sequential
+MLP, eager and the whole step in torch.compile; and for workload 8, torch.matmul into a
+preallocated output at each GEMM shape, as GFLOP/s. Prints JSON (see common.py)."""
 
 import os
 import shutil
@@ -29,11 +29,12 @@ torch.set_num_interop_threads(args.threads)
 
 report = common.Report("torch", args)
 report.info = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
-               "variants": {"PyTorch eager": "torch.nn.LSTM / nn.Sequential, eager",
+               "variants": {"PyTorch eager": "torch.nn.LSTM / nn.GRU / nn.Sequential, eager",
                             "torch.compile": "torch.compile (Inductor) of the forward function "
                             "and of the whole train step (forward, backward, optimizer.step)",
                             "torch.matmul": "torch.matmul(a, b, out=c)"}}
 lstm_data = sizes.load_lstm(args)
+gru_data = sizes.load_gru(args)
 mlp_data = sizes.load_mlp(args)
 
 
@@ -54,15 +55,45 @@ def make_lstm(h):
     return lstm, restore
 
 
-def lstm_makers(compiled):
+def keras_gru_gates(array, h):
+    """Keras's GRU gate blocks z, r, h (along the last axis) in PyTorch's order r, z, n."""
+    import numpy as np
+    return np.concatenate([array[..., h:2 * h], array[..., :h], array[..., 2 * h:]], axis=-1)
+
+
+def make_gru(h):
+    """torch.nn.GRU holding kiln's weights (Keras's reset_after form: its input and recurrent
+    biases are PyTorch's bias_ih and bias_hh, the recurrent one inside r * (...) for n)."""
+    gru = torch.nn.GRU(sizes.FEATURES, h, batch_first=True)
+
+    def restore():
+        with torch.no_grad():
+            weights = {"weight_ih_l0": keras_gru_gates(gru_data["kernel"][h], h).T,
+                       "weight_hh_l0": keras_gru_gates(gru_data["recurrent_kernel"][h], h).T,
+                       "bias_ih_l0": keras_gru_gates(gru_data["bias"][h][0], h),
+                       "bias_hh_l0": keras_gru_gates(gru_data["bias"][h][1], h)}
+            for name, value in weights.items():
+                getattr(gru, name).copy_(torch.from_numpy(np.ascontiguousarray(value)))
+
+    restore()
+    return gru, restore
+
+
+def recurrent_makers(compiled, make_layer):
+    """make_forward and make_train of one cell: make_layer(h) -> (module, restore), a module
+    called as layer(x) -> (output, state) whose state is hn or (hn, cn)."""
     wrap = torch.compile if compiled else (lambda fn: fn)
 
+    def last_of(state):
+        hn = state[0] if isinstance(state, tuple) else state
+        return hn[0]
+
     def make_forward(h):
-        lstm, _ = make_lstm(h)
+        layer, _ = make_layer(h)
 
         def last_h(x):
-            _, (hn, _) = lstm(x)
-            return hn[0]
+            _, state = layer(x)
+            return last_of(state)
         fn = wrap(last_h)
 
         def forward(x):
@@ -71,14 +102,14 @@ def lstm_makers(compiled):
         return forward
 
     def make_train(h):
-        lstm, restore = make_lstm(h)
-        opt = torch.optim.SGD([p for p in lstm.parameters() if p.requires_grad],
+        layer, restore = make_layer(h)
+        opt = torch.optim.SGD([p for p in layer.parameters() if p.requires_grad],
                               lr=sizes.LEARNING_RATE)
 
         def step(x, y):
             opt.zero_grad(set_to_none=True)
-            _, (hn, _) = lstm(x)
-            loss = torch.nn.functional.mse_loss(hn[0], y)
+            _, state = layer(x)
+            loss = torch.nn.functional.mse_loss(last_of(state), y)
             loss.backward()
             opt.step()
             return loss.detach()
@@ -129,7 +160,10 @@ def gemm():
 
 
 for variant, compiled in (("PyTorch eager", False), ("torch.compile", True)):
-    sizes.run_lstm(report, variant, lstm_data, *lstm_makers(compiled), torch.from_numpy)
+    sizes.run_lstm(report, variant, lstm_data, *recurrent_makers(compiled, make_lstm),
+                   torch.from_numpy)
+    sizes.run_lstm(report, variant, gru_data, *recurrent_makers(compiled, make_gru),
+                   torch.from_numpy, cell="gru")
     sizes.run_mlp(report, variant, mlp_data, mlp_maker(compiled), torch.from_numpy)
 report.run("gemm", "torch.matmul", gemm)
 

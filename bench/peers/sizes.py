@@ -4,18 +4,20 @@ against kiln, and the loops every peer_*_sizes.py runs.
 
 Workload 7 ("lstm_forward", "lstm_train"): one LSTM layer, batch 64, 128 features, hidden in
 HIDDEN, T in LENGTHS; the last h, and a train step (MSE of the last h against y, its gradient and
-plain SGD with learning rate 0.1). Workload 9 ("mlp_train"): Dense(1024, relu) -> Dense(1024,
-relu) -> Dense(10), batch 256, 1024 features, softmax cross-entropy of the logits against one-hot
-labels, SGD 0.1. Workload 8 (GEMM) is kiln_bench_gemm's; a peer may add "gemm" rows of its own
-matmul at GEMM_SHAPES.
+plain SGD with learning rate 0.1). The same for one GRU layer ("gru_forward", "gru_train"; the
+reset-after form of Keras and PyTorch) at T in GRU_LENGTHS. Workload 9 ("mlp_train"):
+Dense(1024, relu) -> Dense(1024, relu) -> Dense(10), batch 256, 1024 features, softmax
+cross-entropy of the logits against one-hot labels, SGD 0.1. Workload 8 (GEMM) is
+kiln_bench_gemm's; a peer may add "gemm" rows of its own matmul at GEMM_SHAPES.
 
     python bench/peers/peer_torch_sizes.py [--quick] [--threads 2] [--lstm-init PATH]
                                            [--mlp-init PATH]
 
 --lstm-init and --mlp-init name the .npz files that `kiln_bench_lstm_sizes --save-init` and
 `kiln_bench_mlp --save-init` write (bench/compare passes them): kiln's weights (Keras layout:
-LSTM kernel [128, 4 h], recurrent_kernel [h, 4 h], bias [4 h], gates i, f, c, o; Dense kernels
-[in, out]), inputs and results, which every peer must reproduce before it is timed. Without
+LSTM kernel [128, 4 h], recurrent_kernel [h, 4 h], bias [4 h], gates i, f, c, o; GRU kernel
+[128, 3 h], recurrent_kernel [h, 3 h], bias [2, 3 h] (input, recurrent), gates z, r, h; Dense
+kernels [in, out]), inputs and results, which every peer must reproduce before it is timed. Without
 them the peer draws its own (the sizes of --quick or not) and only checks that losses are finite.
 """
 
@@ -29,8 +31,8 @@ from typing import Callable
 import common
 
 BATCH, FEATURES, LEARNING_RATE = 64, 128, 0.1
-HIDDEN, LENGTHS = (256, 512), (50, 200)
-QUICK_HIDDEN, QUICK_LENGTHS = (16, 32), (3, 8)
+HIDDEN, LENGTHS, GRU_LENGTHS = (256, 512), (50, 200), (50,)
+QUICK_HIDDEN, QUICK_LENGTHS, QUICK_GRU_LENGTHS = (16, 32), (3, 8), (3,)
 MLP = {"batch": 256, "features": 1024, "width": 1024, "classes": 10}
 QUICK_MLP = {"batch": 16, "features": 32, "width": 64, "classes": 10}
 GEMM_SHAPES = ((32, 20, 80), (64, 256, 1024), (1024, 1024, 1024), (4096, 4096, 1024))  # M, N, K
@@ -64,33 +66,52 @@ def plan_for(seconds_per_call: float, quick: bool) -> common.TimingPlan:
     return common.TimingPlan(0.1, 0.03, samples)
 
 
-def load_lstm(args: argparse.Namespace) -> dict:
-    """numpy f32 arrays: "hidden" and "lengths" (lists), per hidden size h "kernel" {h: ...},
-    "recurrent_kernel", "bias", "y"; "x" {T: [64, T, 128]}; "forward" {(h, T): last h} and
-    "losses" {(h, T): [2]} (None without --lstm-init)."""
+def load_recurrent(args: argparse.Namespace, cell: str = "lstm") -> dict:
+    """One cell's data ("lstm" or "gru"), numpy f32 arrays: "hidden" and "lengths" (lists), per
+    hidden size h "kernel" {h: ...}, "recurrent_kernel", "bias", "y"; "x" {T: [64, T, 128]};
+    "forward" {(h, T): last h} and "losses" {(h, T): [2]} (None without --lstm-init, whose GRU
+    arrays carry a "gru_" prefix)."""
     import numpy as np
+    prefix = "" if cell == "lstm" else f"{cell}_"
     if args.lstm_init:
         with np.load(args.lstm_init) as d:
             hidden = [int(h) for h in d["hidden"]]
-            lengths = [int(t) for t in d["lengths"]]
+            lengths = [int(t) for t in d[f"{prefix}lengths"]]
             out = {"hidden": hidden, "lengths": lengths,
                    "x": {t: d[f"x_{t}"].astype(np.float32) for t in lengths},
-                   "forward": {(h, t): d[f"forward_{h}_{t}"] for h in hidden for t in lengths},
-                   "losses": {(h, t): d[f"losses_{h}_{t}"] for h in hidden for t in lengths}}
-            for name in ("kernel", "recurrent_kernel", "bias", "y"):
-                out[name] = {h: d[f"{name}_{h}"].astype(np.float32) for h in hidden}
+                   "forward": {(h, t): d[f"{prefix}forward_{h}_{t}"] for h in hidden
+                               for t in lengths},
+                   "losses": {(h, t): d[f"{prefix}losses_{h}_{t}"] for h in hidden
+                              for t in lengths},
+                   "y": {h: d[f"y_{h}"].astype(np.float32) for h in hidden}}
+            for name in ("kernel", "recurrent_kernel", "bias"):
+                out[name] = {h: d[f"{prefix}{name}_{h}"].astype(np.float32) for h in hidden}
         return out
     hidden = list(QUICK_HIDDEN if args.quick else HIDDEN)
-    lengths = list(QUICK_LENGTHS if args.quick else LENGTHS)
-    rng = np.random.default_rng(18)
+    if cell == "lstm":
+        lengths = list(QUICK_LENGTHS if args.quick else LENGTHS)
+    else:
+        lengths = list(QUICK_GRU_LENGTHS if args.quick else GRU_LENGTHS)
+    gates = 4 if cell == "lstm" else 3
+    rng = np.random.default_rng(18 if cell == "lstm" else 20)
+    bias_shape = (lambda h: (4 * h,)) if cell == "lstm" else (lambda h: (2, 3 * h))
     return {"hidden": hidden, "lengths": lengths,
-            "kernel": {h: rng.normal(0, 0.1, (FEATURES, 4 * h)).astype(np.float32) for h in hidden},
-            "recurrent_kernel": {h: rng.normal(0, 0.05, (h, 4 * h)).astype(np.float32)
+            "kernel": {h: rng.normal(0, 0.1, (FEATURES, gates * h)).astype(np.float32)
+                       for h in hidden},
+            "recurrent_kernel": {h: rng.normal(0, 0.05, (h, gates * h)).astype(np.float32)
                                  for h in hidden},
-            "bias": {h: np.zeros(4 * h, np.float32) for h in hidden},
+            "bias": {h: np.zeros(bias_shape(h), np.float32) for h in hidden},
             "y": {h: rng.uniform(-0.5, 0.5, (BATCH, h)).astype(np.float32) for h in hidden},
             "x": {t: rng.normal(0, 1, (BATCH, t, FEATURES)).astype(np.float32) for t in lengths},
             "forward": None, "losses": None}
+
+
+def load_lstm(args: argparse.Namespace) -> dict:
+    return load_recurrent(args, "lstm")
+
+
+def load_gru(args: argparse.Namespace) -> dict:
+    return load_recurrent(args, "gru")
 
 
 def load_mlp(args: argparse.Namespace) -> dict:
@@ -128,11 +149,12 @@ def check_losses(what: str, losses: list[float], want, tolerances) -> None:
 
 def run_lstm(report: common.Report, variant: str, data: dict,
              make_forward: Callable[[int], Callable], make_train: Callable[[int], tuple],
-             convert: Callable = lambda array: array) -> None:
-    """Measures one peer variant at every (hidden, T). make_forward(h) returns fn(x) -> the last
-    h (computed); make_train(h) returns (step, restore): step(x, y) -> the loss before its update
-    (float() works), restore() puts the initial weights back (each T starts from them). The
-    makers build the model outside the timings and wrap it lazily (tf.function, jax.jit,
+             convert: Callable = lambda array: array, cell: str = "lstm") -> None:
+    """Measures one peer variant of one cell ("lstm", or "gru" with load_gru's data; workloads
+    "<cell>_forward" and "<cell>_train") at every (hidden, T). make_forward(h) returns fn(x) ->
+    the last h (computed); make_train(h) returns (step, restore): step(x, y) -> the loss before
+    its update (float() works), restore() puts the initial weights back (each T starts from
+    them). The makers build the model outside the timings and wrap it lazily (tf.function, jax.jit,
     torch.compile), so the first call at the first T includes tracing and compiling."""
     import numpy as np
     quick = report.args.quick
@@ -146,10 +168,10 @@ def run_lstm(report: common.Report, variant: str, data: dict,
                 out = np.asarray(fn(x))
                 first = time.perf_counter() - start
                 if data["forward"] is not None:
-                    common.check_close(f"lstm forward {variant} {h}x{t}", out,
+                    common.check_close(f"{cell} forward {variant} {h}x{t}", out,
                                        data["forward"][(h, t)], FORWARD_TOLERANCE)
                 one = common.time_once(lambda: fn(x))
-                report.add("lstm_forward", variant,
+                report.add(f"{cell}_forward", variant,
                            common.measure(plan_for(one, quick), lambda: fn(x)),
                            hidden=h, T=t, first_call_s=first)
 
@@ -166,15 +188,15 @@ def run_lstm(report: common.Report, variant: str, data: dict,
                 start = time.perf_counter()
                 losses.append(float(step(x, y)))
                 one = time.perf_counter() - start
-                check_losses(f"lstm train {variant} {h}x{t}", losses,
+                check_losses(f"{cell} train {variant} {h}x{t}", losses,
                              None if data["losses"] is None else data["losses"][(h, t)],
                              LSTM_LOSS_TOLERANCE)
-                report.add("lstm_train", variant,
+                report.add(f"{cell}_train", variant,
                            common.measure(plan_for(one, quick), lambda: step(x, y)),
                            hidden=h, T=t, first_call_s=first, losses=losses)
 
-    report.run("lstm_forward", variant, forward_rows)
-    report.run("lstm_train", variant, train_rows)
+    report.run(f"{cell}_forward", variant, forward_rows)
+    report.run(f"{cell}_train", variant, train_rows)
 
 
 def run_mlp(report: common.Report, variant: str, data: dict, make_step: Callable[[], Callable],
