@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Draws docs/images/lstm-sizes.png from the sizes family of a bench/compare run
-(bench/results/latest.json): workload 7's cached call (median) at each LSTM size (hidden, T), for
-the forward pass and the train step, kiln and every peer variant. Given several runs' results,
-each point is the median of that point over the runs (on a machine whose speed comes and goes,
-one run can catch kiln or a peer in a slow phase); a run of `bench/compare --rounds N` is drawn
-from its best figures.
+(bench/results/latest.json): workload 7's cached call (median) at each LSTM size (hidden, T) and
+each GRU size, for the forward pass and the train step, kiln and every peer variant. Given several
+runs' results, each point is the median of that point over the runs (on a machine whose speed comes
+and goes, one run can catch kiln or a peer in a slow phase); a run of `bench/compare --rounds N` is
+drawn from its best figures.
 
     ~/.cache/kiln/peers-venv/bin/python bench/plot_sizes.py [RESULTS...] [--output PNG]
 
@@ -52,7 +52,9 @@ def main() -> int:
             sys.exit(f"plot_sizes: {path} holds no sizes figures (run bench/compare "
                      "--only sizes, or without --only)")
         runs.append(results)
-    series = median_series([compare_sizes.lstm_series(r["sizes"]) for r in runs])
+    series = {cell: median_series([compare_sizes.recurrent_series(r["sizes"], cell)
+                                   for r in runs])
+              for cell, _ in compare_sizes.CELLS}
     results = dict(runs[-1])
     if len(runs) > 1:
         dates = sorted(r.get("date", "?") for r in runs)
@@ -65,25 +67,29 @@ def main() -> int:
         results["date"] = f"{results.get('date', '?')}, best of {rounds} rounds (--rounds)"
     forms = ["kiln"] + compare_sizes.PEER_VARIANTS
 
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    for ax, (workload, label) in zip(axes, compare_sizes.LSTM_WORKLOADS):
-        sizes = sorted((h, t) for (w, h, t) in series if w == workload)
-        ticks = range(len(sizes))
-        for form in forms:
-            points = [(i, series[(workload, h, t)][form]) for i, (h, t) in enumerate(sizes)
-                      if form in series[(workload, h, t)]]
-            if points:
-                style = ({"linestyle": "-", "linewidth": 2.4, "color": "black"} if form == "kiln"
-                         else {"linestyle": "--"})
-                ax.plot([i for i, _ in points], [s * 1e3 for _, s in points], marker="o",
-                        label=form, **style)
-        ax.set_xticks(list(ticks), [f"hidden {h}\nT = {t}" for h, t in sizes])
-        ax.set_yscale("log")
-        ax.set_ylabel("cached call, ms (median)")
-        ax.set_title(f"LSTM {label}, batch 64, 128 features")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    plot_common.finish(fig, results, "LSTM sizes (issue 18, workload 7)", args.output, "plot_sizes")
+    cells = [(cell, name) for cell, name in compare_sizes.CELLS if series[cell]]
+    fig, grid = plt.subplots(len(cells), 2, figsize=(13, 4.8 * len(cells)), squeeze=False)
+    for axes, (cell, name) in zip(grid, cells):
+        for ax, (workload, label) in zip(axes, compare_sizes.LSTM_WORKLOADS):
+            points_of = series[cell]
+            sizes = sorted((h, t) for (w, h, t) in points_of if w == workload)
+            for form in forms:
+                points = [(i, points_of[(workload, h, t)][form]) for i, (h, t) in enumerate(sizes)
+                          if form in points_of[(workload, h, t)]]
+                if points:
+                    style = ({"linestyle": "-", "linewidth": 2.4, "color": "black"}
+                             if form == "kiln" else {"linestyle": "--"})
+                    ax.plot([i for i, _ in points], [s * 1e3 for _, s in points], marker="o",
+                            label=form, **style)
+            ax.set_xticks(list(range(len(sizes))), [f"hidden {h}\nT = {t}" for h, t in sizes])
+            ax.set_xlim(-0.5, max(len(sizes), 2) - 0.5)
+            ax.set_yscale("log")
+            ax.set_ylabel("cached call, ms (median)")
+            ax.set_title(f"{name} {label}, batch 64, 128 features")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    plot_common.finish(fig, results, "LSTM and GRU sizes (issue 18, workload 7)", args.output,
+                       "plot_sizes")
     return 0
 
 
