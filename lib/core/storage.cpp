@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include "kiln/error.hpp"
 #include "kiln/memory.hpp"
@@ -153,6 +154,11 @@ namespace {
 constexpr std::size_t large_threshold = std::size_t{128} << 10;
 constexpr std::size_t page = 4096;
 
+/// Gives a block back to the system: std::free for aligned_alloc's, munmap for a mapping's.
+using BlockRelease = void (*)(void* p, std::size_t size);
+void release_allocated(void* p, std::size_t /*size*/) { std::free(p); }
+void release_mapped(void* p, std::size_t size) { ::munmap(p, size); }
+
 struct LargeBlockCache {
   struct Block {
     void* p;
@@ -163,8 +169,12 @@ struct LargeBlockCache {
   std::size_t bytes = 0;
   std::size_t limit = 0;
   std::uint64_t clock = 0;
+  BlockRelease release_block;
+  std::size_t slack_divisor;  // take() hands out blocks up to size + size / slack_divisor
 
-  LargeBlockCache() {
+  /// slack_divisor 0: take() hands out blocks of exactly the size asked for (a mapping's size
+  /// must be known when it is unmapped).
+  LargeBlockCache(BlockRelease how, std::size_t slack) : release_block(how), slack_divisor(slack) {
     limit = std::size_t{1} << 30;
     if (const char* env = std::getenv("KILN_CACHED_BYTES_LIMIT"))
       limit = std::strtoull(env, nullptr, 10);
@@ -174,7 +184,8 @@ struct LargeBlockCache {
   void* take(std::size_t size) {
     std::lock_guard lock(mutex);
     auto it = blocks.lower_bound(size);
-    if (it == blocks.end() || it->first > size + size / 4) return nullptr;
+    const std::size_t largest = slack_divisor == 0 ? size : size + size / slack_divisor;
+    if (it == blocks.end() || it->first > largest) return nullptr;
     void* p = it->second.p;
     bytes -= it->first;
     blocks.erase(it);
@@ -190,7 +201,7 @@ struct LargeBlockCache {
       auto oldest = std::min_element(
           blocks.begin(), blocks.end(),
           [](const auto& a, const auto& b) { return a.second.kept_at < b.second.kept_at; });
-      std::free(oldest->second.p);
+      release_block(oldest->second.p, oldest->first);
       bytes -= oldest->first;
       blocks.erase(oldest);
     }
@@ -200,15 +211,29 @@ struct LargeBlockCache {
   }
   void release() {
     std::lock_guard lock(mutex);
-    for (auto& [size, block] : blocks) std::free(block.p);
+    for (auto& [size, block] : blocks) release_block(block.p, size);
     blocks.clear();
     bytes = 0;
   }
 };
 
 LargeBlockCache& large_cache() {
-  static LargeBlockCache* cache = new LargeBlockCache;  // never destroyed: usable at exit
+  // Never destroyed: usable at exit. A block of up to a quarter more than asked serves.
+  static LargeBlockCache* cache = new LargeBlockCache(release_allocated, 4);
   return *cache;
+}
+
+/// The blocks of allocate_huge_block, kept after release as the large ones are (and bounded
+/// alike), reused for the same size only.
+LargeBlockCache& huge_cache() {
+  static LargeBlockCache* cache = new LargeBlockCache(release_mapped, 0);
+  return *cache;
+}
+
+constexpr std::size_t huge_page = std::size_t{1} << 21;
+
+std::size_t huge_block_bytes(std::size_t bytes) {
+  return (std::max<std::size_t>(bytes, 1) + huge_page - 1) / huge_page * huge_page;
 }
 
 std::size_t large_block_bytes(std::size_t rounded) { return (rounded + page - 1) / page * page; }
@@ -249,6 +274,28 @@ void free_block(void* p, std::size_t bytes) {
   const std::size_t held = held_bytes(rounded);
   if (held >= large_threshold && large_cache().keep(p, held)) return;
   std::free(p);
+}
+
+void* allocate_huge_block(std::size_t bytes) {
+  const std::size_t held = huge_block_bytes(bytes);
+  if (void* p = huge_cache().take(held)) return p;
+  // A mapping of its own, cut to 2 MiB boundaries: never memory the heap already faulted in
+  // as 4 KiB pages, which the advice below would not change.
+  const std::size_t span = held + huge_page;
+  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (base + huge_page - 1) / huge_page * huge_page;
+  if (aligned > base) ::munmap(raw, aligned - base);
+  const std::uintptr_t end = base + span, used_end = aligned + held;
+  if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  ::madvise(reinterpret_cast<void*>(aligned), held, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void free_huge_block(void* p, std::size_t bytes) {
+  const std::size_t held = huge_block_bytes(bytes);
+  if (!huge_cache().keep(p, held)) ::munmap(p, held);
 }
 
 namespace {
@@ -314,15 +361,17 @@ MemoryStats memory_stats() {
   s.cached_functions = cached_functions.load(std::memory_order_relaxed);
   s.live_graph_nodes = live_graph_nodes.load(std::memory_order_relaxed);
   s.graph_bytes = graph_bytes.load(std::memory_order_relaxed);
-  {
-    auto& cache = large_cache();
-    std::lock_guard lock(cache.mutex);
-    s.cached_bytes = static_cast<std::int64_t>(cache.bytes);
+  for (LargeBlockCache* cache : {&large_cache(), &huge_cache()}) {
+    std::lock_guard lock(cache->mutex);
+    s.cached_bytes += static_cast<std::int64_t>(cache->bytes);
   }
   return s;
 }
 
-void release_cached_memory() { detail::large_cache().release(); }
+void release_cached_memory() {
+  detail::large_cache().release();
+  detail::huge_cache().release();
+}
 
 void reset_peak_bytes() { detail::peak_bytes.store(detail::live_bytes.load()); }
 

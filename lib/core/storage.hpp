@@ -50,6 +50,16 @@ std::shared_ptr<Storage> allocate_storage(std::size_t bytes, const char* op = "a
 void* allocate_block(std::size_t bytes);
 void free_block(void* p, std::size_t bytes);
 
+/// Memory in 2 MiB-aligned blocks of whole 2 MiB pages that the kernel is asked to back with
+/// huge pages (MADV_HUGEPAGE; advice only), for buffers that a kernel streams through on every
+/// step (a recurrence's packed weight panels). Each block is a mapping of its own when first
+/// made, so it is never memory the heap already faulted in as 4 KiB pages. Released blocks are
+/// kept for a request of the same size, in a cache of their own under the large-buffer cache's
+/// limit, counted in memory_stats().cached_bytes. Null when the system has no memory;
+/// free_huge_block must get the same size.
+void* allocate_huge_block(std::size_t bytes);
+void free_huge_block(void* p, std::size_t bytes);
+
 /// Allocator for std::allocate_shared that takes its memory from the block cache, so
 /// creating a tensor does not go through malloc for its bookkeeping objects.
 template <class T>

@@ -25,8 +25,6 @@
 #include <thread>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "core/fail.hpp"
 #include "core/storage.hpp"
 #include "kernels/elementwise_table.hpp"
@@ -204,11 +202,14 @@ struct GatePanels {
   }
 };
 
-/// Memory for a part's packed panels: from 2 MiB on, in 2 MiB-aligned blocks that the kernel is
-/// asked to back with huge pages (MADV_HUGEPAGE, advice only: where transparent huge pages are
-/// off it changes nothing); below, the storage's block cache (allocate_block). A step reads all
-/// of its part's panels, 2.6 MiB for an LSTM(512) on two threads; in 4 KiB pages its forward ran
-/// 0.5-3% slower (nine interleaved pairs, Zen 2).
+/// Memory for a part's packed panels: from 2 MiB on, huge-page blocks (allocate_huge_block:
+/// 2 MiB-aligned mappings advised MADV_HUGEPAGE, kept for the next call); below, the storage's
+/// block cache (allocate_block). A step reads all of its part's panels, 2.6 MiB for an LSTM(512)
+/// on two threads; in 4 KiB pages its forward ran 0.5-3% slower (nine interleaved pairs, Zen 2).
+/// The blocks were aligned_alloc's until 2026-12-06, freed after every call: each call faulted
+/// its panels in again (eight page faults an LSTM(512) forward, about 2.5% of its time on a Zen
+/// 4), and once the heap had held other buffers in 4 KiB pages (a train step run before) the
+/// panels came back in those, where the advice does not reach.
 template <class T>
 struct PanelAllocator {
   using value_type = T;
@@ -218,20 +219,13 @@ struct PanelAllocator {
   PanelAllocator(const PanelAllocator<U>& /*other*/) {}
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
-    void* p = nullptr;
-    if (bytes >= huge_page) {
-      const std::size_t held = (bytes + huge_page - 1) / huge_page * huge_page;
-      p = std::aligned_alloc(huge_page, held);
-      if (p != nullptr) ::madvise(p, held, MADV_HUGEPAGE);
-    } else {
-      p = allocate_block(bytes);
-    }
+    void* p = bytes >= huge_page ? allocate_huge_block(bytes) : allocate_block(bytes);
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
   void deallocate(T* p, std::size_t n) {
     if (n * sizeof(T) >= huge_page)
-      std::free(p);
+      free_huge_block(p, n * sizeof(T));
     else
       free_block(p, n * sizeof(T));
   }
