@@ -12,7 +12,8 @@ struct MemoryStats {
   std::int64_t live_buffers = 0;  ///< Data buffers alive now.
   std::int64_t live_bytes = 0;    ///< Bytes held by those buffers.
   std::int64_t peak_bytes = 0;    ///< Highest live_bytes since start or reset_peak_bytes().
-  /// Bytes of released large buffers kept for reuse (bounded; see release_cached_memory()).
+  /// Bytes of released large buffers (and of recurrences' weight-panel blocks) kept for reuse
+  /// (bounded; see release_cached_memory()).
   std::int64_t cached_bytes = 0;
   std::int64_t cached_functions = 0;  ///< Concrete functions held by kiln::function caches.
   std::int64_t live_graph_nodes = 0;  ///< Nodes in those functions' graphs.

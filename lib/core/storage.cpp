@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -230,10 +231,9 @@ LargeBlockCache& huge_cache() {
   return *cache;
 }
 
-constexpr std::size_t huge_page = std::size_t{1} << 21;
-
 std::size_t huge_block_bytes(std::size_t bytes) {
-  return (std::max<std::size_t>(bytes, 1) + huge_page - 1) / huge_page * huge_page;
+  return (std::max<std::size_t>(bytes, 1) + huge_page_bytes - 1) / huge_page_bytes *
+         huge_page_bytes;
 }
 
 std::size_t large_block_bytes(std::size_t rounded) { return (rounded + page - 1) / page * page; }
@@ -281,11 +281,11 @@ void* allocate_huge_block(std::size_t bytes) {
   if (void* p = huge_cache().take(held)) return p;
   // A mapping of its own, cut to 2 MiB boundaries: never memory the heap already faulted in
   // as 4 KiB pages, which the advice below would not change.
-  const std::size_t span = held + huge_page;
+  const std::size_t span = held + huge_page_bytes;
   void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const auto base = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t aligned = (base + huge_page - 1) / huge_page * huge_page;
+  const std::uintptr_t aligned = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
   if (aligned > base) ::munmap(raw, aligned - base);
   const std::uintptr_t end = base + span, used_end = aligned + held;
   if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);

@@ -57,6 +57,7 @@ void free_block(void* p, std::size_t bytes);
 /// kept for a request of the same size, in a cache of their own under the large-buffer cache's
 /// limit, counted in memory_stats().cached_bytes. Null when the system has no memory;
 /// free_huge_block must get the same size.
+constexpr std::size_t huge_page_bytes = std::size_t{1} << 21;
 void* allocate_huge_block(std::size_t bytes);
 void free_huge_block(void* p, std::size_t bytes);
 

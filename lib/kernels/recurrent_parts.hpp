@@ -213,18 +213,17 @@ struct GatePanels {
 template <class T>
 struct PanelAllocator {
   using value_type = T;
-  static constexpr std::size_t huge_page = std::size_t{1} << 21;
   PanelAllocator() = default;
   template <class U>
   PanelAllocator(const PanelAllocator<U>& /*other*/) {}
   T* allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
-    void* p = bytes >= huge_page ? allocate_huge_block(bytes) : allocate_block(bytes);
+    void* p = bytes >= huge_page_bytes ? allocate_huge_block(bytes) : allocate_block(bytes);
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
   void deallocate(T* p, std::size_t n) {
-    if (n * sizeof(T) >= huge_page)
+    if (n * sizeof(T) >= huge_page_bytes)
       free_huge_block(p, n * sizeof(T));
     else
       free_block(p, n * sizeof(T));
