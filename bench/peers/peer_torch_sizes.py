@@ -57,7 +57,6 @@ def make_lstm(h):
 
 def keras_gru_gates(array, h):
     """Keras's GRU gate blocks z, r, h (along the last axis) in PyTorch's order r, z, n."""
-    import numpy as np
     return np.concatenate([array[..., h:2 * h], array[..., :h], array[..., 2 * h:]], axis=-1)
 
 
