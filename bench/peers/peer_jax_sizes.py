@@ -25,8 +25,8 @@ report = common.Report("jax", args)
 report.info = {"version": jax.__version__, "xla_flags": os.environ["XLA_FLAGS"],
                "variants": {"jax.jit": "jax.jit of lax.scan LSTM and GRU / the MLP; compiles "
                                        "per shape"}}
-lstm_data = sizes.load_lstm(args)
-gru_data = sizes.load_gru(args)
+lstm_data = sizes.load_recurrent(args, "lstm")
+gru_data = sizes.load_recurrent(args, "gru")
 mlp_data = sizes.load_mlp(args)
 
 
@@ -80,11 +80,11 @@ def make_mlp_step():
     return step
 
 
-sizes.run_lstm(report, "jax.jit", lstm_data,
-               *recurrent_makers(lstm_data, jax_lstm.last_h, jax_lstm.mse_of_last_h),
-               jax.device_put)
-sizes.run_lstm(report, "jax.jit", gru_data,
-               *recurrent_makers(gru_data, jax_lstm.gru_last_h, jax_lstm.gru_mse_of_last_h),
-               jax.device_put, cell="gru")
+sizes.run_recurrent(report, "jax.jit", lstm_data,
+                    *recurrent_makers(lstm_data, jax_lstm.last_h, jax_lstm.mse_of_last_h),
+                    jax.device_put)
+sizes.run_recurrent(report, "jax.jit", gru_data,
+                    *recurrent_makers(gru_data, jax_lstm.gru_last_h, jax_lstm.gru_mse_of_last_h),
+                    jax.device_put, cell="gru")
 sizes.run_mlp(report, "jax.jit", mlp_data, make_mlp_step, jax.device_put)
 report.emit()

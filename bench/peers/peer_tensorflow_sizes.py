@@ -26,8 +26,8 @@ report.info = {"version": tf.__version__, "keras": keras.__version__,
                "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
                "variants": {"tf.function": "Keras model in tf.function (graph mode, Grappler)",
                             "tf.function XLA": "the same in tf.function(jit_compile=True)"}}
-lstm_data = sizes.load_lstm(args)
-gru_data = sizes.load_gru(args)
+lstm_data = sizes.load_recurrent(args, "lstm")
+gru_data = sizes.load_recurrent(args, "gru")
 mlp_data = sizes.load_mlp(args)
 
 
@@ -78,9 +78,10 @@ def mlp_maker(jit):
 
 
 for variant, jit in (("tf.function", False), ("tf.function XLA", True)):
-    sizes.run_lstm(report, variant, lstm_data,
-                   *recurrent_makers(jit, keras.layers.LSTM, lstm_data), tf.constant)
-    sizes.run_lstm(report, variant, gru_data, *recurrent_makers(jit, keras.layers.GRU, gru_data),
-                   tf.constant, cell="gru")
+    sizes.run_recurrent(report, variant, lstm_data,
+                        *recurrent_makers(jit, keras.layers.LSTM, lstm_data), tf.constant)
+    sizes.run_recurrent(report, variant, gru_data,
+                        *recurrent_makers(jit, keras.layers.GRU, gru_data), tf.constant,
+                        cell="gru")
     sizes.run_mlp(report, variant, mlp_data, mlp_maker(jit), tf.constant)
 report.emit()

@@ -33,8 +33,8 @@ report.info = {"version": torch.__version__, "num_threads": torch.get_num_thread
                             "torch.compile": "torch.compile (Inductor) of the forward function "
                             "and of the whole train step (forward, backward, optimizer.step)",
                             "torch.matmul": "torch.matmul(a, b, out=c)"}}
-lstm_data = sizes.load_lstm(args)
-gru_data = sizes.load_gru(args)
+lstm_data = sizes.load_recurrent(args, "lstm")
+gru_data = sizes.load_recurrent(args, "gru")
 mlp_data = sizes.load_mlp(args)
 
 
@@ -159,10 +159,10 @@ def gemm():
 
 
 for variant, compiled in (("PyTorch eager", False), ("torch.compile", True)):
-    sizes.run_lstm(report, variant, lstm_data, *recurrent_makers(compiled, make_lstm),
-                   torch.from_numpy)
-    sizes.run_lstm(report, variant, gru_data, *recurrent_makers(compiled, make_gru),
-                   torch.from_numpy, cell="gru")
+    sizes.run_recurrent(report, variant, lstm_data, *recurrent_makers(compiled, make_lstm),
+                        torch.from_numpy)
+    sizes.run_recurrent(report, variant, gru_data, *recurrent_makers(compiled, make_gru),
+                        torch.from_numpy, cell="gru")
     sizes.run_mlp(report, variant, mlp_data, mlp_maker(compiled), torch.from_numpy)
 report.run("gemm", "torch.matmul", gemm)
 

@@ -66,7 +66,7 @@ def plan_for(seconds_per_call: float, quick: bool) -> common.TimingPlan:
     return common.TimingPlan(0.1, 0.03, samples)
 
 
-def load_recurrent(args: argparse.Namespace, cell: str = "lstm") -> dict:
+def load_recurrent(args: argparse.Namespace, cell: str) -> dict:
     """One cell's data ("lstm" or "gru"), numpy f32 arrays: "hidden" and "lengths" (lists), per
     hidden size h "kernel" {h: ...}, "recurrent_kernel", "bias", "y"; "x" {T: [64, T, 128]};
     "forward" {(h, T): last h} and "losses" {(h, T): [2]} (None without --lstm-init, whose GRU
@@ -106,13 +106,6 @@ def load_recurrent(args: argparse.Namespace, cell: str = "lstm") -> dict:
             "forward": None, "losses": None}
 
 
-def load_lstm(args: argparse.Namespace) -> dict:
-    return load_recurrent(args, "lstm")
-
-
-def load_gru(args: argparse.Namespace) -> dict:
-    return load_recurrent(args, "gru")
-
 
 def load_mlp(args: argparse.Namespace) -> dict:
     """numpy f32 arrays "l0/kernel", "l0/bias", ... "l2/bias", "x", "y" (one-hot), and "losses"
@@ -147,10 +140,10 @@ def check_losses(what: str, losses: list[float], want, tolerances) -> None:
             raise ValueError(f"{what}: losses {losses} differ from kiln's {want}")
 
 
-def run_lstm(report: common.Report, variant: str, data: dict,
-             make_forward: Callable[[int], Callable], make_train: Callable[[int], tuple],
-             convert: Callable = lambda array: array, cell: str = "lstm") -> None:
-    """Measures one peer variant of one cell ("lstm", or "gru" with load_gru's data; workloads
+def run_recurrent(report: common.Report, variant: str, data: dict,
+                  make_forward: Callable[[int], Callable], make_train: Callable[[int], tuple],
+                  convert: Callable = lambda array: array, cell: str = "lstm") -> None:
+    """Measures one peer variant of one cell (data from load_recurrent(args, cell); workloads
     "<cell>_forward" and "<cell>_train") at every (hidden, T). make_forward(h) returns fn(x) ->
     the last h (computed); make_train(h) returns (step, restore): step(x, y) -> the loss before
     its update (float() works), restore() puts the initial weights back (each T starts from
