@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include <kiln/kiln.hpp>
@@ -464,4 +465,162 @@ TEST_CASE("folded SGD updates from several threads never tear a variable's value
   CHECK(k == std::round(k));
   CHECK(k >= 2);
   CHECK(k <= 1 + 2 * calls);
+}
+
+namespace {
+
+/// One optimizer of each kind whose dense update is elementwise, as a factory (each call a fresh
+/// optimizer, so traced and eager runs keep slots of their own).
+struct OptimizerCase {
+  const char* name;
+  std::function<std::unique_ptr<optim::Optimizer>()> make;
+  int intermediates = 0;  // values of the variable's size the update computes besides its results
+};
+std::vector<OptimizerCase> elementwise_optimizers() {
+  return {
+      {"sgd", [] { return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = 0.1}); }},
+      {"momentum",
+       [] {
+         return std::make_unique<optim::SGD>(
+             optim::SGDOptions{.learning_rate = 0.1, .momentum = 0.9});
+       }},
+      {"nesterov",
+       [] {
+         return std::make_unique<optim::SGD>(
+             optim::SGDOptions{.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
+       },
+       1},  // rate * g, read by both updates
+      {"adam",
+       [] { return std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01}); }},
+      {"rmsprop",
+       [] {
+         return std::make_unique<optim::RMSprop>(
+             optim::RMSpropOptions{.learning_rate = 0.01, .momentum = 0.5});
+       }},
+      {"adagrad",
+       [] {
+         return std::make_unique<optim::Adagrad>(optim::AdagradOptions{.learning_rate = 0.1});
+       }},
+  };
+}
+
+/// The buffers of a variable and of its slots.
+std::vector<const void*> buffers_of(const optim::Optimizer& opt, const Variable& w) {
+  std::vector<const void*> out{w.value().data()};
+  for (const std::string& slot : opt.slot_names()) out.push_back(opt.slot(w, slot).value().data());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("compiled optimizer updates write over the variables' values", "[nn][optim][function]") {
+  constexpr std::int64_t value_bytes = 64 * 48 * 4;
+  for (const OptimizerCase& c : elementwise_optimizers()) {
+    for (const bool held_by_caller : {false, true}) {
+      CAPTURE(c.name, held_by_caller);
+      kiln::clear_session();
+      const Tensor initial = kiln::random::normal({64, 48}, 0, 1, 1);
+      Variable traced_w(initial, "traced_w"), eager_w(initial, "eager_w");
+      const auto traced_opt = c.make(), eager_opt = c.make();
+      auto step = kiln::function([&](const Tensor& g) { traced_opt->apply({g}, {traced_w}); });
+      std::vector<const void*> before;
+      for (int call = 0; call < 4; ++call) {
+        const Tensor g = kiln::random::normal({64, 48}, 0, 1, 10 + call);
+        // A value the caller holds is left as it was, and the update goes to a new buffer.
+        const Tensor held = held_by_caller ? traced_w.value() : Tensor();
+        const std::vector<float> held_values =
+            held_by_caller ? held.to_vector<float>() : std::vector<float>{};
+        const std::int64_t live = kiln::memory_stats().live_bytes;
+        kiln::reset_peak_bytes();
+        step(g);
+        const std::int64_t grown = kiln::memory_stats().peak_bytes - live;
+        eager_opt->apply({g}, {eager_w});
+        CHECK(kiln::max(kiln::abs(traced_w.value() - eager_w.value())).item<float>() <= 1e-6f);
+        if (held_by_caller) {
+          CHECK(held.to_vector<float>() == held_values);
+          CHECK(traced_w.value().data() != held.data());
+        } else if (call > 0) {
+          // After the first call (which traces and creates the slots) no variable or slot
+          // gets a new buffer.
+          CHECK(grown < value_bytes * (1 + c.intermediates));
+          CHECK(buffers_of(*traced_opt, traced_w) == before);
+        }
+        before = buffers_of(*traced_opt, traced_w);
+      }
+    }
+  }
+}
+
+TEST_CASE("in-place optimizer updates keep a call's values and its failures whole",
+          "[nn][optim][function]") {
+  kiln::clear_session();
+  SECTION("steps after the update read the old value") {
+    Variable w(kiln::random::normal({32, 16}, 0, 1, 1), "w_old_read");
+    optim::Adam opt({.learning_rate = 0.1});
+    auto step = kiln::function([&](const Tensor& g) {
+      const Tensor before = w.value();
+      opt.apply({g}, {w});
+      return before * 2.0f + 1.0f;  // computed from the value read before the update
+    });
+    for (int call = 0; call < 3; ++call) {
+      const std::vector<float> old = w.value().to_vector<float>();
+      const std::vector<float> got = step(kiln::ones({32, 16})).to_vector<float>();
+      for (std::size_t i = 0; i < old.size(); ++i) REQUIRE(got[i] == old[i] * 2.0f + 1.0f);
+      CHECK(w.value().to_vector<float>() != old);
+    }
+  }
+  SECTION("a call that fails changes no variable and no slot") {
+    Variable w(kiln::random::normal({32, 16}, 0, 1, 2), "w_failing");
+    optim::Adam opt({.learning_rate = 0.1});
+    // The update is traced before the lookup, whose indices are checked when it runs.
+    auto step = kiln::function([&](const Tensor& g, const Tensor& rows) {
+      opt.apply({g}, {w});
+      return kiln::gather(g, rows);
+    });
+    const Tensor g = kiln::ones({32, 16});
+    step(g, kiln::tensor(std::vector<std::int64_t>{0, 1}, {2}));
+    const std::vector<float> w_before = w.value().to_vector<float>();
+    const std::vector<float> m_before = opt.slot(w, "m").value().to_vector<float>();
+    const std::vector<float> v_before = opt.slot(w, "v").value().to_vector<float>();
+    const std::int64_t iterations = opt.iterations().value().item<std::int64_t>();
+    CHECK_THROWS_AS(step(g, kiln::tensor(std::vector<std::int64_t>{0, 40}, {2})), kiln::Error);
+    CHECK(w.value().to_vector<float>() == w_before);
+    CHECK(opt.slot(w, "m").value().to_vector<float>() == m_before);
+    CHECK(opt.slot(w, "v").value().to_vector<float>() == v_before);
+    CHECK(opt.iterations().value().item<std::int64_t>() == iterations);
+    step(g, kiln::tensor(std::vector<std::int64_t>{2, 3}, {2}));
+    CHECK(w.value().to_vector<float>() != w_before);
+  }
+}
+
+TEST_CASE("in-place momentum updates from several threads never tear a variable's value",
+          "[nn][optim][function][threads]") {
+  kiln::clear_session();
+  // Every element of w and of its momentum starts equal and gets the same gradient, so every
+  // element stays equal to the others whichever calls overlap.
+  Variable w(kiln::zeros({256, 512}), "w_threads");
+  optim::SGD opt({.learning_rate = 0.25, .momentum = 0.5});
+  auto step = kiln::function([&](const Tensor& g) { opt.apply({g}, {w}); });
+  const Tensor g = kiln::ones({256, 512});
+  step(g);
+  std::atomic<bool> torn{false};
+  std::atomic<int> running{2};
+  const auto uniform = [](const Tensor& v) {
+    const auto values = v.to_vector<float>();
+    return std::all_of(values.begin(), values.end(), [&](float e) { return e == values[0]; });
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&] {
+      for (int c = 0; c < 20; ++c) step(g);
+      --running;
+    });
+  threads.emplace_back([&] {
+    while (running > 0)
+      if (!uniform(w.value()) || !uniform(opt.slot(w, "momentum").value())) torn = true;
+  });
+  for (auto& th : threads) th.join();
+  CHECK_FALSE(torn);
+  CHECK(uniform(w.value()));
+  CHECK(w.value().to_vector<float>()[0] < 0);
 }

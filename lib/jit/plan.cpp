@@ -30,6 +30,7 @@ class PlanBuilder {
     mark_escapes();
     fuse_matmul_epilogues(plan_);
     fold_sgd_updates(plan_, g_);
+    update_variables_in_place(plan_, g_);
     lay_out_fused_steps();
     mark_escape_allocations();
     place_in_arena();
@@ -373,10 +374,7 @@ class PlanBuilder {
   std::vector<std::int32_t> in_place_donors(const Plan::Step& step,
                                             const std::vector<std::int32_t>& buffer_of) const {
     std::vector<std::int32_t> donors;
-    const bool elementwise = step.kind == Plan::Step::Kind::flat ||
-                             step.kind == Plan::Step::Kind::fused ||
-                             (step.kind == Plan::Step::Kind::kernel && is_elementwise(step.prim));
-    if (!elementwise) return donors;
+    if (!is_elementwise_step(step)) return donors;
     const auto block_bytes = [](const Plan::Value& v) {
       return arena_block_bytes(v.shape.numel() * static_cast<std::int64_t>(dtype_size(v.dtype)));
     };
@@ -586,13 +584,14 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     if (v.offset == 0 && v.shape == impl.shape && v.strides == impl.strides) return base;
     return make_view(base, v.shape, v.strides, impl.offset + v.offset);
   };
-  // A GEMM with an SGD update folded in (fold_sgd_updates): w - rate * (a b), written over w's
-  // buffer while only the variable holds it (under its lock, so no other call reads it
-  // meanwhile), else into a fresh copy of w.
-  const auto run_folded_update = [&](const Plan::Step& step) {
+  // A step that computes a variable's new value (update_root): its output buffer is the
+  // variable's own while only the variable holds that value, and the lock returned is held
+  // while the step writes it, so no other call reads it meanwhile; else a fresh buffer (the
+  // lock is empty).
+  const auto bind_update = [&](const Plan::Step& step) {
     const std::size_t w_root = static_cast<std::size_t>(step.update_root);
     const std::size_t out_root = plan.root_of(step.values.back());
-    RootBinding& w = bound[w_root];
+    const RootBinding& w = bound[w_root];
     RootBinding& out = bound[out_root];
     std::unique_lock<std::mutex> sole;
     if (variable_values.empty())
@@ -603,8 +602,17 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
       out.address = w.address;
     } else {
       allocate_escape(out_root, out);
-      copy_strided(array_ref(w.held), array_ref(out.held));
     }
+    return sole;
+  };
+  // A GEMM with an SGD update folded in (fold_sgd_updates): w - rate * (a b), written over w's
+  // buffer, or over a fresh copy of w.
+  const auto run_folded_update = [&](const Plan::Step& step) {
+    const std::unique_lock<std::mutex> sole = bind_update(step);
+    const RootBinding& out = bound[plan.root_of(step.values.back())];
+    if (!sole.owns_lock())
+      copy_strided(array_ref(bound[static_cast<std::size_t>(step.update_root)].held),
+                   array_ref(out.held));
     const char* rate = data_of(step.values[2]);
     const double alpha = plan.values[static_cast<std::size_t>(step.values[2])].dtype == DType::f32
                              ? -static_cast<double>(*reinterpret_cast<const float*>(rate))
@@ -633,11 +641,15 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
                        results, function_name);
       continue;
     }
-    if (step.update_root >= 0) {
+    // Held while an elementwise update writes over a variable's value.
+    std::unique_lock<std::mutex> updating;
+    if (step.update_root >= 0 && step.matmul) {
       run_folded_update(step);
       continue;
     }
-    if (step.allocate_escape >= 0) {
+    if (step.update_root >= 0) {
+      updating = bind_update(step);
+    } else if (step.allocate_escape >= 0) {
       const auto r = static_cast<std::size_t>(step.allocate_escape);
       allocate_escape(r, bound[r]);
     }

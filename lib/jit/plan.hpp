@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jit/graph.hpp"
@@ -70,10 +71,13 @@ struct Plan {
     std::vector<std::shared_ptr<const Plan>> region_plans;
     std::int32_t num_inputs = 0;
     std::vector<std::int32_t> result_index;
-    /// Matmul steps with an SGD update folded in (fold_sgd_updates): values are a, b, the
-    /// learning rate (a scalar) and the variable's new value, variable - rate * (a b), computed
-    /// by the GEMM with alpha = -rate into the variable's buffer (update_root's) when nothing
-    /// else holds it, else into a copy of it.
+    /// Steps that compute a variable's new value in the variable's buffer (update_root's) when
+    /// nothing else holds it, else in a fresh buffer:
+    /// - matmul kernel steps with an SGD update folded in (fold_sgd_updates): values are a, b,
+    ///   the learning rate (a scalar) and the new value, variable - rate * (a b), computed by the
+    ///   GEMM with alpha = -rate (into a copy of the variable's value when it is held);
+    /// - elementwise steps (update_variables_in_place): the step as it is, its output written
+    ///   over the variable's value, which it reads, if at all, with the output's layout.
     std::int32_t update_root = -1;
   };
 
@@ -127,6 +131,30 @@ void fuse_matmul_epilogues(Plan& plan);
 /// that fails changes no variable (a graph with row updates, whose checks run later, is left as
 /// it is). The result differs from the unfused one by rounding only (one fused multiply-add).
 void fold_sgd_updates(Plan& plan, const GraphData& g);
+
+/// Optimizer updates in place (plan_in_place.cpp), run after fold_sgd_updates: an elementwise
+/// step whose output is only assigned to a variable (its one assignment), such as Adam's or
+/// momentum's updates of the variable and its slots, writes that output over the variable's
+/// value when only the variable holds it and no later step reads the old value: no buffer per
+/// new value, and a call's memory stays the size of the variables instead of twice it. Those
+/// steps and every step that reads their results run after the other steps (and before folded
+/// GEMMs), so a call that fails changes no variable; a step that is not elementwise reading a
+/// result keeps its update out of place.
+void update_variables_in_place(Plan& plan, const GraphData& g);
+
+/// Whether a step computes each output element from the inputs' elements at the same index
+/// only (a flat, fused or elementwise kernel step), so it may write over an input it reads with
+/// the output's layout.
+bool is_elementwise_step(const Plan::Step& step);
+
+/// Per root: how many times the call's outputs and its assignments hold it after the steps.
+std::vector<std::int32_t> held_after_steps(const Plan& plan, const GraphData& g);
+
+/// Per root: how many step inputs read it, and the last step that writes it (-1: none). A
+/// region step reads its inputs and writes every value after them; other steps write their last
+/// value.
+std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_producers(
+    const Plan& plan);
 
 /// Builds the plan of graph g for the given node shapes (null: the nodes' own, static shapes).
 /// `dim_values` (the dynamic dims' sizes those shapes were bound with) binds the shapes of

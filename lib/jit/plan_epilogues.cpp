@@ -43,9 +43,8 @@ bool is_sum_of_inputs(const Plan& plan, const Plan::Step& step) {
   return result == (std::uint64_t{1} << program.num_inputs) - 1;
 }
 
-/// Per root: how many step inputs read it, and the last step that writes it (-1: none). A
-/// region step reads its inputs and writes every value after them; other steps write their last
-/// value.
+}  // namespace
+
 std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_producers(
     const Plan& plan) {
   std::vector<std::int32_t> readers(plan.roots.size(), 0);
@@ -61,8 +60,6 @@ std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_prod
   }
   return {std::move(readers), std::move(producer)};
 }
-
-}  // namespace
 
 /// Matmul epilogues: a sum of matmul products and at most one other term (a bias, broadcast
 /// or not), `x W + h U + b` in an RNN or LSTM step or `x W + b` in a dense layer, computed
@@ -175,11 +172,7 @@ void fold_sgd_updates(Plan& plan, const GraphData& g) {
   for (auto s : g.side_effects)
     if (g.nodes[static_cast<std::size_t>(s)].kind != Node::Kind::assign) return;
   const auto [readers, producer] = readers_and_producers(plan);
-  // Roots the call hands out or assigns after its steps.
-  std::vector<std::int32_t> held_after(plan.roots.size(), 0);
-  for (auto o : g.outputs) ++held_after[plan.root_of(o)];
-  for (auto s : g.side_effects)
-    ++held_after[plan.root_of(g.nodes[static_cast<std::size_t>(s)].inputs[0])];
+  const std::vector<std::int32_t> held_after = held_after_steps(plan, g);
 
   struct Fold {
     std::size_t update, product;  // the fused update step and the GEMM step

@@ -1,0 +1,171 @@
+// Optimizer updates in place: elementwise steps that compute a variable's new value write it
+// over the variable's value (see update_variables_in_place in plan.hpp).
+
+#include <algorithm>
+#include <vector>
+
+#include "jit/plan.hpp"
+
+namespace kiln::detail {
+
+bool is_elementwise_step(const Plan::Step& step) {
+  return step.kind == Plan::Step::Kind::flat || step.kind == Plan::Step::Kind::fused ||
+         (step.kind == Plan::Step::Kind::kernel && !step.matmul && is_elementwise(step.prim));
+}
+
+std::vector<std::int32_t> held_after_steps(const Plan& plan, const GraphData& g) {
+  std::vector<std::int32_t> held_after(plan.roots.size(), 0);
+  for (auto o : g.outputs) ++held_after[plan.root_of(o)];
+  for (auto s : g.side_effects)
+    ++held_after[plan.root_of(g.nodes[static_cast<std::size_t>(s)].inputs[0])];
+  return held_after;
+}
+
+namespace {
+
+/// One step that may write its output over a variable's value.
+struct Candidate {
+  std::size_t step;
+  std::size_t variable_root;
+  bool dropped = false;
+};
+
+/// Whether `value` covers its root exactly as `out` would: offset 0, the same shape, strides
+/// and dtype, contiguous.
+bool same_whole_layout(const Plan& plan, std::int32_t value, std::int32_t out) {
+  const Plan::Value& v = plan.values[static_cast<std::size_t>(value)];
+  const Plan::Value& o = plan.values[static_cast<std::size_t>(out)];
+  return v.offset == 0 && o.offset == 0 && v.shape == o.shape && v.strides == o.strides &&
+         v.dtype == o.dtype && is_contiguous_layout(o.shape, o.strides);
+}
+
+/// The steps that could write over a variable's value, each on its own: an elementwise step
+/// whose output is a whole escape buffer read by nothing after the call but the variable's one
+/// assignment, over a variable value of the same layout that nothing after the call holds and
+/// that the step reads, if at all, with the output's layout.
+std::vector<Candidate> find_candidates(const Plan& plan, const GraphData& g, std::size_t end) {
+  const std::vector<std::int32_t> held_after = held_after_steps(plan, g);
+  // Per variable slot: its root (-1: not read; -2: read as several roots) and assignments.
+  std::vector<std::int32_t> root_of_slot(g.variables.size(), -1);
+  for (std::size_t r = 0; r < plan.roots.size(); ++r) {
+    const Plan::Root& root = plan.roots[r];
+    if (root.kind != Plan::Root::Kind::variable) continue;
+    std::int32_t& slot = root_of_slot[static_cast<std::size_t>(root.index)];
+    slot = slot == -1 ? static_cast<std::int32_t>(r) : -2;
+  }
+  std::vector<std::int32_t> assignments(g.variables.size(), 0);
+  for (auto s : g.side_effects)
+    ++assignments[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(s)].index)];
+
+  std::vector<Candidate> candidates;
+  for (auto s : g.side_effects) {
+    const Node& assign = g.nodes[static_cast<std::size_t>(s)];
+    const auto slot = static_cast<std::size_t>(assign.index);
+    const std::int32_t out = assign.inputs[0];
+    const std::size_t out_root = plan.root_of(out);
+    if (assignments[slot] != 1 || root_of_slot[slot] < 0 ||
+        plan.roots[out_root].kind != Plan::Root::Kind::escape || held_after[out_root] != 1)
+      continue;
+    const auto variable_root = static_cast<std::size_t>(root_of_slot[slot]);
+    // The variable's value: whole, of the new value's layout, held by nothing after the call.
+    const auto value = std::find_if(plan.values.begin(), plan.values.end(), [&](const auto& v) {
+      return v.root == static_cast<std::int32_t>(variable_root);
+    });
+    if (value == plan.values.end() || held_after[variable_root] != 0 ||
+        !same_whole_layout(plan, static_cast<std::int32_t>(value - plan.values.begin()), out))
+      continue;
+    // The step that writes the new value.
+    for (std::size_t i = 0; i < end; ++i) {
+      const Plan::Step& step = plan.steps[i];
+      if (step.kind == Plan::Step::Kind::region || step.values.back() != out) continue;
+      bool fits = is_elementwise_step(step) && step.update_root < 0;
+      for (std::size_t k = 0; k + 1 < step.values.size() && fits; ++k)
+        if (plan.root_of(step.values[k]) == variable_root)
+          fits = same_whole_layout(plan, step.values[k], out);
+      if (fits) candidates.push_back(Candidate{i, variable_root});
+      break;
+    }
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) { return a.step < b.step; });
+  return candidates;
+}
+
+/// How many of a step's values it reads: a region step its inputs, another step all but its
+/// last value (the values after those are what it writes).
+std::size_t num_reads(const Plan::Step& step) {
+  return step.kind == Plan::Step::Kind::region ? static_cast<std::size_t>(step.num_inputs)
+                                               : step.values.size() - 1;
+}
+
+}  // namespace
+
+void update_variables_in_place(Plan& plan, const GraphData& g) {
+  if (g.side_effects.empty()) return;
+  for (auto s : g.side_effects)
+    if (g.nodes[static_cast<std::size_t>(s)].kind != Node::Kind::assign) return;
+  // Folded GEMMs (fold_sgd_updates) are the last steps; the moved ones go before them.
+  std::size_t end = plan.steps.size();
+  while (end > 0 && plan.steps[end - 1].update_root >= 0) --end;
+  std::vector<Candidate> candidates = find_candidates(plan, g, end);
+  if (candidates.empty()) return;
+  std::vector<std::int32_t> candidate_at(end, -1);
+  for (std::size_t c = 0; c < candidates.size(); ++c)
+    candidate_at[candidates[c].step] = static_cast<std::int32_t>(c);
+
+  // `moved`: the candidates and every step that reads what one of them wrote, transitively.
+  // Candidates are dropped until (a) every moved step is elementwise or a copy, so none can
+  // fail once a variable has changed, (b) every step that reads a candidate's variable value
+  // runs before the candidate, and (c) no folded GEMM reads that value.
+  std::vector<bool> moved(end, false);
+  for (bool dropped = true; dropped;) {
+    dropped = false;
+    std::fill(moved.begin(), moved.end(), false);
+    // Per root written by a moved step: the candidates it comes from.
+    std::vector<std::vector<std::size_t>> sources(plan.roots.size());
+    const auto drop = [&](std::size_t c) {
+      dropped = dropped || !candidates[c].dropped;
+      candidates[c].dropped = true;
+    };
+    for (std::size_t i = 0; i < end; ++i) {
+      const Plan::Step& step = plan.steps[i];
+      std::vector<std::size_t> from;
+      if (candidate_at[i] >= 0 && !candidates[static_cast<std::size_t>(candidate_at[i])].dropped)
+        from.push_back(static_cast<std::size_t>(candidate_at[i]));
+      // What it reads, and what it writes that a moved step wrote first (a GEMM accumulating
+      // into a buffer a copy filled), must stay after those steps.
+      for (std::size_t k = 0; k < step.values.size(); ++k)
+        for (std::size_t c : sources[plan.root_of(step.values[k])]) from.push_back(c);
+      if (from.empty()) continue;
+      moved[i] = true;
+      if (!is_elementwise_step(step) && step.kind != Plan::Step::Kind::copy)
+        for (std::size_t c : from) drop(c);  // (a)
+      for (std::size_t k = num_reads(step); k < step.values.size(); ++k)
+        sources[plan.root_of(step.values[k])] = from;
+    }
+    for (std::size_t c = 0; c < candidates.size(); ++c) {
+      if (candidates[c].dropped) continue;
+      for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+        if (i == candidates[c].step) continue;
+        const Plan::Step& step = plan.steps[i];
+        bool reads_value = false;
+        for (std::size_t k = 0; k < num_reads(step); ++k)
+          reads_value = reads_value || plan.root_of(step.values[k]) == candidates[c].variable_root;
+        if (reads_value && (i >= end || (moved[i] && i > candidates[c].step))) drop(c);  // (b), (c)
+      }
+    }
+  }
+  if (std::all_of(candidates.begin(), candidates.end(), [](const auto& c) { return c.dropped; }))
+    return;
+  for (const Candidate& c : candidates)
+    if (!c.dropped) plan.steps[c.step].update_root = static_cast<std::int32_t>(c.variable_root);
+  std::vector<Plan::Step> before, after;
+  for (std::size_t i = 0; i < end; ++i)
+    (moved[i] ? after : before).push_back(std::move(plan.steps[i]));
+  for (std::size_t i = end; i < plan.steps.size(); ++i) after.push_back(std::move(plan.steps[i]));
+  before.insert(before.end(), std::make_move_iterator(after.begin()),
+                std::make_move_iterator(after.end()));
+  plan.steps = std::move(before);
+}
+
+}  // namespace kiln::detail
