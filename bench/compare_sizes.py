@@ -2,8 +2,8 @@
 hidden 256 and 512, T = 50 and 200, and GRU at the same hidden sizes, T = 50; forward and train
 step), kiln_bench_gemm (f32 GEMM at four
 shapes, kiln against OpenBLAS, libxsmm, oneDNN and BLIS called directly) and kiln_bench_mlp (an
-MLP train step), against bench/peers/peer_*_sizes.py. Imported by bench/compare and
-bench/plot_sizes.py; only the Python standard library is used.
+MLP train step with SGD, and with Adam), against bench/peers/peer_*_sizes.py. Imported by
+bench/compare and bench/plot_sizes.py; only the Python standard library is used.
 """
 
 from __future__ import annotations
@@ -20,6 +20,18 @@ CELLS = (("lstm", "LSTM"), ("gru", "GRU"))  # workload 7's recurrent layers: key
 LSTM_TARGET = 1.2  # kiln at least this many times faster than each peer, per row (GRU alike)
 GEMM_TARGET = 0.9  # kiln at least this fraction of the fastest library's GFLOP/s
 KILN_GEMM = {"kiln_eager", "kiln_function"}
+# Workload 9's rows: the peers' workload, the label, and where kiln_bench_mlp's JSON has kiln's
+# figures (its top level for SGD, "adam" for Adam).
+MLP_ROWS = (("mlp_train", "MLP train step", ()), ("mlp_adam_train", "MLP train step, Adam",
+                                                  ("adam",)))
+
+
+def mlp_figures(result: dict, path: tuple) -> dict:
+    """kiln_bench_mlp's figures of one optimizer ({} when missing)."""
+    figures = result.get("kiln", {}).get("mlp", {})
+    for key in path:
+        figures = figures.get(key, {})
+    return figures
 
 
 def run(build_dir: Path, repo: Path, python: str | None, peer_errors: dict, env: dict,
@@ -86,10 +98,15 @@ def merge_rounds(results: list[dict]) -> dict:
                 shapes.append(dict(shape, libraries=_best_rows(same, key=lambda lib: lib["key"])))
             merged["shapes"] = shapes
         else:
-            for form in ("traced", "eager"):
-                timed = [run[form] for run in runs if form in run]
-                if timed:
-                    merged[form] = min(timed, key=lambda t: t["median_s"])
+            for _, _, path in MLP_ROWS:  # each optimizer's figures (a copy, not runs[0]'s)
+                target, figures = merged, runs
+                for k in path:
+                    target[k] = dict(target.get(k, {}))
+                    target, figures = target[k], [f.get(k, {}) for f in figures]
+                for form in ("traced", "eager"):
+                    timed = [f[form] for f in figures if form in f]
+                    if timed:
+                        target[form] = min(timed, key=lambda t: t["median_s"])
         kiln[key] = merged
     peers = {}
     for name in results[0]["peers"]:
@@ -215,10 +232,10 @@ def time_table(result: dict) -> list[list[str]]:
                 if w == workload:
                     add(f"7. {name}({hidden}) {label}, T={length}", forms.get("kiln"), forms,
                         f"{cell}_{workload}")
-    mlp = result.get("kiln", {}).get("mlp", {})
-    kiln_s = mlp.get("traced", {}).get("median_s")
-    peers = {v: rows[0]["median_s"] for v, rows in peer_rows(result, "mlp_train")["rows"].items()}
-    add("9. MLP train step", kiln_s, peers, "mlp_train")
+    for workload, label, path in MLP_ROWS:
+        kiln_s = mlp_figures(result, path).get("traced", {}).get("median_s")
+        peers = {v: rows[0]["median_s"] for v, rows in peer_rows(result, workload)["rows"].items()}
+        add(f"9. {label}", kiln_s, peers, workload)
     return lines
 
 
@@ -277,9 +294,12 @@ def print_tables(result: dict, markdown: bool) -> None:
           f"MLP: {mlp.get('features', '?')} -> {width} -> {width} -> {mlp.get('classes', '?')}, "
           f"batch {mlp.get('batch', '?')}; kiln/peer below 1: kiln is faster\n")
     _print(TIME_HEADER, time_table(result), markdown, {0, 2})
-    if "eager" in mlp:
-        print(f"\nkiln eager MLP train step: {_time(mlp['eager']['median_s'])}; first losses "
-              f"{', '.join(f'{x:.6f}' for x in mlp.get('losses', []))} (every peer matched them)")
+    for _, label, path in MLP_ROWS:
+        figures = mlp_figures(result, path)
+        if "eager" in figures:
+            print(f"\nkiln eager {label}: {_time(figures['eager']['median_s'])}; first losses "
+                  f"{', '.join(f'{x:.6f}' for x in figures.get('losses', []))} (every peer "
+                  "matched them)")
     print("\nGEMM f32, row-major C = A B, GFLOP/s of the median call; kiln / this above 1: kiln "
           "is faster\n")
     _print(GEMM_HEADER, gemm_table(result), markdown, {0, 1})
@@ -318,11 +338,13 @@ def checks(result: dict) -> list[dict]:
                             "held": fraction >= GEMM_TARGET,
                             "figure": f"{lib['gflops']:.1f} GFLOP/s = {fraction:.0%} of "
                                       f"{best['label']}'s {best['gflops']:.1f}"})
-    mlp = result.get("kiln", {}).get("mlp", {})
-    peers = {v: rows[0]["median_s"] for v, rows in peer_rows(result, "mlp_train")["rows"].items()}
-    if "traced" in mlp and peers:
-        kiln_s = mlp["traced"]["median_s"]
-        out.append({"claim": "9. MLP train step: kiln faster than every peer",
+    for workload, label, path in MLP_ROWS:
+        figures = mlp_figures(result, path)
+        peers = {v: rows[0]["median_s"] for v, rows in peer_rows(result, workload)["rows"].items()}
+        if "traced" not in figures or not peers:
+            continue
+        kiln_s = figures["traced"]["median_s"]
+        out.append({"claim": f"9. {label}: kiln faster than every peer",
                     "held": all(s > kiln_s for s in peers.values())
                     and len(peers) == len(PEER_VARIANTS),
                     "figure": "peer/kiln " + ", ".join(f"{v} {peers[v] / kiln_s:.2f}"

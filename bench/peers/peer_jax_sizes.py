@@ -3,7 +3,7 @@
 LSTM and GRU (the input projection of all steps in one matmul, as Keras and kiln do; as
 peer_jax_scaling.py), train step with jax.value_and_grad and SGD written out, the parameters
 donated; workload 9, the MLP written out (softmax cross-entropy via log_softmax) under jax.jit
-the same way. Prints JSON (see common.py)."""
+the same way, with SGD or Adam (Keras's form, written out). Prints JSON (see common.py)."""
 
 import os
 import sys
@@ -34,6 +34,25 @@ def sgd(loss_of):
     def step(params, x, y):
         loss, grads = jax.value_and_grad(loss_of)(params, x, y)
         return jax.tree_util.tree_map(lambda p, g: p - sizes.LEARNING_RATE * g, params, grads), loss
+    return jax.jit(step, donate_argnums=(0,))
+
+
+def adam(loss_of):
+    """Adam as Keras and kiln write it: m += (g - m)(1 - b1), v += (g^2 - v)(1 - b2),
+    p -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + epsilon); the state donated."""
+    b1, b2 = 0.9, 0.999
+
+    def step(state, x, y):
+        params, m, v, t = state
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        t = t + 1
+        rate = sizes.ADAM_LEARNING_RATE * jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        tree = jax.tree_util.tree_map
+        m = tree(lambda m, g: m + (g - m) * (1 - b1), m, grads)
+        v = tree(lambda v, g: v + (g * g - v) * (1 - b2), v, grads)
+        params = tree(lambda p, m, v: p - rate * m / (jnp.sqrt(v) + sizes.ADAM_EPSILON),
+                      params, m, v)
+        return (params, m, v, t), loss
     return jax.jit(step, donate_argnums=(0,))
 
 
@@ -69,13 +88,20 @@ def mlp_loss(params, x, y):
     return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(x, axis=-1), axis=-1))
 
 
-def make_mlp_step():
-    state = {"params": tuple((jnp.asarray(mlp_data[f"l{i}/kernel"]),
-                              jnp.asarray(mlp_data[f"l{i}/bias"])) for i in range(3))}
-    jitted = sgd(mlp_loss)
+def make_mlp_step(optimizer):
+    params = tuple((jnp.asarray(mlp_data[f"l{i}/kernel"]), jnp.asarray(mlp_data[f"l{i}/bias"]))
+                   for i in range(3))
+    if optimizer == "sgd":
+        state = {"s": params}
+        jitted = sgd(mlp_loss)
+    else:
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+        state = {"s": (params, zeros, jax.tree_util.tree_map(jnp.zeros_like, params),
+                       jnp.float32(0))}
+        jitted = adam(mlp_loss)
 
     def step(x, y):
-        state["params"], loss = jitted(state["params"], x, y)
+        state["s"], loss = jitted(state["s"], x, y)
         return loss.block_until_ready()
     return step
 

@@ -3,8 +3,8 @@
 with and without jit_compile=True (XLA). Workload 7: keras.layers.LSTM(h) and keras.layers.GRU(h)
 (reset_after, the default; each recurrence a tf.while_loop), train step with a GradientTape,
 Keras's MeanSquaredError and SGD; workload 9: Sequential of Dense layers,
-CategoricalCrossentropy(from_logits=True), SGD. Each function traces (and with XLA compiles) once
-per input shape. Prints JSON (see common.py)."""
+CategoricalCrossentropy(from_logits=True), SGD or Adam. Each function traces (and with XLA
+compiles) once per input shape. Prints JSON (see common.py)."""
 
 import os
 import sys
@@ -31,8 +31,9 @@ gru_data = sizes.load_recurrent(args, "gru")
 mlp_data = sizes.load_mlp(args)
 
 
-def train_step_of(model, loss_fn, jit):
-    opt = keras.optimizers.SGD(sizes.LEARNING_RATE)
+def train_step_of(model, loss_fn, jit, optimizer="sgd"):
+    opt = (keras.optimizers.SGD(sizes.LEARNING_RATE) if optimizer == "sgd" else
+           keras.optimizers.Adam(sizes.ADAM_LEARNING_RATE, epsilon=sizes.ADAM_EPSILON))
 
     @tf.function(jit_compile=jit)
     def step(x, y):
@@ -65,7 +66,7 @@ def recurrent_makers(jit, layer_type, data):
 
 
 def mlp_maker(jit):
-    def make_step():
+    def make_step(optimizer):
         width, classes = mlp_data["l0/kernel"].shape[1], mlp_data["l2/kernel"].shape[1]
         model = keras.Sequential([keras.Input((mlp_data["l0/kernel"].shape[0],)),
                                   keras.layers.Dense(width, activation="relu"),
@@ -73,7 +74,8 @@ def mlp_maker(jit):
                                   keras.layers.Dense(classes)])
         model.set_weights([mlp_data[f"l{i}/{name}"] for i in range(3)
                            for name in ("kernel", "bias")])
-        return train_step_of(model, keras.losses.CategoricalCrossentropy(from_logits=True), jit)
+        return train_step_of(model, keras.losses.CategoricalCrossentropy(from_logits=True), jit,
+                             optimizer)
     return make_step
 
 

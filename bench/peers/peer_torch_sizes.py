@@ -117,7 +117,7 @@ def recurrent_makers(compiled, make_layer):
 
 
 def mlp_maker(compiled):
-    def make_step():
+    def make_step(optimizer):
         layers = [torch.nn.Linear(*mlp_data[f"l{i}/kernel"].shape) for i in range(3)]
         with torch.no_grad():
             for i, layer in enumerate(layers):
@@ -125,7 +125,11 @@ def mlp_maker(compiled):
                 layer.bias.copy_(torch.from_numpy(mlp_data[f"l{i}/bias"]))
         model = torch.nn.Sequential(layers[0], torch.nn.ReLU(), layers[1], torch.nn.ReLU(),
                                     layers[2])
-        opt = torch.optim.SGD(model.parameters(), lr=sizes.LEARNING_RATE)
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(model.parameters(), lr=sizes.LEARNING_RATE)
+        else:  # eager: the fused kernel, PyTorch's fastest on CPU; compiled: Inductor's own
+            opt = torch.optim.Adam(model.parameters(), lr=sizes.ADAM_LEARNING_RATE,
+                                   eps=sizes.ADAM_EPSILON, fused=not compiled)
 
         def step(x, y):
             opt.zero_grad(set_to_none=True)

@@ -7,7 +7,8 @@ HIDDEN, T in LENGTHS; the last h, and a train step (MSE of the last h against y,
 plain SGD with learning rate 0.1). The same for one GRU layer ("gru_forward", "gru_train"; the
 reset-after form of Keras and PyTorch) at T in GRU_LENGTHS. Workload 9 ("mlp_train"):
 Dense(1024, relu) -> Dense(1024, relu) -> Dense(10), batch 256, 1024 features, softmax
-cross-entropy of the logits against one-hot labels, SGD 0.1. Workload 8 (GEMM) is
+cross-entropy of the logits against one-hot labels, SGD 0.1; "mlp_adam_train" the same with Adam
+(learning rate 0.001, betas 0.9 and 0.999, epsilon 1e-7: Keras's and kiln's). Workload 8 (GEMM) is
 kiln_bench_gemm's; a peer may add "gemm" rows of its own matmul at GEMM_SHAPES.
 
     python bench/peers/peer_torch_sizes.py [--quick] [--threads 2] [--lstm-init PATH]
@@ -31,6 +32,8 @@ from typing import Callable
 import common
 
 BATCH, FEATURES, LEARNING_RATE = 64, 128, 0.1
+ADAM_LEARNING_RATE, ADAM_EPSILON = 0.001, 1e-7  # the MLP's Adam row (betas 0.9, 0.999)
+MLP_OPTIMIZERS = ("sgd", "adam")
 HIDDEN, LENGTHS, GRU_LENGTHS = (256, 512), (50, 200), (50,)
 QUICK_HIDDEN, QUICK_LENGTHS, QUICK_GRU_LENGTHS = (16, 32), (3, 8), (3,)
 MLP = {"batch": 256, "features": 1024, "width": 1024, "classes": 10}
@@ -108,15 +111,15 @@ def load_recurrent(args: argparse.Namespace, cell: str) -> dict:
 
 
 def load_mlp(args: argparse.Namespace) -> dict:
-    """numpy f32 arrays "l0/kernel", "l0/bias", ... "l2/bias", "x", "y" (one-hot), and "losses"
-    (kiln's first three; None without --mlp-init)."""
+    """numpy f32 arrays "l0/kernel", "l0/bias", ... "l2/bias", "x", "y" (one-hot), "losses" and
+    "adam_losses" (kiln's first three with SGD and with Adam; None without --mlp-init)."""
     import numpy as np
     if args.mlp_init:
         with np.load(args.mlp_init) as d:
             return {name: d[name].astype(np.float32) for name in d.files}
     sizes = QUICK_MLP if args.quick else MLP
     rng = np.random.default_rng(19)
-    out = {"losses": None,
+    out = {"losses": None, "adam_losses": None,
            "x": rng.normal(0, 1, (sizes["batch"], sizes["features"])).astype(np.float32),
            "y": np.eye(sizes["classes"], dtype=np.float32)[
                rng.integers(0, sizes["classes"], sizes["batch"])]}
@@ -192,10 +195,20 @@ def run_recurrent(report: common.Report, variant: str, data: dict,
     report.run(f"{cell}_train", variant, train_rows)
 
 
-def run_mlp(report: common.Report, variant: str, data: dict, make_step: Callable[[], Callable],
+def run_mlp(report: common.Report, variant: str, data: dict, make_step: Callable[[str], Callable],
             convert: Callable = lambda array: array) -> None:
-    """Measures one variant's MLP train step: make_step() returns step(x, y) -> the loss before
-    its update; its first three losses must match kiln's before the step is timed."""
+    """Measures one variant's MLP train step with each optimizer in MLP_OPTIMIZERS ("mlp_train"
+    with SGD, "mlp_adam_train" with Adam): make_step(optimizer) returns step(x, y) -> the loss
+    before its update; its first three losses must match kiln's before the step is timed."""
+    for optimizer in MLP_OPTIMIZERS:
+        _run_mlp(report, variant, data, lambda: make_step(optimizer), convert, optimizer)
+
+
+def _run_mlp(report: common.Report, variant: str, data: dict, make_step: Callable[[], Callable],
+             convert: Callable, optimizer: str) -> None:
+    workload = "mlp_train" if optimizer == "sgd" else f"mlp_{optimizer}_train"
+    kiln_losses = data["losses" if optimizer == "sgd" else f"{optimizer}_losses"]
+
     def body():
         step = make_step()
         x, y = convert(data["x"]), convert(data["y"])
@@ -203,10 +216,10 @@ def run_mlp(report: common.Report, variant: str, data: dict, make_step: Callable
         losses = [float(step(x, y))]
         first = time.perf_counter() - start
         losses += [float(step(x, y)) for _ in range(len(MLP_LOSS_TOLERANCE) - 1)]
-        check_losses(f"mlp train {variant}", losses, data["losses"], MLP_LOSS_TOLERANCE)
+        check_losses(f"{workload} {variant}", losses, kiln_losses, MLP_LOSS_TOLERANCE)
         if not losses[-1] < losses[0]:
-            raise ValueError(f"mlp train {variant}: losses {losses} do not decrease")
-        report.add("mlp_train", variant, common.measure(report.plan, lambda: step(x, y)),
+            raise ValueError(f"{workload} {variant}: losses {losses} do not decrease")
+        report.add(workload, variant, common.measure(report.plan, lambda: step(x, y)),
                    first_call_s=first, losses=losses)
 
-    report.run("mlp_train", variant, body)
+    report.run(workload, variant, body)
