@@ -1,7 +1,8 @@
 // Workload 9 of bench/compare (issue 18): an MLP train step. Dense(1024, relu) -> Dense(1024,
 // relu) -> Dense(10), batch 256, 1024 input features, softmax cross-entropy of the logits
 // against one-hot labels, with SGD (learning rate 0.1) and, as a second row, with Adam (learning
-// rate 0.001, Keras's defaults otherwise): nn::Sequential of nn::Dense in a kiln::function with
+// rate 0.001, epsilon 1e-12, where Keras's and PyTorch's placements of it agree; see
+// bench/peers/sizes.py): nn::Sequential of nn::Dense in a kiln::function with
 // GradientTape and the optimizer (the pattern of bench/bench_train.cpp), cached call; the same
 // steps eagerly for reference. --save-init writes the initial weights, x, y and kiln's first
 // losses of both as .npz for the peers (bench/peers/peer_*_sizes.py).
@@ -33,6 +34,7 @@ using kiln::nn::Dense;
 constexpr std::int64_t classes = 10;
 constexpr double learning_rate = 0.1;         // SGD's
 constexpr double adam_learning_rate = 0.001;  // Adam's
+constexpr double adam_epsilon = 1e-12;
 constexpr int checked_steps = 3;  // losses compared traced against eager (and by the peers)
 
 struct Sizes {
@@ -45,7 +47,7 @@ enum class Rule { sgd, adam };
 std::unique_ptr<kiln::optim::Optimizer> make_optimizer(Rule rule) {
   if (rule == Rule::adam)
     return std::make_unique<kiln::optim::Adam>(
-        kiln::optim::AdamOptions{.learning_rate = adam_learning_rate});
+        kiln::optim::AdamOptions{.learning_rate = adam_learning_rate, .epsilon = adam_epsilon});
   return std::make_unique<kiln::optim::SGD>(
       kiln::optim::SGDOptions{.learning_rate = learning_rate});
 }
