@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "jit/graph.hpp"
@@ -149,12 +148,6 @@ bool is_elementwise_step(const Plan::Step& step);
 
 /// Per root: how many times the call's outputs and its assignments hold it after the steps.
 std::vector<std::int32_t> held_after_steps(const Plan& plan, const GraphData& g);
-
-/// Per root: how many step inputs read it, and the last step that writes it (-1: none). A
-/// region step reads its inputs and writes every value after them; other steps write their last
-/// value.
-std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_producers(
-    const Plan& plan);
 
 /// Builds the plan of graph g for the given node shapes (null: the nodes' own, static shapes).
 /// `dim_values` (the dynamic dims' sizes those shapes were bound with) binds the shapes of

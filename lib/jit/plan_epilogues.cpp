@@ -43,8 +43,9 @@ bool is_sum_of_inputs(const Plan& plan, const Plan::Step& step) {
   return result == (std::uint64_t{1} << program.num_inputs) - 1;
 }
 
-}  // namespace
-
+/// Per root: how many step inputs read it, and the last step that writes it (-1: none). A
+/// region step reads its inputs and writes every value after them; other steps write their last
+/// value.
 std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_producers(
     const Plan& plan) {
   std::vector<std::int32_t> readers(plan.roots.size(), 0);
@@ -60,6 +61,8 @@ std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_prod
   }
   return {std::move(readers), std::move(producer)};
 }
+
+}  // namespace
 
 /// Matmul epilogues: a sum of matmul products and at most one other term (a bias, broadcast
 /// or not), `x W + h U + b` in an RNN or LSTM step or `x W + b` in a dense layer, computed
