@@ -431,6 +431,37 @@ TEST_CASE("SGD updates folded into the weight gradient's GEMM", "[nn][optim][fun
   }
 }
 
+namespace {
+
+/// Whether every element of v is the same.
+bool uniform(const Tensor& v) {
+  const auto values = v.to_vector<float>();
+  return std::all_of(values.begin(), values.end(), [&](float e) { return e == values[0]; });
+}
+
+/// Runs `call` `calls` times on each of two threads while a third reads the tensors `read`
+/// returns; whether a reading ever found one of them not uniform (an update seen half done).
+bool tears_values(const std::function<void()>& call,
+                  const std::function<std::vector<Tensor>()>& read, int calls) {
+  std::atomic<bool> torn{false};
+  std::atomic<int> running{2};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i)
+    threads.emplace_back([&] {
+      for (int c = 0; c < calls; ++c) call();
+      --running;
+    });
+  threads.emplace_back([&] {
+    while (running > 0)
+      for (const Tensor& v : read())
+        if (!uniform(v)) torn = true;
+  });
+  for (auto& th : threads) th.join();
+  return torn;
+}
+
+}  // namespace
+
 TEST_CASE("folded SGD updates from several threads never tear a variable's value",
           "[nn][optim][function][threads]") {
   kiln::clear_session();
@@ -441,24 +472,8 @@ TEST_CASE("folded SGD updates from several threads never tear a variable's value
   FoldedStep t(kiln::zeros({512, 512}), 0.25);
   t.step(x, dy);
   constexpr int calls = 20;
-  std::atomic<bool> torn{false};
-  std::atomic<int> running{2};
-  const auto uniform = [](const Tensor& v) {
-    const auto values = v.to_vector<float>();
-    return std::all_of(values.begin(), values.end(), [&](float e) { return e == values[0]; });
-  };
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i)
-    threads.emplace_back([&] {
-      for (int c = 0; c < calls; ++c) t.step(x, dy);
-      --running;
-    });
-  threads.emplace_back([&] {
-    while (running > 0)
-      if (!uniform(t.w.value())) torn = true;
-  });
-  for (auto& th : threads) th.join();
-  CHECK_FALSE(torn);
+  CHECK_FALSE(
+      tears_values([&] { t.step(x, dy); }, [&] { return std::vector{t.w.value()}; }, calls));
   const auto final_values = t.w.value().to_vector<float>();
   REQUIRE(uniform(t.w.value()));
   const double k = -final_values[0] * 4;
@@ -603,24 +618,11 @@ TEST_CASE("in-place momentum updates from several threads never tear a variable'
   auto step = kiln::function([&](const Tensor& g) { opt.apply({g}, {w}); });
   const Tensor g = kiln::ones({256, 512});
   step(g);
-  std::atomic<bool> torn{false};
-  std::atomic<int> running{2};
-  const auto uniform = [](const Tensor& v) {
-    const auto values = v.to_vector<float>();
-    return std::all_of(values.begin(), values.end(), [&](float e) { return e == values[0]; });
-  };
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i)
-    threads.emplace_back([&] {
-      for (int c = 0; c < 20; ++c) step(g);
-      --running;
-    });
-  threads.emplace_back([&] {
-    while (running > 0)
-      if (!uniform(w.value()) || !uniform(opt.slot(w, "momentum").value())) torn = true;
-  });
-  for (auto& th : threads) th.join();
-  CHECK_FALSE(torn);
+  CHECK_FALSE(tears_values([&] { step(g); },
+                           [&] {
+                             return std::vector{w.value(), opt.slot(w, "momentum").value()};
+                           },
+                           20));
   CHECK(uniform(w.value()));
   CHECK(w.value().to_vector<float>()[0] < 0);
 }
