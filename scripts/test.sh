@@ -93,11 +93,12 @@ for variant in release asan; do
   run_suite "unit-$variant" "$dir/test/kiln_tests"
   # Kernel-level tests once per instruction set this CPU has, each forced with KILN_SIMD (the
   # unit tests above ran only the best one): row kernels, special values, ulp sweeps, fused
-  # programs, row copies, matmul (kiln lowers libxsmm itself). OpenBLAS picks its own kernels
+  # programs, row copies, matmul (kiln lowers libxsmm itself), optimizer updates (their fused
+  # loops write over the variables they read). OpenBLAS picks its own kernels
   # when it is loaded; OPENBLAS_CORETYPE is left as the machine has it (on some CPUs it is set
   # because older OpenBLAS builds compute wrong results there).
   if [ "$variant" = release ]; then
-    kernel_tests='[elementwise],[simd],[fused_loop],[passes],[ops],[matmul],[fused_recurrent],[shape],[quantization],[sparse],[dtypes],short rows are copied exactly*,fused steps are laid out*'
+    kernel_tests='[elementwise],[simd],[fused_loop],[passes],[ops],[matmul],[fused_recurrent],[shape],[quantization],[sparse],[dtypes],[optim],short rows are copied exactly*,fused steps are laid out*'
     cpu_flags=" $(grep -m 1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
     simd_sets=(sse2)
     if [[ $cpu_flags == *" avx2 "* && $cpu_flags == *" fma "* ]]; then
