@@ -584,6 +584,21 @@ TEST_CASE("in-place optimizer updates keep a call's values and its failures whol
       CHECK(w.value().to_vector<float>() != old);
     }
   }
+  SECTION("a step that reads the new value sees it, elementwise or not") {
+    Variable w(kiln::random::normal({32, 16}, 0, 1, 3), "w_new_read");
+    optim::SGD opt({.learning_rate = 0.5, .momentum = 0.9});
+    auto step = kiln::function([&](const Tensor& g) {
+      opt.apply({g}, {w});
+      const Tensor after = w.value();  // the assigned value
+      return std::vector<Tensor>{kiln::sum(after), after * 2.0f};
+    });
+    for (int call = 0; call < 3; ++call) {
+      const std::vector<Tensor> got = step(kiln::full({32, 16}, 0.25 * (call + 1)));
+      const Tensor now = w.value();
+      CHECK(got[0].item<float>() == Approx(kiln::sum(now).item<float>()).epsilon(1e-5));
+      CHECK((got[1].to_vector<float>() == (now * 2.0f).to_vector<float>()));
+    }
+  }
   SECTION("a call that fails changes no variable and no slot") {
     Variable w(kiln::random::normal({32, 16}, 0, 1, 2), "w_failing");
     optim::Adam opt({.learning_rate = 0.1});
