@@ -57,6 +57,17 @@ std::vector<Candidate> find_candidates(const Plan& plan, const GraphData& g, std
   for (auto s : g.side_effects)
     ++assignments[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(s)].index)];
 
+  // Per root: its first value (a variable's read); per value: the first step that writes it as
+  // its output (none for a region's results).
+  std::vector<std::int32_t> first_value(plan.roots.size(), -1);
+  for (std::size_t v = plan.values.size(); v-- > 0;)
+    if (plan.values[v].root >= 0)  // -1: a node with no buffer (a side effect, a region node)
+      first_value[static_cast<std::size_t>(plan.values[v].root)] = static_cast<std::int32_t>(v);
+  std::vector<std::int32_t> writer(plan.values.size(), -1);
+  for (std::size_t i = end; i-- > 0;)
+    if (plan.steps[i].kind != Plan::Step::Kind::region)
+      writer[static_cast<std::size_t>(plan.steps[i].values.back())] = static_cast<std::int32_t>(i);
+
   std::vector<Candidate> candidates;
   for (auto s : g.side_effects) {
     const Node& assign = g.nodes[static_cast<std::size_t>(s)];
@@ -68,23 +79,18 @@ std::vector<Candidate> find_candidates(const Plan& plan, const GraphData& g, std
       continue;
     const auto variable_root = static_cast<std::size_t>(root_of_slot[slot]);
     // The variable's value: whole, of the new value's layout, held by nothing after the call.
-    const auto value = std::find_if(plan.values.begin(), plan.values.end(), [&](const auto& v) {
-      return v.root == static_cast<std::int32_t>(variable_root);
-    });
-    if (value == plan.values.end() || held_after[variable_root] != 0 ||
-        !same_whole_layout(plan, static_cast<std::int32_t>(value - plan.values.begin()), out))
+    const std::int32_t value = first_value[variable_root];
+    const std::int32_t i = writer[static_cast<std::size_t>(out)];
+    if (value < 0 || i < 0 || held_after[variable_root] != 0 ||
+        !same_whole_layout(plan, value, out))
       continue;
     // The step that writes the new value.
-    for (std::size_t i = 0; i < end; ++i) {
-      const Plan::Step& step = plan.steps[i];
-      if (step.kind == Plan::Step::Kind::region || step.values.back() != out) continue;
-      bool fits = is_elementwise_step(step) && step.update_root < 0;
-      for (std::size_t k = 0; k + 1 < step.values.size() && fits; ++k)
-        if (plan.root_of(step.values[k]) == variable_root)
-          fits = same_whole_layout(plan, step.values[k], out);
-      if (fits) candidates.push_back(Candidate{i, variable_root});
-      break;
-    }
+    const Plan::Step& step = plan.steps[static_cast<std::size_t>(i)];
+    bool fits = is_elementwise_step(step) && step.update_root < 0;
+    for (std::size_t k = 0; k + 1 < step.values.size() && fits; ++k)
+      if (plan.root_of(step.values[k]) == variable_root)
+        fits = same_whole_layout(plan, step.values[k], out);
+    if (fits) candidates.push_back(Candidate{static_cast<std::size_t>(i), variable_root});
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& a, const Candidate& b) { return a.step < b.step; });
@@ -117,11 +123,19 @@ void update_variables_in_place(Plan& plan, const GraphData& g) {
   // Candidates are dropped until (a) every moved step is elementwise or a copy, so none can
   // fail once a variable has changed, (b) every step that reads a candidate's variable value
   // runs before the candidate, and (c) no folded GEMM reads that value.
+  // Per root: the steps that read it, in order.
+  std::vector<std::vector<std::size_t>> readers_of(plan.roots.size());
+  for (std::size_t i = 0; i < plan.steps.size(); ++i)
+    for (std::size_t k = 0; k < num_reads(plan.steps[i]); ++k) {
+      std::vector<std::size_t>& readers = readers_of[plan.root_of(plan.steps[i].values[k])];
+      if (readers.empty() || readers.back() != i) readers.push_back(i);
+    }
   std::vector<bool> moved(end, false);
+  std::vector<std::size_t> from;
   for (bool dropped = true; dropped;) {
     dropped = false;
     std::fill(moved.begin(), moved.end(), false);
-    // Per root written by a moved step: the candidates it comes from.
+    // Per root written by a moved step: the candidates it comes from (sorted, each once).
     std::vector<std::vector<std::size_t>> sources(plan.roots.size());
     const auto drop = [&](std::size_t c) {
       dropped = dropped || !candidates[c].dropped;
@@ -129,14 +143,18 @@ void update_variables_in_place(Plan& plan, const GraphData& g) {
     };
     for (std::size_t i = 0; i < end; ++i) {
       const Plan::Step& step = plan.steps[i];
-      std::vector<std::size_t> from;
+      from.clear();
       if (candidate_at[i] >= 0 && !candidates[static_cast<std::size_t>(candidate_at[i])].dropped)
         from.push_back(static_cast<std::size_t>(candidate_at[i]));
       // What it reads, and what it writes that a moved step wrote first (a GEMM accumulating
       // into a buffer a copy filled), must stay after those steps.
-      for (std::size_t k = 0; k < step.values.size(); ++k)
-        for (std::size_t c : sources[plan.root_of(step.values[k])]) from.push_back(c);
+      for (std::size_t k = 0; k < step.values.size(); ++k) {
+        const std::vector<std::size_t>& in = sources[plan.root_of(step.values[k])];
+        from.insert(from.end(), in.begin(), in.end());
+      }
       if (from.empty()) continue;
+      std::sort(from.begin(), from.end());
+      from.erase(std::unique(from.begin(), from.end()), from.end());
       moved[i] = true;
       if (!is_elementwise_step(step) && step.kind != Plan::Step::Kind::copy)
         for (std::size_t c : from) drop(c);  // (a)
@@ -145,14 +163,9 @@ void update_variables_in_place(Plan& plan, const GraphData& g) {
     }
     for (std::size_t c = 0; c < candidates.size(); ++c) {
       if (candidates[c].dropped) continue;
-      for (std::size_t i = 0; i < plan.steps.size(); ++i) {
-        if (i == candidates[c].step) continue;
-        const Plan::Step& step = plan.steps[i];
-        bool reads_value = false;
-        for (std::size_t k = 0; k < num_reads(step); ++k)
-          reads_value = reads_value || plan.root_of(step.values[k]) == candidates[c].variable_root;
-        if (reads_value && (i >= end || (moved[i] && i > candidates[c].step))) drop(c);  // (b), (c)
-      }
+      for (std::size_t i : readers_of[candidates[c].variable_root])
+        if (i != candidates[c].step && (i >= end || (moved[i] && i > candidates[c].step)))
+          drop(c);  // (b), (c)
     }
   }
   if (std::all_of(candidates.begin(), candidates.end(), [](const auto& c) { return c.dropped; }))
