@@ -599,6 +599,26 @@ TEST_CASE("in-place optimizer updates keep a call's values and its failures whol
       CHECK((got[1].to_vector<float>() == (now * 2.0f).to_vector<float>()));
     }
   }
+  SECTION("a long chain of diamonds after an update plans at once") {
+    // y and z are each read twice, so neither fuses into the next step: every round is three
+    // moved steps, and the update reaches the last one along 2^48 paths.
+    Variable w(kiln::full({8, 8}, 0.5), "w_chain"), out(kiln::zeros({8, 8}), "w_chain_out");
+    optim::SGD opt({.learning_rate = 0.125});
+    const auto rounds = [](auto x) {
+      for (int i = 0; i < 48; ++i) {
+        const auto y = x * 0.5f, z = x + 0.25f;
+        x = y * z + y - z;
+      }
+      return x;
+    };
+    auto step = kiln::function([&](const Tensor& g) {
+      opt.apply({g}, {w});
+      out.assign(rounds(w.value()));
+    });
+    step(kiln::ones({8, 8}));
+    CHECK(w.value().to_vector<float>()[0] == 0.375f);
+    CHECK(out.value().to_vector<float>()[0] == Approx(rounds(0.375f)).margin(1e-5));
+  }
   SECTION("a call that fails changes no variable and no slot") {
     Variable w(kiln::random::normal({32, 16}, 0, 1, 2), "w_failing");
     optim::Adam opt({.learning_rate = 0.1});
