@@ -95,9 +95,9 @@ def make_mlp_step(optimizer):
         state = {"s": params}
         jitted = sgd(mlp_loss)
     else:
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        state = {"s": (params, zeros, jax.tree_util.tree_map(jnp.zeros_like, params),
-                       jnp.float32(0))}
+        def zeros():  # m and v each their own buffers: the state is donated
+            return jax.tree_util.tree_map(jnp.zeros_like, params)
+        state = {"s": (params, zeros(), zeros(), jnp.float32(0))}
         jitted = adam(mlp_loss)
 
     def step(x, y):

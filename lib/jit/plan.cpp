@@ -643,11 +643,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     }
     // Held while an elementwise update writes over a variable's value.
     std::unique_lock<std::mutex> updating;
-    if (step.update_root >= 0 && step.matmul) {
-      run_folded_update(step);
-      continue;
-    }
     if (step.update_root >= 0) {
+      if (step.matmul) {
+        run_folded_update(step);
+        continue;
+      }
       updating = bind_update(step);
     } else if (step.allocate_escape >= 0) {
       const auto r = static_cast<std::size_t>(step.allocate_escape);

@@ -78,6 +78,12 @@ struct Plan {
     /// - elementwise steps (update_variables_in_place): the step as it is, its output written
     ///   over the variable's value, which it reads, if at all, with the output's layout.
     std::int32_t update_root = -1;
+
+    /// How many of `values` the step reads: a region step its inputs, another step all but its
+    /// last value. The values after those are what it writes.
+    std::size_t num_reads() const {
+      return kind == Kind::region ? static_cast<std::size_t>(num_inputs) : values.size() - 1;
+    }
   };
 
   std::vector<Root> roots;
@@ -145,6 +151,10 @@ void update_variables_in_place(Plan& plan, const GraphData& g);
 /// only (a flat, fused or elementwise kernel step), so it may write over an input it reads with
 /// the output's layout.
 bool is_elementwise_step(const Plan::Step& step);
+
+/// Whether every side effect of g is a plain assignment (no row updates, whose checks run after
+/// the steps): the condition of the passes that move updates to the end.
+bool assigns_only(const GraphData& g);
 
 /// Per root: how many times the call's outputs and its assignments hold it after the steps.
 std::vector<std::int32_t> held_after_steps(const Plan& plan, const GraphData& g);

@@ -52,9 +52,7 @@ std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>> readers_and_prod
   std::vector<std::int32_t> producer(plan.roots.size(), -1);
   for (std::size_t s = 0; s < plan.steps.size(); ++s) {
     const Plan::Step& step = plan.steps[s];
-    const std::size_t reads = step.kind == Plan::Step::Kind::region
-                                  ? static_cast<std::size_t>(step.num_inputs)
-                                  : step.values.size() - 1;
+    const std::size_t reads = step.num_reads();
     for (std::size_t i = 0; i < reads; ++i) ++readers[plan.root_of(step.values[i])];
     for (std::size_t i = reads; i < step.values.size(); ++i)
       producer[plan.root_of(step.values[i])] = static_cast<std::int32_t>(s);
@@ -172,8 +170,7 @@ std::optional<UpdateInputs> sgd_update_inputs(const Plan& plan, const Plan::Step
 }  // namespace
 
 void fold_sgd_updates(Plan& plan, const GraphData& g) {
-  for (auto s : g.side_effects)
-    if (g.nodes[static_cast<std::size_t>(s)].kind != Node::Kind::assign) return;
+  if (!assigns_only(g)) return;
   const auto [readers, producer] = readers_and_producers(plan);
   const std::vector<std::int32_t> held_after = held_after_steps(plan, g);
 

@@ -13,6 +13,12 @@ bool is_elementwise_step(const Plan::Step& step) {
          (step.kind == Plan::Step::Kind::kernel && !step.matmul && is_elementwise(step.prim));
 }
 
+bool assigns_only(const GraphData& g) {
+  return std::all_of(g.side_effects.begin(), g.side_effects.end(), [&](std::int32_t s) {
+    return g.nodes[static_cast<std::size_t>(s)].kind == Node::Kind::assign;
+  });
+}
+
 std::vector<std::int32_t> held_after_steps(const Plan& plan, const GraphData& g) {
   std::vector<std::int32_t> held_after(plan.roots.size(), 0);
   for (auto o : g.outputs) ++held_after[plan.root_of(o)];
@@ -97,19 +103,10 @@ std::vector<Candidate> find_candidates(const Plan& plan, const GraphData& g, std
   return candidates;
 }
 
-/// How many of a step's values it reads: a region step its inputs, another step all but its
-/// last value (the values after those are what it writes).
-std::size_t num_reads(const Plan::Step& step) {
-  return step.kind == Plan::Step::Kind::region ? static_cast<std::size_t>(step.num_inputs)
-                                               : step.values.size() - 1;
-}
-
 }  // namespace
 
 void update_variables_in_place(Plan& plan, const GraphData& g) {
-  if (g.side_effects.empty()) return;
-  for (auto s : g.side_effects)
-    if (g.nodes[static_cast<std::size_t>(s)].kind != Node::Kind::assign) return;
+  if (g.side_effects.empty() || !assigns_only(g)) return;
   // Folded GEMMs (fold_sgd_updates) are the last steps; the moved ones go before them.
   std::size_t end = plan.steps.size();
   while (end > 0 && plan.steps[end - 1].update_root >= 0) --end;
@@ -126,7 +123,7 @@ void update_variables_in_place(Plan& plan, const GraphData& g) {
   // Per root: the steps that read it, in order.
   std::vector<std::vector<std::size_t>> readers_of(plan.roots.size());
   for (std::size_t i = 0; i < plan.steps.size(); ++i)
-    for (std::size_t k = 0; k < num_reads(plan.steps[i]); ++k) {
+    for (std::size_t k = 0; k < plan.steps[i].num_reads(); ++k) {
       std::vector<std::size_t>& readers = readers_of[plan.root_of(plan.steps[i].values[k])];
       if (readers.empty() || readers.back() != i) readers.push_back(i);
     }
@@ -158,7 +155,7 @@ void update_variables_in_place(Plan& plan, const GraphData& g) {
       moved[i] = true;
       if (!is_elementwise_step(step) && step.kind != Plan::Step::Kind::copy)
         for (std::size_t c : from) drop(c);  // (a)
-      for (std::size_t k = num_reads(step); k < step.values.size(); ++k)
+      for (std::size_t k = step.num_reads(); k < step.values.size(); ++k)
         sources[plan.root_of(step.values[k])] = from;
     }
     for (std::size_t c = 0; c < candidates.size(); ++c) {
