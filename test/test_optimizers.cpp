@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <span>
 #include <thread>
 
 #include <kiln/kiln.hpp>
@@ -528,42 +529,137 @@ std::vector<const void*> buffers_of(const optim::Optimizer& opt, const Variable&
 
 }  // namespace
 
+/// Runs f with every kiln::function, and so every optimizer update, op by op.
+template <class F>
+void op_by_op(F&& f) {
+  const bool was = kiln::functions_run_eagerly();
+  kiln::run_functions_eagerly(true);
+  struct Restore {
+    bool was;
+    ~Restore() { kiln::run_functions_eagerly(was); }
+  } restore{was};
+  f();
+}
+
 TEST_CASE("compiled optimizer updates write over the variables' values", "[nn][optim][function]") {
+  // Traced inside a train step, and eagerly (where apply() compiles its update itself), each
+  // against the update run op by op.
   constexpr std::int64_t value_bytes = 64 * 48 * 4;
   for (const OptimizerCase& c : elementwise_optimizers()) {
     for (const bool held_by_caller : {false, true}) {
       CAPTURE(c.name, held_by_caller);
       kiln::clear_session();
       const Tensor initial = kiln::random::normal({64, 48}, 0, 1, 1);
-      Variable traced_w(initial, "traced_w"), eager_w(initial, "eager_w");
-      const auto traced_opt = c.make(), eager_opt = c.make();
+      Variable traced_w(initial, "traced_w"), eager_w(initial, "eager_w"), op_w(initial, "op_w");
+      const auto traced_opt = c.make(), eager_opt = c.make(), op_opt = c.make();
       auto step = kiln::function([&](const Tensor& g) { traced_opt->apply({g}, {traced_w}); });
-      std::vector<const void*> before;
+      const auto eager_step = [&](const Tensor& g) { eager_opt->apply({g}, {eager_w}); };
+      std::vector<const void*> before[2];
       for (int call = 0; call < 4; ++call) {
         const Tensor g = kiln::random::normal({64, 48}, 0, 1, 10 + call);
-        // A value the caller holds is left as it was, and the update goes to a new buffer.
-        const Tensor held = held_by_caller ? traced_w.value() : Tensor();
-        const std::vector<float> held_values =
-            held_by_caller ? held.to_vector<float>() : std::vector<float>{};
-        const std::int64_t live = kiln::memory_stats().live_bytes;
-        kiln::reset_peak_bytes();
-        step(g);
-        const std::int64_t grown = kiln::memory_stats().peak_bytes - live;
-        eager_opt->apply({g}, {eager_w});
-        CHECK(kiln::max(kiln::abs(traced_w.value() - eager_w.value())).item<float>() <= 1e-6f);
-        if (held_by_caller) {
-          CHECK(held.to_vector<float>() == held_values);
-          CHECK(traced_w.value().data() != held.data());
-        } else if (call > 0) {
-          // After the first call (which traces and creates the slots) no variable or slot
-          // gets a new buffer.
-          CHECK(grown < value_bytes * (1 + c.intermediates));
-          CHECK(buffers_of(*traced_opt, traced_w) == before);
+        op_by_op([&] { op_opt->apply({g}, {op_w}); });
+        int form = 0;
+        for (const auto& [w, opt] : {std::pair{&traced_w, traced_opt.get()},
+                                     std::pair{&eager_w, eager_opt.get()}}) {
+          CAPTURE(form);
+          // A value the caller holds is left as it was, and the update goes to a new buffer.
+          const Tensor held = held_by_caller ? w->value() : Tensor();
+          const std::vector<float> held_values =
+              held_by_caller ? held.to_vector<float>() : std::vector<float>{};
+          const std::int64_t live = kiln::memory_stats().live_bytes;
+          kiln::reset_peak_bytes();
+          if (form == 0)
+            step(g);
+          else
+            eager_step(g);
+          const std::int64_t grown = kiln::memory_stats().peak_bytes - live;
+          CHECK(kiln::max(kiln::abs(w->value() - op_w.value())).item<float>() <= 1e-6f);
+          if (held_by_caller) {
+            CHECK(held.to_vector<float>() == held_values);
+            CHECK(w->value().data() != held.data());
+          } else if (call > 0) {
+            // After the first call (which traces and creates the slots) no variable or slot
+            // gets a new buffer.
+            CHECK(grown < value_bytes * (1 + c.intermediates));
+            CHECK(buffers_of(*opt, *w) == before[form]);
+          }
+          before[form] = buffers_of(*opt, *w);
+          ++form;
         }
-        before = buffers_of(*traced_opt, traced_w);
       }
     }
   }
+}
+
+namespace {
+/// SGD whose step halves when a gradient holds a value above 1: it reads a value, so it cannot
+/// be traced.
+class ReadingSGD : public optim::Optimizer {
+ public:
+  ReadingSGD() : Optimizer("test.ReadingSGD", "reading_sgd", "", 1.0, {}, {}, {}) {}
+
+ protected:
+  void update(const Variable& var, const Tensor& grad, std::span<const Variable>,
+              const Tensor& learning_rate, const Tensor&) override {
+    const double scale = kiln::max(grad).item<float>() > 1 ? 0.5 : 1.0;
+    var.assign_sub(grad * learning_rate * scale);
+  }
+};
+}  // namespace
+
+TEST_CASE("eager apply() compiles once per list of variables and holds none of them",
+          "[nn][optim][function]") {
+  kiln::clear_session();
+  // Clipping, a schedule, two dtypes and a variable without a gradient: the same as op by op.
+  const auto make = [] {
+    return optim::Adam({.learning_rate = optim::schedules::exponential_decay(0.1, 2, 0.5),
+                        .clipnorm = 1.0,
+                        .global_clipnorm = 1.5});
+  };
+  std::vector<std::string> warnings;
+  kiln::set_log_sink([&](const std::string& m) { warnings.push_back(m); });
+  struct RestoreSink {
+    ~RestoreSink() { kiln::set_log_sink(nullptr); }
+  } restore_sink;
+  optim::Adam compiled = make(), reference = make();
+  const Tensor a0 = kiln::random::normal({5, 3}, 0, 1, 1), b0 = kiln::random::normal({4}, 0, 1, 2);
+  Variable a(a0, "a"), b(kiln::cast(b0, kiln::f64), "b"), c(kiln::zeros({2}), "c");
+  Variable ra(a0, "a"), rb(kiln::cast(b0, kiln::f64), "b"), rc(kiln::zeros({2}), "c");
+  for (int call = 0; call < 3; ++call) {
+    const Tensor ga = kiln::random::normal({5, 3}, 0, 2, 10 + call);
+    const Tensor gb = kiln::cast(kiln::random::normal({4}, 0, 2, 20 + call), kiln::f64);
+    compiled.apply({ga, gb, Tensor()}, {a, b, c});
+    op_by_op([&] { reference.apply({ga, gb, Tensor()}, {ra, rb, rc}); });
+    check_values(a, values_of(ra));
+    check_values(b, values_of(rb), 1e-12);
+    check_values(c, {0.0, 0.0});
+    CHECK(compiled.iterations().value().item<std::int64_t>() == call + 1);
+  }
+
+  // A model rebuilt in a loop: its compiled update does not keep it alive.
+  std::weak_ptr<kiln::detail::VariableImpl> last;
+  for (int round = 0; round < 3; ++round) {
+    Variable w(kiln::ones({256}), "model/w");
+    compiled.apply({kiln::ones({256})}, {w});
+    compiled.apply({kiln::ones({256})}, {w});
+    CHECK(last.expired());
+    last = w.impl();
+  }
+  CHECK(last.expired());
+
+  // An update that reads values cannot be traced: it runs op by op, eagerly as before.
+  CHECK(warnings.empty());  // Adam's update compiled
+  ReadingSGD reading;
+  Variable w(kiln::zeros({2}), "w");
+  reading.apply({kiln::tensor({4.f, 2.f})}, {w});
+  check_values(w, {-2.0, -1.0});
+  reading.apply({kiln::tensor({0.5f, 1.f})}, {w});
+  check_values(w, {-2.5, -2.0});
+  REQUIRE(warnings.size() == 1);  // once for this list of variables
+  CHECK_THAT(warnings[0], Catch::StartsWith("test.ReadingSGD: reading_sgd's update cannot be "
+                                            "traced, so apply() runs it op by op"));
+  auto traced = kiln::function([&](const Tensor& g) { reading.apply({g}, {w}); });
+  CHECK_THROWS_WITH(traced(kiln::ones({2})), Catch::Contains("cannot read the value of a symbolic"));
 }
 
 TEST_CASE("in-place optimizer updates keep a call's values and its failures whole",

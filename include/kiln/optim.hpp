@@ -14,7 +14,13 @@
 ///
 /// apply() works eagerly and inside a kiln::function: there, the first trace creates the slots
 /// (lifted out of the graph with their initial zeros) and the update compiles into the graph
-/// with the forward and backward pass. Slots are keyed by the variable's identity: when a
+/// with the forward and backward pass. Eagerly, apply() compiles its update too (clipping, the
+/// rate, every variable's update and the iteration count) as one cached function per list of
+/// variables, traced on the first apply() that sees the list: the update runs as fused loops
+/// that write over the variables and slots where nothing else holds their values, not as one
+/// allocating op after another. The cached functions hold the variables weakly and go with
+/// them. Indexed-slices gradients, kiln::run_functions_eagerly(true), and an update() that
+/// cannot be traced (it reads a value; a warning says so, once per list) run op by op. Slots are keyed by the variable's identity: when a
 /// variable the optimizer holds slots for is destroyed (a model rebuilt in a loop), the next
 /// apply() drops its slots, so a long-lived optimizer does not grow. Two live variables with
 /// the same name cannot share one optimizer (their slots would collide): that is an error.
@@ -146,6 +152,14 @@ class Optimizer : public Module {
   const std::string& kind() const;
 
  private:
+  /// Clipping, the updates and the iteration count (op by op, or while apply_compiled traces).
+  void apply_updates(std::vector<Tensor> grads, const std::vector<Variable>& vars,
+                     const std::vector<std::vector<Variable>>& slots);
+  /// Eagerly, with only dense gradients: apply_updates as a cached kiln::function for this list
+  /// of variables. False when the update must run op by op.
+  bool apply_compiled(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                      const std::vector<std::vector<Variable>>& slots);
+
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -1,10 +1,13 @@
 // The Optimizer base (validation, clipping, learning rate, iteration counter, slots) and the
 // learning-rate schedules.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "core/fail.hpp"
+#include "jit/log.hpp"
 #include "kiln/creation.hpp"
+#include "kiln/function.hpp"
 #include "kiln/name_scope.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/optim.hpp"
@@ -96,6 +99,16 @@ struct Optimizer::State {
   std::map<std::uint64_t, Owner> owners;
   double slot_initial = 0.0;
   GradientAggregator* aggregator = nullptr;
+  // Eager apply() runs its dense updates as one compiled function per list of variables (and
+  // which of them have gradients), traced on first use. The entries hold the variables weakly
+  // and go when one of them dies; at most max_compiled are kept.
+  struct Compiled {
+    std::vector<std::weak_ptr<detail::VariableImpl>> variables;
+    std::function<void(const std::vector<Tensor>&)> run;  // null: this list runs op by op
+  };
+  static constexpr std::size_t max_compiled = 8;
+  std::map<std::vector<std::uint64_t>, Compiled> compiled;
+  const std::function<void(const std::vector<Tensor>&)>* body = nullptr;  // while apply() runs
 
   State(std::string k, LearningRate lr) : kind(std::move(k)), learning_rate(std::move(lr)) {}
 };
@@ -214,6 +227,10 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
       ++it;
     }
   }
+  std::erase_if(s.compiled, [](const auto& entry) {
+    return std::ranges::any_of(entry.second.variables,
+                               [](const auto& v) { return v.expired(); });
+  });
   std::map<std::string, std::uint64_t> ids_by_name;
   for (const auto& [id, owner] : s.owners) ids_by_name.emplace(owner.base, id);
   for (const Variable& v : vars) {
@@ -225,14 +242,34 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
                    path(), v.name());
   }
 
-  // Indexed slices: each row once (so their values' norm is the dense gradient's); clipping
-  // scales only their values.
+  // Indexed slices: each row once (so their values' norm is the dense gradient's).
   std::vector<Tensor> g = s.aggregator ? s.aggregator->aggregate(grads, vars) : grads;
   if (g.size() != grads.size())
     detail::fail(op, "the gradient aggregator returned {} gradients for {}", g.size(),
                  grads.size());
   for (Tensor& t : g)
     if (t.defined() && t.is_indexed_slices()) t = deduplicate(t);
+
+  // Slots are created here, eagerly or by the first trace, never inside a compiled update.
+  std::vector<std::vector<Variable>> slots(vars.size());
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (!g[i].defined()) continue;
+    const Variable& v = vars[i];
+    s.owners.try_emplace(v.id(), State::Owner{v.impl(), v.name()});
+    const std::string& base = s.owners.at(v.id()).base;
+    for (const auto& slot_name : s.slot_names)
+      slots[i].push_back(
+          add_variable(fmt::format("{}/{}", base, slot_name), v.shape(),
+                       s.slot_initial == 0.0 ? init::zeros() : init::constant(s.slot_initial),
+                       /*trainable*/ false, v.dtype()));
+  }
+  if (!apply_compiled(g, vars, slots)) apply_updates(std::move(g), vars, slots);
+}
+
+void Optimizer::apply_updates(std::vector<Tensor> g, const std::vector<Variable>& vars,
+                              const std::vector<std::vector<Variable>>& slots) {
+  State& s = *state_;
+  // Clipping scales only an indexed-slices gradient's values.
   const auto values = [](const Tensor& t) {
     return t.is_indexed_slices() ? slices_of(t).values : t;
   };
@@ -267,24 +304,68 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
   const auto as = [](const Tensor& t, DType dtype) {
     return t.dtype() == dtype ? t : cast(t, dtype);
   };
-  std::vector<Variable> slots;
   for (std::size_t i = 0; i < vars.size(); ++i) {
     if (!g[i].defined()) continue;
     const Variable& v = vars[i];
-    s.owners.try_emplace(v.id(), State::Owner{v.impl(), v.name()});
-    const std::string& base = s.owners.at(v.id()).base;
-    slots.clear();
-    for (const auto& slot_name : s.slot_names)
-      slots.push_back(
-          add_variable(fmt::format("{}/{}", base, slot_name), v.shape(),
-                       s.slot_initial == 0.0 ? init::zeros() : init::constant(s.slot_initial),
-                       /*trainable*/ false, v.dtype()));
     if (g[i].is_indexed_slices())
-      update_sparse(v, g[i], slots, as(rate, v.dtype()), as(next_step, v.dtype()));
+      update_sparse(v, g[i], slots[i], as(rate, v.dtype()), as(next_step, v.dtype()));
     else
-      update(v, g[i], slots, as(rate, v.dtype()), as(next_step, v.dtype()));
+      update(v, g[i], slots[i], as(rate, v.dtype()), as(next_step, v.dtype()));
   }
   s.iterations.assign(next_step);
+}
+
+bool Optimizer::apply_compiled(const std::vector<Tensor>& g, const std::vector<Variable>& vars,
+                               const std::vector<std::vector<Variable>>& slots) {
+  State& s = *state_;
+  if (detail::tracing() || functions_run_eagerly()) return false;
+  // The key: each variable's identity and whether it has a gradient (only dense ones compile).
+  std::vector<std::uint64_t> key;
+  key.reserve(vars.size());
+  std::vector<Tensor> dense;
+  for (std::size_t i = 0; i < vars.size(); ++i) {
+    if (g[i].defined() && g[i].is_indexed_slices()) return false;
+    key.push_back(vars[i].id() * 2 + (g[i].defined() ? 1 : 0));
+    if (g[i].defined()) dense.push_back(g[i]);
+  }
+  if (dense.empty()) return false;
+
+  // What the trace runs: the gradients (placeholders now) put back in their places.
+  const std::function<void(const std::vector<Tensor>&)> body = [&](const std::vector<Tensor>& d) {
+    std::vector<Tensor> all(vars.size());
+    for (std::size_t i = 0, next = 0; i < vars.size(); ++i)
+      if (g[i].defined()) all[i] = d[next++];
+    apply_updates(std::move(all), vars, slots);
+  };
+  s.body = &body;
+  struct Clear {
+    State& s;
+    ~Clear() { s.body = nullptr; }
+  } clear{s};
+
+  auto it = s.compiled.find(key);
+  if (it == s.compiled.end()) {
+    if (s.compiled.size() >= State::max_compiled) s.compiled.erase(s.compiled.begin());
+    State::Compiled entry;
+    for (const Variable& v : vars) entry.variables.push_back(v.impl());
+    auto fn = kiln::function([&s](const std::vector<Tensor>& d) { (*s.body)(d); },
+                             {.name = fmt::format("{}.apply", path())});
+    // An update that cannot be traced (a subclass's update() reading values) runs op by op.
+    try {
+      fn.get_concrete_function(dense);
+      entry.run = [fn](const std::vector<Tensor>& d) { fn(d); };
+    } catch (const Error& e) {
+      entry.run = nullptr;
+      detail::log_warning(fmt::format(
+          "{}: {}'s update cannot be traced, so apply() runs it op by op for these variables "
+          "({})",
+          s.kind, path(), e.what()));
+    }
+    it = s.compiled.emplace(key, std::move(entry)).first;
+  }
+  if (!it->second.run) return false;
+  it->second.run(dense);
+  return true;
 }
 
 }  // namespace kiln::optim
