@@ -238,6 +238,26 @@ TEST_CASE("nested functions inline; threads share one cache", "[function][thread
   CHECK(f.tracing_count() == 3);
 }
 
+TEST_CASE("a function called from a call that runs eagerly gets its own arguments",
+          "[function]") {
+  // Past its trace limit, outer runs its callable eagerly, and inner's call is a real call
+  // (not inlined): it must see inner's arguments only, not outer's before them.
+  kiln::set_log_sink([](const std::string&) {});
+  auto inner = kiln::function([](const Tensor& a, const Tensor& b) { return a * 10.f + b; });
+  kiln::FunctionOptions opts;
+  opts.max_traces = 1;
+  auto outer = kiln::function(
+      [&](const Tensor& x, const Tensor& y) { return inner(y, x) + inner(x, y) * 100.f; }, opts);
+  CHECK(same(outer(kiln::tensor({1.f}), kiln::tensor({2.f})), kiln::tensor({1221.f})));
+  for (int n = 2; n <= 3; ++n) {
+    const Tensor x = kiln::full({n}, 1.0), y = kiln::full({n}, 2.0);
+    CHECK(same(outer(x, y), kiln::full({n}, 1221.0)));  // eagerly: inner runs compiled
+  }
+  CHECK(outer.tracing_count() == 1);
+  CHECK(inner.tracing_count() == 2);
+  kiln::set_log_sink(nullptr);
+}
+
 TEST_CASE("destroyed variables and escaped symbolic tensors are clear errors", "[function]") {
   auto v = std::make_unique<kiln::Variable>(kiln::ones({2}), "temp");
   auto f = kiln::function([&](const Tensor& x) { return x + v->value(); });
