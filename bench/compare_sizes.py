@@ -236,6 +236,16 @@ def time_table(result: dict) -> list[list[str]]:
         kiln_s = mlp_figures(result, path).get("traced", {}).get("median_s")
         peers = {v: rows[0]["median_s"] for v, rows in peer_rows(result, workload)["rows"].items()}
         add(f"9. {label}", kiln_s, peers, workload)
+    # Eager against eager: the same steps op by op (kiln's optimizer update still compiles).
+    for workload, label, path in MLP_ROWS:
+        eager_s = mlp_figures(result, path).get("eager", {}).get("median_s")
+        torch_s = {v: rows[0]["median_s"] for v, rows in
+                   peer_rows(result, workload)["rows"].items()}.get("PyTorch eager")
+        if eager_s and torch_s:
+            ratio = eager_s / torch_s
+            speed = f"{1 / ratio:.2f}x faster" if ratio <= 1 else f"{ratio:.2f}x slower"
+            lines.append([f"9. {label}, kiln eager", _time(eager_s), "PyTorch eager",
+                          _time(torch_s), f"{ratio:.2f}", speed])
     return lines
 
 

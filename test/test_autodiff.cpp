@@ -645,3 +645,38 @@ TEST_CASE("a traced train step takes gradients with respect to variables",
   CHECK(kiln::max(kiln::abs(traced_w.value() - eager_w.value())).item<float>() < 1e-5f);
   CHECK(traced.tracing_count() == 1);
 }
+
+TEST_CASE("a tape computes no gradient for an input it does not track", "[autodiff]") {
+  // x is a constant: its gradient through a matmul or a convolution (a product the size of x)
+  // is not computed, so the backward pass holds nothing of x's size.
+  const Tensor x = kiln::random::normal({512, 64}, 0, 1, 1);
+  const Tensor images = kiln::random::normal({4, 32, 32, 16}, 0, 1, 2);
+  const std::int64_t input_bytes = 512 * 64 * 4;  // both inputs: 128 KiB or more
+  kiln::Variable w(kiln::random::normal({64, 8}, 0, 1, 3), "w");
+  kiln::Variable kernel(kiln::random::normal({3, 3, 16, 1}, 0, 1, 4), "kernel");
+  const std::vector<std::pair<const char*, std::function<Tensor()>>> cases = {
+      {"matmul", [&] { return kiln::sum(kiln::square(kiln::matmul(x, w.value()))); }},
+      {"conv2d",
+       [&] {
+         return kiln::sum(kiln::square(kiln::conv2d(images, kernel.value(), {.padding = kiln::ConvPadding::same})));
+       }},
+  };
+  for (const auto& [name, loss_of] : cases) {
+    CAPTURE(name);
+    const kiln::Variable& v = std::string(name) == "matmul" ? w : kernel;
+    kiln::GradientTape tape;
+    const Tensor loss = loss_of();
+    const std::int64_t live = kiln::memory_stats().live_bytes;
+    kiln::reset_peak_bytes();
+    const Tensor grad = tape.gradient(loss, v.value());
+    CHECK(kiln::memory_stats().peak_bytes - live < input_bytes / 2);
+    // The gradient itself, against a tape that also watches the input.
+    kiln::GradientTape both;
+    const Tensor input = std::string(name) == "matmul" ? x : images;
+    both.watch(input);
+    const auto grads = both.gradient(loss_of(), std::vector<Tensor>{v.value(), input});
+    CHECK(kiln::max(kiln::abs(grad - grads[0])).item<float>() == 0.0f);
+    CHECK(grads[1].shape() == input.shape());
+    CHECK(kiln::max(kiln::abs(grads[1])).item<float>() > 0.0f);
+  }
+}

@@ -247,6 +247,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   detail::set_recording(tape, false);
   std::unordered_map<const detail::TensorImpl*, Tensor> grads;
   grads.emplace(target.impl().get(), seed);
+  detail::WantedInputs wanted;
   try {
     for (auto it = tape.entries.rbegin(); it != tape.entries.rend(); ++it) {
       std::vector<Tensor> input_grads;
@@ -264,7 +265,14 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
         auto found = grads.find(it->output.impl().get());
         if (found == grads.end()) continue;
         const Tensor g = found->second;
-        input_grads = it->custom ? it->custom(g) : detail::primitive_vjp(*it, g);
+        if (it->custom) {
+          input_grads = it->custom(g);
+        } else {
+          wanted.assign(it->inputs.size(), false);
+          for (std::size_t i = 0; i < it->inputs.size(); ++i)
+            wanted[i] = detail::tracks(tape, it->inputs[i]);
+          input_grads = detail::primitive_vjp(*it, g, wanted);
+        }
       }
       for (std::size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
         const Tensor& in = it->inputs[i];

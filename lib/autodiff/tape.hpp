@@ -55,13 +55,23 @@ void record(Prim p, std::span<const Tensor> inputs, const Attrs& attrs, const Te
 void record_multi_output(std::span<const Tensor> inputs, std::span<const Tensor> outputs,
                          const MultiGradFn& rule);
 
+/// Which inputs of an entry need a gradient: flags by input, or all of them when empty.
+using WantedInputs = std::vector<bool>;
+inline bool is_wanted(const WantedInputs& wanted, std::size_t input) {
+  return wanted.empty() || (input < wanted.size() && wanted[input]);
+}
+
 /// The vector-Jacobian rule of a primitive entry: one gradient per input (undefined where the
-/// input gets none). Written with kiln ops.
-std::vector<Tensor> primitive_vjp(const TapeEntry& entry, const Tensor& output_gradient);
+/// input gets none). Written with kiln ops. Rules whose gradients are costly products (matmul,
+/// convolution, a recurrence's input projection) skip the inputs `wanted` leaves out (a
+/// network's input, a frozen weight) and return them undefined.
+std::vector<Tensor> primitive_vjp(const TapeEntry& entry, const Tensor& output_gradient,
+                                  const WantedInputs& wanted = {});
 /// primitive_vjp's part for the indexing primitives (vjp_indexing.cpp).
 std::vector<Tensor> indexing_vjp(const TapeEntry& entry, const Tensor& output_gradient);
 /// primitive_vjp's part for the windowed primitives (vjp_window.cpp).
-std::vector<Tensor> window_vjp(const TapeEntry& entry, const Tensor& output_gradient);
+std::vector<Tensor> window_vjp(const TapeEntry& entry, const Tensor& output_gradient,
+                               const WantedInputs& wanted);
 
 /// Called by Variable::value() while some tape records: recording tapes that watch accessed
 /// variables track `value` as a read of v.

@@ -154,9 +154,13 @@ Tensor first_step(const Tensor& r, std::int64_t from, std::int64_t to) {
   return squeeze(slice(columns, 0, 0, 1), {0});
 }
 
-/// The gradients of a and b in matmul(a, b) from g, the product's gradient.
-std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g) {
-  Tensor grad_b;
+/// The gradients of a and b in matmul(a, b) from g, the product's gradient (each left
+/// undefined when not wanted).
+std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g,
+                               bool want_a = true, bool want_b = true) {
+  Tensor grad_a, grad_b;
+  if (want_a) grad_a = unbroadcast(matmul(g, swap_last_two(b)), a.shape());
+  if (!want_b) return {grad_a, grad_b};
   if (b.ndim() == 2 && a.ndim() > 2 && !a.shape().has_dynamic_dims()) {
     // One matrix b shared by a batch of a's: d b = sum over the batch of a_i^T g_i, which
     // is a single [k, batch*m] x [batch*m, n] product (instead of a batched product of
@@ -166,18 +170,21 @@ std::vector<Tensor> matmul_vjp(const Tensor& a, const Tensor& b, const Tensor& g
   } else {
     grad_b = unbroadcast(matmul(swap_last_two(a), g), b.shape());
   }
-  return {unbroadcast(matmul(g, swap_last_two(b)), a.shape()), grad_b};
+  return {grad_a, grad_b};
 }
 
 /// A fused recurrence that projects its inputs (six inputs: x first, its kernel last; attrs.ints
 /// {1} when x is batch-major): grads[0], the gradient of the projection xp = x W_in computed
 /// from dxp [T, B, G U], becomes x's, and W_in's is appended.
-void projected_input_grads(const TapeEntry& e, const Tensor& dxp, std::vector<Tensor>& grads) {
+void projected_input_grads(const TapeEntry& e, const Tensor& dxp, std::vector<Tensor>& grads,
+                           const WantedInputs& wanted) {
   const bool batch_major = !e.attrs.ints.empty() && e.attrs.ints[0] == 1;
   const Tensor& x = e.inputs[0];
   const Tensor time_major = batch_major ? transpose(x, {1, 0, 2}) : x;
-  std::vector<Tensor> projection = matmul_vjp(time_major, e.inputs[5], dxp);
-  grads[0] = batch_major ? transpose(projection[0], {1, 0, 2}) : std::move(projection[0]);
+  std::vector<Tensor> projection =
+      matmul_vjp(time_major, e.inputs[5], dxp, is_wanted(wanted, 0), is_wanted(wanted, 5));
+  grads[0] = batch_major && projection[0].defined() ? transpose(projection[0], {1, 0, 2})
+                                                    : std::move(projection[0]);
   grads.push_back(std::move(projection[1]));
 }
 
@@ -213,10 +220,11 @@ std::vector<Tensor> normalize_vjp(const TapeEntry& e, const Tensor& g) {
 
 bool is_differentiable(Prim p) { return info(p).differentiable; }
 
-std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
+std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g,
+                                  const WantedInputs& wanted) {
   if (info(e.prim).row_kernel) return elementwise_vjp(e, g);
   if (info(e.prim).family == Family::indexing) return indexing_vjp(e, g);
-  if (info(e.prim).family == Family::window) return window_vjp(e, g);
+  if (info(e.prim).family == Family::window) return window_vjp(e, g, wanted);
   if (e.prim == Prim::layer_norm || e.prim == Prim::rms_norm) return normalize_vjp(e, g);
   const auto& in = e.inputs;
   const Tensor& y = e.output;
@@ -377,7 +385,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
     }
 
     case Prim::matmul:
-      return matmul_vjp(x(0), x(1), g);
+      return matmul_vjp(x(0), x(1), g, is_wanted(wanted, 0), is_wanted(wanted, 1));
     case Prim::lstm_sequence: {
       // y holds the saved gates (the front end saves them while a tape records or a trace
       // runs); r holds dz, h_{t-1} and the state gradients per step (ops/recurrent.hpp).
@@ -391,7 +399,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       const Tensor dz = slice(r, 2, 0, 4 * units);
       std::vector<Tensor> grads{dz, slice(state, 1, 0, units), slice(state, 1, units, 2 * units),
                                 recurrent_weight_grad(r, units, 4, 4 * units, 0), sum(dz, {0, 1})};
-      if (e.inputs.size() == 6) projected_input_grads(e, dz, grads);
+      if (e.inputs.size() == 6) projected_input_grads(e, dz, grads, wanted);
       return grads;
     }
     case Prim::gru_sequence: {
@@ -408,7 +416,7 @@ std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g) {
       std::vector<Tensor> grads{dx, first_step(r, 7 * units, 8 * units),
                                 recurrent_weight_grad(r, units, 3, 6 * units, 3 * units),
                                 sum(dx, {0, 1}), sum(dq, {0, 1})};
-      if (e.inputs.size() == 6) projected_input_grads(e, dx, grads);
+      if (e.inputs.size() == 6) projected_input_grads(e, dx, grads, wanted);
       return grads;
     }
     case Prim::lstm_sequence_grad:

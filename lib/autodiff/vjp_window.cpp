@@ -9,22 +9,23 @@
 
 namespace kiln::detail {
 
-std::vector<Tensor> window_vjp(const TapeEntry& e, const Tensor& g) {
+std::vector<Tensor> window_vjp(const TapeEntry& e, const Tensor& g, const WantedInputs& wanted) {
   const auto& in = e.inputs;
   const Attrs& attrs = e.attrs;
-  const auto run = [&attrs](Prim p, const Tensor& a, const Tensor& b, const Tensor& like) {
-    return apply(p, {a, b}, attrs, like.dtype(), like.shape());
+  // The gradient of input `i` (`like`'s dtype and shape) as primitive p of a and b, when wanted.
+  const auto run = [&](std::size_t i, Prim p, const Tensor& a, const Tensor& b) {
+    if (!is_wanted(wanted, i)) return Tensor();
+    return apply(p, {a, b}, attrs, in[i].dtype(), in[i].shape());
   };
   switch (e.prim) {
     case Prim::conv:  // in: x, kernel
-      return {run(Prim::conv_input_grad, g, in[1], in[0]),
-              run(Prim::conv_kernel_grad, in[0], g, in[1])};
+      return {run(0, Prim::conv_input_grad, g, in[1]), run(1, Prim::conv_kernel_grad, in[0], g)};
     case Prim::conv_input_grad:  // in: dy, kernel; out: dx
-      return {run(Prim::conv, g, in[1], in[0]), run(Prim::conv_kernel_grad, g, in[0], in[1])};
+      return {run(0, Prim::conv, g, in[1]), run(1, Prim::conv_kernel_grad, g, in[0])};
     case Prim::conv_kernel_grad:  // in: x, dy; out: dkernel
-      return {run(Prim::conv_input_grad, in[1], g, in[0]), run(Prim::conv, in[0], g, in[1])};
+      return {run(0, Prim::conv_input_grad, in[1], g), run(1, Prim::conv, in[0], g)};
     case Prim::max_pool:
-      return {run(Prim::max_pool_grad, in[0], g, in[0])};
+      return {run(0, Prim::max_pool_grad, in[0], g)};
     case Prim::avg_pool:
       return {apply(Prim::avg_pool_grad, {g}, attrs, in[0].dtype(), in[0].shape())};
     case Prim::avg_pool_grad:  // linear in dy
