@@ -658,7 +658,8 @@ TEST_CASE("a tape computes no gradient for an input it does not track", "[autodi
       {"matmul", [&] { return kiln::sum(kiln::square(kiln::matmul(x, w.value()))); }},
       {"conv2d",
        [&] {
-         return kiln::sum(kiln::square(kiln::conv2d(images, kernel.value(), {.padding = kiln::ConvPadding::same})));
+         return kiln::sum(kiln::square(
+             kiln::conv2d(images, kernel.value(), {.padding = kiln::ConvPadding::same})));
        }},
   };
   for (const auto& [name, loss_of] : cases) {

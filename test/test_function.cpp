@@ -238,8 +238,7 @@ TEST_CASE("nested functions inline; threads share one cache", "[function][thread
   CHECK(f.tracing_count() == 3);
 }
 
-TEST_CASE("a function called from a call that runs eagerly gets its own arguments",
-          "[function]") {
+TEST_CASE("a function called from a call that runs eagerly gets its own arguments", "[function]") {
   // Past its trace limit, outer runs its callable eagerly, and inner's call is a real call
   // (not inlined): it must see inner's arguments only, not outer's before them.
   kiln::set_log_sink([](const std::string&) {});

@@ -559,8 +559,8 @@ TEST_CASE("compiled optimizer updates write over the variables' values", "[nn][o
         const Tensor g = kiln::random::normal({64, 48}, 0, 1, 10 + call);
         op_by_op([&] { op_opt->apply({g}, {op_w}); });
         int form = 0;
-        for (const auto& [w, opt] : {std::pair{&traced_w, traced_opt.get()},
-                                     std::pair{&eager_w, eager_opt.get()}}) {
+        for (const auto& [w, opt] :
+             {std::pair{&traced_w, traced_opt.get()}, std::pair{&eager_w, eager_opt.get()}}) {
           CAPTURE(form);
           // A value the caller holds is left as it was, and the update goes to a new buffer.
           const Tensor held = held_by_caller ? w->value() : Tensor();
@@ -659,7 +659,8 @@ TEST_CASE("eager apply() compiles once per list of variables and holds none of t
   CHECK_THAT(warnings[0], Catch::StartsWith("test.ReadingSGD: reading_sgd's update cannot be "
                                             "traced, so apply() runs it op by op"));
   auto traced = kiln::function([&](const Tensor& g) { reading.apply({g}, {w}); });
-  CHECK_THROWS_WITH(traced(kiln::ones({2})), Catch::Contains("cannot read the value of a symbolic"));
+  CHECK_THROWS_WITH(traced(kiln::ones({2})),
+                    Catch::Contains("cannot read the value of a symbolic"));
 }
 
 TEST_CASE("in-place optimizer updates keep a call's values and its failures whole",

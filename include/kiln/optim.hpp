@@ -20,10 +20,12 @@
 /// that write over the variables and slots where nothing else holds their values, not as one
 /// allocating op after another. The cached functions hold the variables weakly and go with
 /// them. Indexed-slices gradients, kiln::run_functions_eagerly(true), and an update() that
-/// cannot be traced (it reads a value; a warning says so, once per list) run op by op. Slots are keyed by the variable's identity: when a
-/// variable the optimizer holds slots for is destroyed (a model rebuilt in a loop), the next
-/// apply() drops its slots, so a long-lived optimizer does not grow. Two live variables with
-/// the same name cannot share one optimizer (their slots would collide): that is an error.
+/// cannot be traced (it reads a value; a warning says so, once per list) run op by op.
+///
+/// Slots are keyed by the variable's identity: when a variable the optimizer holds slots for is
+/// destroyed (a model rebuilt in a loop), the next apply() drops its slots, so a long-lived
+/// optimizer does not grow. Two live variables with the same name cannot share one optimizer
+/// (their slots would collide): that is an error.
 ///
 /// Gradients may be indexed-slices values (kiln/sparse.hpp: the gradient of an embedding
 /// lookup). Their duplicate rows are summed, clipping reads only their values, and SGD, Adam,

@@ -220,8 +220,7 @@ std::vector<Tensor> normalize_vjp(const TapeEntry& e, const Tensor& g) {
 
 bool is_differentiable(Prim p) { return info(p).differentiable; }
 
-std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g,
-                                  const WantedInputs& wanted) {
+std::vector<Tensor> primitive_vjp(const TapeEntry& e, const Tensor& g, const WantedInputs& wanted) {
   if (info(e.prim).row_kernel) return elementwise_vjp(e, g);
   if (info(e.prim).family == Family::indexing) return indexing_vjp(e, g);
   if (info(e.prim).family == Family::window) return window_vjp(e, g, wanted);

@@ -228,8 +228,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     }
   }
   std::erase_if(s.compiled, [](const auto& entry) {
-    return std::ranges::any_of(entry.second.variables,
-                               [](const auto& v) { return v.expired(); });
+    return std::ranges::any_of(entry.second.variables, [](const auto& v) { return v.expired(); });
   });
   std::map<std::string, std::uint64_t> ids_by_name;
   for (const auto& [id, owner] : s.owners) ids_by_name.emplace(owner.base, id);
