@@ -658,6 +658,17 @@ TEST_CASE("eager apply() compiles once per list of variables and holds none of t
   REQUIRE(warnings.size() == 1);  // once for this list of variables
   CHECK_THAT(warnings[0], Catch::StartsWith("test.ReadingSGD: reading_sgd's update cannot be "
                                             "traced, so apply() runs it op by op"));
+  // Under a recording tape the update runs op by op (the tape sees it), and a later apply()
+  // of the same list still compiles.
+  optim::SGD sgd({.learning_rate = 0.5});
+  Variable u(kiln::ones({3}), "u");
+  {
+    kiln::GradientTape tape;
+    sgd.apply({kiln::ones({3})}, {u});
+  }
+  sgd.apply({kiln::ones({3})}, {u});
+  check_values(u, {0.0, 0.0, 0.0});
+  CHECK(warnings.size() == 1);
   auto traced = kiln::function([&](const Tensor& g) { reading.apply({g}, {w}); });
   CHECK_THROWS_WITH(traced(kiln::ones({2})),
                     Catch::Contains("cannot read the value of a symbolic"));

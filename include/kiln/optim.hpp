@@ -19,8 +19,9 @@
 /// variables, traced on the first apply() that sees the list: the update runs as fused loops
 /// that write over the variables and slots where nothing else holds their values, not as one
 /// allocating op after another. The cached functions hold the variables weakly and go with
-/// them. Indexed-slices gradients, kiln::run_functions_eagerly(true), and an update() that
-/// cannot be traced (it reads a value; a warning says so, once per list) run op by op.
+/// them. Indexed-slices gradients, kiln::run_functions_eagerly(true), a GradientTape recording
+/// (it sees the update's ops), and an update() that cannot be traced (it reads a value; a
+/// warning says so, once per list) run op by op.
 ///
 /// Slots are keyed by the variable's identity: when a variable the optimizer holds slots for is
 /// destroyed (a model rebuilt in a loop), the next apply() drops its slots, so a long-lived

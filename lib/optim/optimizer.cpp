@@ -5,6 +5,7 @@
 #include <map>
 
 #include "core/fail.hpp"
+#include "core/hooks.hpp"
 #include "jit/log.hpp"
 #include "kiln/creation.hpp"
 #include "kiln/function.hpp"
@@ -317,7 +318,8 @@ void Optimizer::apply_updates(std::vector<Tensor> g, const std::vector<Variable>
 bool Optimizer::apply_compiled(const std::vector<Tensor>& g, const std::vector<Variable>& vars,
                                const std::vector<std::vector<Variable>>& slots) {
   State& s = *state_;
-  if (detail::tracing() || functions_run_eagerly()) return false;
+  // Inside a trace the update joins the traced graph; a recording tape must see its ops.
+  if (detail::tracing() || functions_run_eagerly() || detail::any_tape_recording()) return false;
   // The key: each variable's identity and whether it has a gradient (only dense ones compile).
   std::vector<std::uint64_t> key;
   key.reserve(vars.size());
