@@ -12,7 +12,7 @@ namespace kiln::detail {
 std::vector<Tensor> window_vjp(const TapeEntry& e, const Tensor& g, const WantedInputs& wanted) {
   const auto& in = e.inputs;
   const Attrs& attrs = e.attrs;
-  // The gradient of input `i` (`like`'s dtype and shape) as primitive p of a and b, when wanted.
+  // The gradient of input i (its dtype and shape) as primitive p of a and b, when it is wanted.
   const auto run = [&](std::size_t i, Prim p, const Tensor& a, const Tensor& b) {
     if (!is_wanted(wanted, i)) return Tensor();
     return apply(p, {a, b}, attrs, in[i].dtype(), in[i].shape());
