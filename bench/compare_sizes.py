@@ -220,10 +220,7 @@ def time_table(result: dict) -> list[list[str]]:
             if peer_s is None:
                 lines.append(cells + [f"n/a ({_why(result, workload, variant)})", "", ""])
                 continue
-            ratio = kiln_s / peer_s if kiln_s else None
-            speed = "" if ratio is None else (f"{1 / ratio:.2f}x faster" if ratio <= 1
-                                              else f"{ratio:.2f}x slower")
-            lines.append(cells + [_time(peer_s), f"{ratio:.2f}" if ratio else "n/a", speed])
+            lines.append(cells + [_time(peer_s), *_ratio_cells(kiln_s, peer_s)])
 
     for cell, name in CELLS:
         series = recurrent_series(result, cell)
@@ -239,14 +236,20 @@ def time_table(result: dict) -> list[list[str]]:
     # Eager against eager: the same steps op by op (kiln's optimizer update still compiles).
     for workload, label, path in MLP_ROWS:
         eager_s = mlp_figures(result, path).get("eager", {}).get("median_s")
-        torch_s = {v: rows[0]["median_s"] for v, rows in
-                   peer_rows(result, workload)["rows"].items()}.get("PyTorch eager")
-        if eager_s and torch_s:
-            ratio = eager_s / torch_s
-            speed = f"{1 / ratio:.2f}x faster" if ratio <= 1 else f"{ratio:.2f}x slower"
+        torch_rows = peer_rows(result, workload)["rows"].get("PyTorch eager")
+        if eager_s and torch_rows:
+            torch_s = torch_rows[0]["median_s"]
             lines.append([f"9. {label}, kiln eager", _time(eager_s), "PyTorch eager",
-                          _time(torch_s), f"{ratio:.2f}", speed])
+                          _time(torch_s), *_ratio_cells(eager_s, torch_s)])
     return lines
+
+
+def _ratio_cells(kiln_s: float | None, peer_s: float) -> list[str]:
+    """[kiln/peer, "N.NNx faster" or "slower"] ("n/a" and "" without a kiln figure)."""
+    if not kiln_s:
+        return ["n/a", ""]
+    ratio = kiln_s / peer_s
+    return [f"{ratio:.2f}", f"{1 / ratio:.2f}x faster" if ratio <= 1 else f"{ratio:.2f}x slower"]
 
 
 def gemm_table(result: dict) -> list[list[str]]:

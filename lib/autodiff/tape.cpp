@@ -250,9 +250,10 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
   detail::WantedInputs wanted;
   try {
     for (auto it = tape.entries.rbegin(); it != tape.entries.rend(); ++it) {
-      std::vector<Tensor> input_grads;
+      // The gradients that reach the entry's outputs (none: it contributes nothing).
+      std::vector<Tensor> output_grads;
+      Tensor g;
       if (it->multi) {
-        std::vector<Tensor> output_grads;
         bool any = false;
         for (const Tensor& o : it->outputs) {
           auto found = grads.find(o.impl().get());
@@ -260,23 +261,21 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, const std::vect
           any = any || found != grads.end();
         }
         if (!any) continue;
-        input_grads = it->multi(output_grads);
       } else {
         auto found = grads.find(it->output.impl().get());
         if (found == grads.end()) continue;
-        const Tensor g = found->second;
-        if (it->custom) {
-          input_grads = it->custom(g);
-        } else {
-          wanted.assign(it->inputs.size(), false);
-          for (std::size_t i = 0; i < it->inputs.size(); ++i)
-            wanted[i] = detail::tracks(tape, it->inputs[i]);
-          input_grads = detail::primitive_vjp(*it, g, wanted);
-        }
+        g = found->second;
       }
+      // Only the inputs this tape tracks get gradients; primitive rules skip the others.
+      wanted.assign(it->inputs.size(), false);
+      for (std::size_t i = 0; i < it->inputs.size(); ++i)
+        wanted[i] = detail::tracks(tape, it->inputs[i]);
+      const std::vector<Tensor> input_grads = it->multi    ? it->multi(output_grads)
+                                              : it->custom ? it->custom(g)
+                                                           : detail::primitive_vjp(*it, g, wanted);
       for (std::size_t i = 0; i < it->inputs.size() && i < input_grads.size(); ++i) {
+        if (!wanted[i] || !input_grads[i].defined()) continue;
         const Tensor& in = it->inputs[i];
-        if (!input_grads[i].defined() || !detail::tracks(tape, in)) continue;
         auto [slot, inserted] = grads.try_emplace(in.impl().get(), input_grads[i]);
         if (!inserted) slot->second = detail::add_gradients(slot->second, input_grads[i]);
       }
