@@ -13,6 +13,8 @@
 #include "jit/graph.hpp"
 #include "jit/plan.hpp"
 #include "jit/trace.hpp"
+#include "kernels/fused.hpp"
+#include "kernels/streaming.hpp"
 
 using kiln::Shape;
 using kiln::Tensor;
@@ -348,4 +350,112 @@ TEST_CASE("a scan's stacked results live in the arena, and its memory is reused 
   const Tensor xs = kiln::random::normal({64, 32}, 0, 1, 4);
   auto f = kiln::function([&](const Tensor& a, const Tensor& b) { return fn({a, b})[0]; });
   for (int call = 0; call < 2; ++call) CHECK(close(f(init, xs), fn({init, xs})[0]));
+}
+
+namespace {
+
+/// The steps of `plan` that start a group, as (first step, size).
+std::vector<std::pair<std::size_t, std::int32_t>> groups_of(const Plan& plan) {
+  std::vector<std::pair<std::size_t, std::int32_t>> groups;
+  for (std::size_t s = 0; s < plan.steps.size(); ++s)
+    if (plan.steps[s].group_size > 0) groups.emplace_back(s, plan.steps[s].group_size);
+  return groups;
+}
+
+std::vector<Tensor> run_planned(const GraphData& g, const Plan& plan,
+                                const std::vector<Tensor>& args) {
+  std::vector<const Tensor*> borrowed;
+  for (const Tensor& t : args) borrowed.push_back(&t);
+  std::vector<Tensor> out;
+  kiln::detail::run_plan(plan, g, borrowed, "test", out);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("fused steps over the same elements run chunk by chunk as one group", "[function]") {
+  using kiln::detail::fused_group_chunk;
+  // x, y and z are outputs, so each is a fused step of its own; y reads x and z reads both,
+  // element by element.
+  const auto body = [](const std::vector<Tensor>& p) {
+    const Tensor x = kiln::tanh(p[0]) * p[1] + 1.0;
+    const Tensor y = kiln::sqrt(kiln::abs(x)) * p[0] - p[1];
+    const Tensor z = x * y + kiln::exp(p[1] * 0.5);
+    return std::vector<Tensor>{x, y, z};
+  };
+  struct Case {
+    const char* what;
+    std::int64_t n;
+    std::int64_t cache_bytes;  // the last-level cache's size as the plan sees it (0: the CPU's)
+    bool grouped;
+  };
+  const Case cases[] = {
+      {"one chunk: no group", fused_group_chunk, 1024, false},
+      {"two chunks and a part", 2 * fused_group_chunk + 37, 1024, true},
+      {"enough for both threads", 20 * fused_group_chunk + 5, 1024, true},
+      {"in the last-level cache: no group", 2 * fused_group_chunk + 37, 0, false},
+  };
+  struct RestoreCacheBound {
+    ~RestoreCacheBound() { kiln::detail::set_stream_output_bytes(0); }
+  } restore_cache_bound;
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    kiln::detail::set_stream_output_bytes(c.cache_bytes);
+    GraphData g = record({{c.n}, {c.n}}, body);
+    REQUIRE(kiln::detail::fuse_elementwise(g) == 3);
+    const Plan plan = kiln::detail::build_plan(g);
+    const auto groups = groups_of(plan);
+    if (!c.grouped) {
+      CHECK(groups.empty());
+    } else {
+      REQUIRE(groups.size() == 1);
+      CHECK(groups[0].second == 3);
+      // Every output is larger than the cache bound, but the two a later step reads are stored
+      // through the caches.
+      for (std::size_t m = 0; m < 3; ++m)
+        CHECK(plan.steps[groups[0].first + m].fused_layout->stream_output == (m == 2));
+    }
+    const std::vector<Tensor> args = {kiln::random::normal({c.n}, 0, 1, 1),
+                                      kiln::random::normal({c.n}, 0, 1, 2)};
+    const auto expected = body(args);
+    for (int call = 0; call < 2; ++call) {
+      const auto out = run_planned(g, plan, args);
+      for (std::size_t i = 0; i < 3; ++i) CHECK(close(out[i], expected[i], 1e-6));
+    }
+  }
+}
+
+TEST_CASE("a step that reads a group's output other than element by element is not in it",
+          "[function]") {
+  // 256 x 256: four chunks, beyond a cache bound of 1 KiB. y reads x's last element broadcast
+  // (chunk 0 of y would run before the last chunk of x writes it), or x transposed (a gathered
+  // read): neither can run chunk by chunk with x.
+  const Shape shape{256, 256};
+  struct RestoreCacheBound {
+    ~RestoreCacheBound() { kiln::detail::set_stream_output_bytes(0); }
+  } restore_cache_bound;
+  kiln::detail::set_stream_output_bytes(1024);
+  const std::function<Tensor(const Tensor&)> reads_of_x[] = {
+      [](const Tensor& x) {
+        return kiln::slice(kiln::reshape(x, {256 * 256}), 0, 256 * 256 - 1, 256 * 256);
+      },
+      [](const Tensor& x) { return kiln::transpose(x); },
+  };
+  for (std::size_t r = 0; r < std::size(reads_of_x); ++r) {
+    CAPTURE(r);
+    const auto body = [&](const std::vector<Tensor>& p) {
+      const Tensor x = kiln::tanh(p[0]) * p[1] + 1.0;
+      const Tensor y = kiln::exp(reads_of_x[r](x) * p[0]) - p[1];
+      return std::vector<Tensor>{x, y};
+    };
+    GraphData g = record({shape, shape}, body);
+    REQUIRE(kiln::detail::fuse_elementwise(g) == 2);
+    const Plan plan = kiln::detail::build_plan(g);
+    CHECK(groups_of(plan).empty());
+    const std::vector<Tensor> args = {kiln::random::normal(shape, 0, 1, 3),
+                                      kiln::random::normal(shape, 0, 1, 4)};
+    const auto out = run_planned(g, plan, args), expected = body(args);
+    CHECK(close(out[0], expected[0], 1e-6));
+    CHECK(close(out[1], expected[1], 1e-6));
+  }
 }

@@ -32,6 +32,7 @@ class PlanBuilder {
     fold_sgd_updates(plan_, g_);
     update_variables_in_place(plan_, g_);
     lay_out_fused_steps();
+    group_elementwise_steps(plan_);
     mark_escape_allocations();
     place_in_arena();
     mark_moved_outputs();
@@ -302,7 +303,25 @@ class PlanBuilder {
     }
     std::vector<BufferStep> steps;
     steps.reserve(plan_.steps.size());
-    for (const Plan::Step& step : plan_.steps) {
+    for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
+      const Plan::Step& step = plan_.steps[s];
+      if (step.group_size > 0) {
+        // A group writes its outputs while it reads its inputs, chunk by chunk: like a region's
+        // results, each output is written by a buffer step that reads every input of the group
+        // and the outputs before it, so no output shares memory with an input or another output.
+        const auto end = s + static_cast<std::size_t>(step.group_size);
+        BufferStep reads;
+        for (std::size_t m = s; m < end; ++m)
+          for (std::size_t i = 0; i + 1 < plan_.steps[m].values.size(); ++i)
+            reads.reads.push_back(buffer_of[root_of(plan_.steps[m].values[i])]);
+        for (std::size_t m = s; m < end; ++m) {
+          steps.push_back(reads);
+          steps.back().writes = buffer_of[root_of(plan_.steps[m].values.back())];
+          reads.reads.push_back(steps.back().writes);
+        }
+        s = end - 1;
+        continue;
+      }
       if (step.kind == Plan::Step::Kind::region) {
         // One buffer step per result, reading the inputs and the results before it: the
         // results are written while the inputs are read, so none shares memory with an input
@@ -620,7 +639,39 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     run_planned_matmul(*step.matmul, data_of(step.values[0]), data_of(step.values[1]), out.address,
                        alpha);
   };
-  for (const Plan::Step& step : plan.steps) {
+  // A group of fused steps (group_elementwise_steps): every step's buffers bound first (a
+  // variable update's lock held until the group is done), then run chunk by chunk.
+  const auto run_group = [&](std::size_t first) {
+    const auto size = static_cast<std::size_t>(plan.steps[first].group_size);
+    std::array<std::unique_lock<std::mutex>, max_fused_group_steps> updating;
+    std::array<FusedGroupMember, max_fused_group_steps> members;
+    for (std::size_t m = 0; m < size; ++m) {
+      const Plan::Step& step = plan.steps[first + m];
+      if (step.update_root >= 0) {
+        updating[m] = bind_update(step);
+      } else if (step.allocate_escape >= 0) {
+        const auto r = static_cast<std::size_t>(step.allocate_escape);
+        allocate_escape(r, bound[r]);
+      }
+    }
+    for (std::size_t m = 0; m < size; ++m) {
+      const Plan::Step& step = plan.steps[first + m];
+      FusedGroupMember& member = members[m];
+      member.program = step.program;
+      member.layout = step.fused_layout.get();
+      for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
+        member.inputs[i] = data_of(step.values[i]);
+      member.out = data_of(step.values.back());
+    }
+    run_fused_group(std::span<const FusedGroupMember>(members.data(), size));
+  };
+  for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+    const Plan::Step& step = plan.steps[s];
+    if (step.group_size > 0) {
+      run_group(s);
+      s += static_cast<std::size_t>(step.group_size) - 1;
+      continue;
+    }
     if (step.kind == Plan::Step::Kind::region) {
       std::vector<Tensor> ins;
       ins.reserve(static_cast<std::size_t>(step.num_inputs));

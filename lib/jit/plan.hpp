@@ -78,6 +78,9 @@ struct Plan {
     /// - elementwise steps (update_variables_in_place): the step as it is, its output written
     ///   over the variable's value, which it reads, if at all, with the output's layout.
     std::int32_t update_root = -1;
+    /// The first step of a group (group_elementwise_steps): how many steps, this one and those
+    /// right after it, run as one run_fused_group; 0 for every other step.
+    std::int32_t group_size = 0;
 
     /// How many of `values` the step reads: a region step its inputs, another step all but its
     /// last value. The values after those are what it writes.
@@ -146,6 +149,18 @@ void fold_sgd_updates(Plan& plan, const GraphData& g);
 /// GEMMs), so a call that fails changes no variable; a step that is not elementwise reading a
 /// result keeps its update out of place.
 void update_variables_in_place(Plan& plan, const GraphData& g);
+
+/// Runs of fused steps that run chunk by chunk (plan_groups.cpp), run after
+/// update_variables_in_place and before memory planning: consecutive fused steps over the same
+/// number of elements, each input flat or one element, where a step reads what an earlier one of
+/// the run writes only at the element it computes, become a group (Step::group_size) that
+/// run_fused_group runs. Adam's updates of a variable, its two moments and the variable itself,
+/// then read the gradient and the new moments from the core's caches instead of from memory.
+/// The memory plan keeps a group's inputs and outputs apart (they are alive for the whole
+/// group), and an output that a later step of its group reads is not streamed past the caches.
+void group_elementwise_steps(Plan& plan);
+/// At most this many steps per group.
+inline constexpr std::size_t max_fused_group_steps = 16;
 
 /// Whether a step computes each output element from the inputs' elements at the same index
 /// only (a flat, fused or elementwise kernel step), so it may write over an input it reads with

@@ -527,10 +527,13 @@ void run_bound(const BoundOp* ops, std::size_t num_ops, std::int64_t first, std:
 /// start them early. Short blocks keep the input streams and the output stream busy.
 constexpr std::int64_t stream_block = 128;
 
-/// FusedLayout::Mode::blocks: blocks of fused_block output elements in row-major order (across
-/// rows of other ranks), with strided inputs gathered into contiguous scratch first.
+/// FusedLayout::Mode::blocks: output elements [first, last) in blocks of fused_block (short
+/// blocks: stream_block) elements in row-major order (across rows of other ranks), with strided
+/// inputs gathered into contiguous scratch first. `first` is a multiple of fused_block; the
+/// blocks are split between threads when `split` and the range is large enough.
 void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const void* const* inputs,
-                      char* out_base) {
+                      char* out_base, std::int64_t first_element, std::int64_t last_element,
+                      bool split) {
   const CoalescedDims<N + 1>& dims = l.dims;
   const std::size_t rank = dims.rank;
   const auto base = [&](std::size_t k) { return static_cast<const char*>(inputs[k]); };
@@ -634,7 +637,7 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
     StreamFence fence{l.stream_output};
     for (std::int64_t b = begin_block; b < end_block; ++b) {
       const std::int64_t first = b * block;
-      const std::int64_t count = std::min(block, l.total - first);
+      const std::int64_t count = std::min(block, last_element - first);
       if (l.num_gathered > 0) gather_block(gathered, first, count);
       if (l.short_blocks) {
         for (std::size_t k = 0; k < l.num_inputs; ++k)
@@ -649,11 +652,15 @@ void run_fused_blocks(const FusedProgram& program, const FusedLayout& l, const v
       if (l.stream_output) stream_copy(out_base + first * l.out_size, staged, count * l.out_size);
     }
   };
-  const std::int64_t blocks = (l.total + block - 1) / block;
-  if (l.total < parallel_min_elements || num_threads() == 1)
-    run_range(0, blocks);
+  const std::int64_t first_block = first_element / block;
+  const std::int64_t blocks = (last_element + block - 1) / block - first_block;
+  if (!split || last_element - first_element < parallel_min_elements || num_threads() == 1)
+    run_range(first_block, first_block + blocks);
   else
-    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / block), run_range);
+    parallel_for_balanced(blocks, std::max<std::int64_t>(1, parallel_grain / block),
+                          [&](std::int64_t begin, std::int64_t end) {
+                            run_range(first_block + begin, first_block + end);
+                          });
 }
 
 /// A layout with a generated loop: its units of work (blocks or rows) split between threads.
@@ -670,7 +677,41 @@ void run_fused_with_loop(const FusedLayout& l, const void* const* inputs, void* 
         work.units, std::max<std::int64_t>(1, parallel_grain / work.unit_elements), run_range);
 }
 
+/// Output elements [first, last) of a layout run_fused_elements takes, on the calling thread.
+void run_fused_range(const FusedProgram& program, const FusedLayout& l, const void* const* inputs,
+                     void* out, std::int64_t first, std::int64_t last) {
+  if (l.loop == nullptr) {
+    run_fused_blocks(program, l, inputs, static_cast<char*>(out), first, last, false);
+    return;
+  }
+  StreamFence fence{l.stream_output};
+  run_fused_loop_range(*l.loop, l, inputs, out, first / fused_block,
+                       (last + fused_block - 1) / fused_block);
+}
+
 }  // namespace
+
+void run_fused_group(std::span<const FusedGroupMember> members) {
+  if (members.empty()) return;
+  const std::int64_t total = members.front().layout->total;
+  for (const FusedGroupMember& m : members)
+    if (m.layout->total != total || !runs_in_element_ranges(*m.layout))
+      fail("fused", "a group's kernels must run flat over the same number of elements");
+  const std::int64_t chunks = (total + fused_group_chunk - 1) / fused_group_chunk;
+  auto run_chunks = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      const std::int64_t first = c * fused_group_chunk;
+      const std::int64_t last = std::min(total, first + fused_group_chunk);
+      for (const FusedGroupMember& m : members)
+        run_fused_range(*m.program, *m.layout, m.inputs.data(), m.out, first, last);
+    }
+  };
+  if (total < parallel_min_elements || num_threads() == 1)
+    run_chunks(0, chunks);
+  else
+    parallel_for_balanced(chunks, std::max<std::int64_t>(1, parallel_grain / fused_group_chunk),
+                          run_chunks);
+}
 
 void run_fused(const FusedProgram& program, const FusedLayout& layout, const void* const* inputs,
                void* out) {
@@ -684,7 +725,7 @@ void run_fused(const FusedProgram& program, const FusedLayout& layout, const voi
       run_fused_whole_rows(program, layout, inputs, static_cast<char*>(out));
       break;
     case FusedLayout::Mode::blocks:
-      run_fused_blocks(program, layout, inputs, static_cast<char*>(out));
+      run_fused_blocks(program, layout, inputs, static_cast<char*>(out), 0, layout.total, true);
       break;
     case FusedLayout::Mode::long_rows:
       fail("fused", "a long-row layout needs the inputs' layouts: call run_fused with ArrayRefs");

@@ -215,6 +215,11 @@ void run_span(const FusedLoop& loop, std::array<const char*, max_fused_inputs> a
 
 }  // namespace
 
+bool runs_in_element_ranges(const FusedLayout& layout) {
+  return layout.mode == FusedLayout::Mode::blocks && layout.num_gathered == 0 &&
+         (layout.loop == nullptr || !layout.loop->by_rows);
+}
+
 FusedLoopWork fused_loop_work(const FusedLoop& loop, const FusedLayout& layout) {
   if (loop.by_rows) return {loop.num_rows, loop.row_length};
   return {(layout.total + fused_block - 1) / fused_block, fused_block};
