@@ -120,8 +120,9 @@ bool runs_before(const Plan& plan, const Plan::Step& step, const std::vector<Acc
 /// Whether the buffers a group reads and writes element by element are together larger than
 /// the last-level cache (streaming.hpp's bound), so that steps run one after the other would
 /// each bring them in from memory again. Smaller ones stay in that cache between the steps, and
-/// there the chunks ran slower than whole steps: Adam's updates of a [1024, 1024] weight, 16
-/// MiB of buffers, took 0.77-0.92 ms grouped against 0.73-0.81 (Zen 4, two threads).
+/// there the chunks ran slower than whole steps: Adam's updates of workload 9's variables (16
+/// MiB of buffers for each weight) took 0.78-0.89 ms grouped against 0.73-0.81 (Zen 4, two
+/// threads, docs/architecture.md).
 bool beyond_the_caches(const std::vector<Access>& seen, std::int64_t total) {
   std::vector<std::size_t> roots;
   std::int64_t bytes = 0;

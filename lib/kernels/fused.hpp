@@ -93,8 +93,9 @@ void run_fused(const FusedProgram& program, std::span<const ArrayRef> inputs, co
 /// Output elements per chunk of run_fused_group: each kernel of a group runs on one chunk before
 /// the next kernel runs on it, so what one writes and the next reads is still in the core's L2
 /// (64 KiB of f32 per input or output: Adam's group reads four and writes three). Adam's
-/// updates of four [4096, 1024] variables (Zen 4, two threads) took 11.0-11.8 ms in chunks of
-/// 8,192 to 32,768 elements, 11.8-12.2 in chunks of 4,096, and 13.9-14.8 ungrouped.
+/// updates of four [4096, 1024] variables (Zen 4, two threads, p10 of four rounds) took about
+/// 11 ms in chunks of 8,192 to 32,768 elements, 11.8-12.2 in chunks of 4,096 and 13.9-14.4
+/// ungrouped (docs/performance.md, "Optimizer updates in groups").
 inline constexpr std::int64_t fused_group_chunk = 16 * fused_block;
 
 /// Whether run_fused_group can run a layout: blocks mode with every input flat or one element,
