@@ -56,6 +56,32 @@ TEST_CASE("constant folding evaluates subgraphs of constants only", "[passes]") 
       CHECK(n.constant.to_vector<float>() == std::vector<float>{3, 7, 5, 9});
 }
 
+TEST_CASE("common subexpressions: small constants merge by value, larger ones by tensor",
+          "[passes]") {
+  // Each `* 0.9` and `+ 0.5` makes a scalar constant of its own; equal values are one node, so
+  // the two sums of p * 0.9 + 0.5 are one too. -0.0 and 0.0 differ in their bits: not merged.
+  const Tensor big_a = kiln::ones({32}), big_b = kiln::ones({32});
+  GraphData g = record({{32}}, [&](const std::vector<Tensor>& p) {
+    return std::vector<Tensor>{p[0] * 0.9 + 0.5, p[0] * 0.9 + 0.5, p[0] * 0.25, p[0] + (-0.0),
+                               p[0] + 0.0,       p[0] * big_a,     p[0] * big_b};
+  });
+  REQUIRE(count_kind(g, Node::Kind::constant) == 9);
+  kiln::detail::eliminate_common_subexpressions(g);
+  // 0.9, 0.5, 0.25, -0.0, 0.0 and the two 32-element tensors.
+  CHECK(count_kind(g, Node::Kind::constant) == 7);
+  CHECK(g.outputs[0] == g.outputs[1]);
+  CHECK(g.outputs[3] != g.outputs[4]);
+  CHECK(g.outputs[5] != g.outputs[6]);
+  auto f = kiln::function([&](const Tensor& x) {
+    return std::vector<Tensor>{x * 0.9 + 0.5, x * 0.25 + 0.5, x + (-0.0), x + 0.0};
+  });
+  const Tensor x = kiln::tensor({1.f, -2.f, 0.f, 3.f}, {4});
+  const auto out = f(x);
+  CHECK(close(out[0], x * 0.9 + 0.5));
+  CHECK(close(out[1], x * 0.25 + 0.5));
+  CHECK(close(out[2], x + (-0.0)));
+}
+
 TEST_CASE("algebraic simplification bypasses identities", "[passes]") {
   using kiln::detail::Prim;
   GraphData g = record({{2, 3}}, [](const std::vector<Tensor>& p) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string>
 #include <tuple>
 
 #include "core/tensor_impl.hpp"
@@ -277,10 +278,17 @@ std::size_t eliminate_dead_code(GraphData& g) {
   return removed;
 }
 
+namespace {
+
+/// Constants of at most this many elements are merged when their bytes are equal.
+constexpr std::int64_t max_constant_merged_by_value = 16;
+
+}  // namespace
+
 std::size_t eliminate_common_subexpressions(GraphData& g) {
   using Key = std::tuple<int, int, std::vector<std::int32_t>, std::vector<std::int64_t>,
                          std::vector<std::int64_t>, std::int64_t, bool, int, double, int,
-                         std::vector<std::int64_t>, const void*, std::int32_t>;
+                         std::vector<std::int64_t>, const void*, std::string, std::int32_t>;
   std::map<Key, std::int32_t> seen;
   std::vector<std::int32_t> replacement = identity(g.nodes.size());
   std::vector<bool> keep(g.nodes.size(), true);
@@ -293,6 +301,15 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
         (n.kind == Node::Kind::primitive && is_collective(n.prim)))
       continue;
     const Attrs& a = n.attrs;
+    // A small constant is known by its bytes, so that each use of a literal (Adam's beta1 in
+    // each variable's update) is one node; larger ones by their tensor.
+    std::string small;
+    if (n.kind == Node::Kind::constant && n.constant.impl()->is_contiguous() &&
+        n.constant.impl()->shape.numel() <= max_constant_merged_by_value) {
+      const TensorImpl& c = *n.constant.impl();
+      small.assign(c.data(), static_cast<std::size_t>(c.shape.numel()) * dtype_size(c.dtype));
+      small.push_back('v');  // never empty: an empty tensor's key differs from "by tensor"
+    }
     Key key{static_cast<int>(n.kind),
             static_cast<int>(n.prim),
             n.inputs,
@@ -304,7 +321,8 @@ std::size_t eliminate_common_subexpressions(GraphData& g) {
             a.value,
             static_cast<int>(n.dtype),
             a.ints,
-            n.kind == Node::Kind::constant ? n.constant.impl().get() : nullptr,
+            n.kind == Node::Kind::constant && small.empty() ? n.constant.impl().get() : nullptr,
+            std::move(small),
             n.kind == Node::Kind::variable || n.kind == Node::Kind::output ? n.index : -1};
     auto [it, inserted] = seen.emplace(std::move(key), static_cast<std::int32_t>(i));
     if (!inserted) {
