@@ -373,54 +373,68 @@ std::vector<Tensor> run_planned(const GraphData& g, const Plan& plan,
 
 }  // namespace
 
-TEST_CASE("fused steps over the same elements run chunk by chunk as one group", "[function]") {
+TEST_CASE("fused steps over the same elements run as one group: one loop, or chunk by chunk",
+          "[function]") {
   using kiln::detail::fused_group_chunk;
   // x, y and z are outputs, so each is a fused step of its own; y reads x and z reads both,
-  // element by element.
-  const auto body = [](const std::vector<Tensor>& p) {
-    const Tensor x = kiln::tanh(p[0]) * p[1] + 1.0;
-    const Tensor y = kiln::sqrt(kiln::abs(x)) * p[0] - p[1];
-    const Tensor z = x * y + kiln::exp(p[1] * 0.5);
-    return std::vector<Tensor>{x, y, z};
+  // element by element. The loop generator covers sigmoid but not exp: with exp the group runs
+  // chunk by chunk, and only where its buffers exceed the cache bound.
+  const auto body = [](bool covered) {
+    return [covered](const std::vector<Tensor>& p) {
+      const Tensor x = kiln::tanh(p[0]) * p[1] + 1.0;
+      const Tensor y = kiln::sqrt(kiln::abs(x)) * p[0] - p[1];
+      const Tensor e = p[1] * 0.5;
+      const Tensor z = x * y + (covered ? kiln::sigmoid(e) : kiln::exp(e));
+      return std::vector<Tensor>{x, y, z};
+    };
   };
   struct Case {
     const char* what;
     std::int64_t n;
     std::int64_t cache_bytes;  // the last-level cache's size as the plan sees it (0: the CPU's)
-    bool grouped;
+    bool chunked;              // whether a group without a loop forms
   };
   const Case cases[] = {
-      {"one chunk: no group", fused_group_chunk, 1024, false},
+      {"one chunk", fused_group_chunk, 1024, false},
       {"two chunks and a part", 2 * fused_group_chunk + 37, 1024, true},
       {"enough for both threads", 20 * fused_group_chunk + 5, 1024, true},
-      {"in the last-level cache: no group", 2 * fused_group_chunk + 37, 0, false},
+      {"in the last-level cache", 2 * fused_group_chunk + 37, 0, false},
   };
   struct RestoreCacheBound {
     ~RestoreCacheBound() { kiln::detail::set_stream_output_bytes(0); }
   } restore_cache_bound;
-  for (const Case& c : cases) {
-    CAPTURE(c.what);
-    kiln::detail::set_stream_output_bytes(c.cache_bytes);
-    GraphData g = record({{c.n}, {c.n}}, body);
-    REQUIRE(kiln::detail::fuse_elementwise(g) == 3);
-    const Plan plan = kiln::detail::build_plan(g);
-    const auto groups = groups_of(plan);
-    if (!c.grouped) {
-      CHECK(groups.empty());
-    } else {
-      REQUIRE(groups.size() == 1);
-      CHECK(groups[0].second == 3);
-      // Every output is larger than the cache bound, but the two a later step reads are stored
-      // through the caches.
-      for (std::size_t m = 0; m < 3; ++m)
-        CHECK(plan.steps[groups[0].first + m].fused_layout->stream_output == (m == 2));
-    }
-    const std::vector<Tensor> args = {kiln::random::normal({c.n}, 0, 1, 1),
-                                      kiln::random::normal({c.n}, 0, 1, 2)};
-    const auto expected = body(args);
-    for (int call = 0; call < 2; ++call) {
-      const auto out = run_planned(g, plan, args);
-      for (std::size_t i = 0; i < 3; ++i) CHECK(close(out[i], expected[i], 1e-6));
+  for (const bool covered : {true, false}) {
+    for (const Case& c : cases) {
+      CAPTURE(covered, c.what);
+      kiln::detail::set_stream_output_bytes(c.cache_bytes);
+      GraphData g = record({{c.n}, {c.n}}, body(covered));
+      REQUIRE(kiln::detail::fuse_elementwise(g) == 3);
+      const Plan plan = kiln::detail::build_plan(g);
+      // Loops are generated at AVX2 and AVX-512 (KILN_SIMD), not at SSE2.
+      bool loops = true;
+      for (const auto& step : plan.steps) loops = loops && step.fused_layout->loop != nullptr;
+      const bool one_loop = loops && covered;
+      const auto groups = groups_of(plan);
+      if (!one_loop && !c.chunked) {
+        CHECK(groups.empty());
+      } else {
+        REQUIRE(groups.size() == 1);
+        CHECK(groups[0].second == 3);
+        const Plan::Step& first = plan.steps[groups[0].first];
+        CHECK((first.group_loop != nullptr) == one_loop);
+        if (one_loop) CHECK(first.group_loop->program.num_extra_outputs == 2);
+        // Outputs the cache bound would stream: not the two a later step reads.
+        for (std::size_t m = 0; m < 3; ++m)
+          CHECK(plan.steps[groups[0].first + m].fused_layout->stream_output ==
+                (c.n * 4 > kiln::detail::stream_output_bytes() && m == 2));
+      }
+      const std::vector<Tensor> args = {kiln::random::normal({c.n}, 0, 1, 1),
+                                        kiln::random::normal({c.n}, 0, 1, 2)};
+      const auto expected = body(covered)(args);
+      for (int call = 0; call < 2; ++call) {
+        const auto out = run_planned(g, plan, args);
+        for (std::size_t i = 0; i < 3; ++i) CHECK(close(out[i], expected[i], 1e-6));
+      }
     }
   }
 }

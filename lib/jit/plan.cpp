@@ -654,6 +654,15 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
         allocate_escape(r, bound[r]);
       }
     }
+    if (const FusedGroupLoop* loop = plan.steps[first].group_loop.get()) {
+      std::array<const void*, max_fused_pointers> data{};
+      for (std::size_t i = 0; i < loop->inputs.size(); ++i) data[i] = data_of(loop->inputs[i]);
+      for (std::size_t m = 0; m + 1 < size; ++m)
+        data[loop->inputs.size() + m] = data_of(plan.steps[first + m].values.back());
+      run_fused(loop->program, *loop->layout, data.data(),
+                data_of(plan.steps[first + size - 1].values.back()));
+      return;
+    }
     for (std::size_t m = 0; m < size; ++m) {
       const Plan::Step& step = plan.steps[first + m];
       FusedGroupMember& member = members[m];

@@ -14,6 +14,14 @@
 
 namespace kiln::detail {
 
+/// A group of fused steps as one generated loop (group_elementwise_steps): one program made of
+/// the steps' instructions in order, each step's result written to that step's output.
+struct FusedGroupLoop {
+  FusedProgram program;  // extra output e: the group's step e; the output: its last step
+  std::shared_ptr<const FusedLayout> layout;  // with its generated loop
+  std::vector<std::int32_t> inputs;           // the value each program input reads
+};
+
 /// The steps and arena that compute one graph for one set of node shapes (see Executable).
 /// An Executable runs one for the whole call; a BatchSplit holds one per half of the rows.
 struct Plan {
@@ -81,6 +89,9 @@ struct Plan {
     /// The first step of a group (group_elementwise_steps): how many steps, this one and those
     /// right after it, run as one run_fused_group; 0 for every other step.
     std::int32_t group_size = 0;
+    /// The first step of a group: the group as one loop, where the loop generator covers it
+    /// (else null, and the steps run chunk by chunk).
+    std::shared_ptr<const FusedGroupLoop> group_loop;
 
     /// How many of `values` the step reads: a region step its inputs, another step all but its
     /// last value. The values after those are what it writes.
@@ -150,13 +161,15 @@ void fold_sgd_updates(Plan& plan, const GraphData& g);
 /// result keeps its update out of place.
 void update_variables_in_place(Plan& plan, const GraphData& g);
 
-/// Runs of fused steps that run chunk by chunk (plan_groups.cpp), run after
-/// update_variables_in_place and before memory planning: consecutive fused steps over the same
-/// number of elements, each input flat or one element, where a step reads what an earlier one of
-/// the run writes only at the element it computes, become a group (Step::group_size) that
-/// run_fused_group runs. Adam's updates of a variable, its two moments and the variable itself,
-/// then read the gradient and the new moments from the core's caches instead of from memory.
-/// The memory plan keeps a group's inputs and outputs apart (they are alive for the whole
+/// Groups of fused steps (plan_groups.cpp), run after update_variables_in_place and before
+/// memory planning: consecutive fused steps over the same elements, each input flat or one
+/// element, where a step reads what an earlier one of the run writes only at the element it
+/// computes, become a group (Step::group_size). Where the loop generator covers the steps'
+/// instructions together, the group runs as one loop (Step::group_loop) that reads each input
+/// once and writes every step's output; otherwise, where the group's buffers exceed the
+/// last-level cache, run_fused_group runs the steps chunk by chunk. Adam's updates of a
+/// variable, its two moments and the variable itself, then read the gradient and the moments
+/// once. The memory plan keeps a group's inputs and outputs apart (they are alive for the whole
 /// group), and an output that a later step of its group reads is not streamed past the caches.
 void group_elementwise_steps(Plan& plan);
 /// At most this many steps per group.

@@ -40,9 +40,7 @@ bool groups_allowed_by_environment() {
 std::int64_t group_total(const Plan::Step& step) {
   if (step.kind != Plan::Step::Kind::fused || step.fused_layout == nullptr || step.matmul) return 0;
   const FusedLayout& layout = *step.fused_layout;
-  // A single chunk gains nothing: the steps' data stays in cache between them anyway.
-  if (!runs_in_element_ranges(layout) || layout.total < 2 * fused_group_chunk) return 0;
-  return layout.total;
+  return runs_in_element_ranges(layout) ? layout.total : 0;
 }
 
 /// How the steps of a group so far access one buffer.
@@ -135,6 +133,110 @@ bool beyond_the_caches(const std::vector<Access>& seen, std::int64_t total) {
   return bytes * total > stream_output_bytes();
 }
 
+/// How many operands an instruction of this primitive reads.
+std::size_t operand_count(Prim prim) {
+  switch (info(prim).family) {
+    case Family::unary:
+      return 1;
+    case Family::binary:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
+/// The group of steps [first, end) as one program and its generated loop, or null when the
+/// generator does not cover it (the interpreter's level, too many inputs, outputs or live
+/// values): the steps' instructions in order, each step's inputs mapped to the program's
+/// inputs (one per value) or, for an earlier step's output, to the register holding it.
+std::shared_ptr<const FusedGroupLoop> merge_group(const Plan& plan, std::size_t first,
+                                                  std::size_t end) {
+  const std::size_t steps = end - first;
+  if (steps - 1 > max_fused_extra_outputs) return nullptr;
+  for (std::size_t m = first + 1; m < end; ++m)
+    if (plan.steps[m].refs.back().shape != plan.steps[first].refs.back().shape) return nullptr;
+  auto merged = std::make_shared<FusedGroupLoop>();
+  std::vector<ArrayRef> refs;  // of the program's inputs
+  // The instructions with operands as program inputs (>= 0) or earlier instructions (-1 - i).
+  std::vector<FusedOp> ops;
+  std::vector<std::array<std::int32_t, 3>> args;
+  std::vector<std::int32_t> result_of(steps);  // each step's last instruction
+  for (std::size_t m = 0; m < steps; ++m) {
+    const Plan::Step& step = plan.steps[first + m];
+    std::array<std::int32_t, max_fused_slots> writer_of{};  // the step's slots
+    for (std::size_t i = 0; i < step.program->ops.size(); ++i) {
+      const FusedOp& op = step.program->ops[i];
+      std::array<std::int32_t, 3> a{};
+      for (std::size_t j = 0; j < operand_count(op.prim); ++j) {
+        if (op.operands[j] < 0) {
+          a[j] = -1 - writer_of[static_cast<std::size_t>(-op.operands[j] - 1)];
+          continue;
+        }
+        const auto k = static_cast<std::size_t>(op.operands[j]);
+        const std::int32_t value = step.values[k];
+        std::size_t earlier = 0;
+        while (earlier < m && plan.steps[first + earlier].values.back() != value) ++earlier;
+        if (earlier < m) {
+          a[j] = -1 - result_of[earlier];
+          continue;
+        }
+        const auto at = std::find(merged->inputs.begin(), merged->inputs.end(), value);
+        a[j] = static_cast<std::int32_t>(at - merged->inputs.begin());
+        if (at == merged->inputs.end()) {
+          merged->inputs.push_back(value);
+          refs.push_back(step.refs[k]);
+        }
+      }
+      if (i + 1 < step.program->ops.size())
+        writer_of[static_cast<std::size_t>(op.result_slot)] = static_cast<std::int32_t>(ops.size());
+      ops.push_back(op);
+      args.push_back(a);
+    }
+    result_of[m] = static_cast<std::int32_t>(ops.size() - 1);
+    if (m + 1 < steps) ops.back().store = static_cast<std::int16_t>(m);
+  }
+  if (merged->inputs.size() > max_fused_inputs) return nullptr;
+  // Slots: each result that a later instruction reads holds one from its instruction to its
+  // last read; every other result gets a free one too (liveness reads a slot's next reader).
+  std::vector<std::size_t> last_read(ops.size(), 0);
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    for (std::size_t j = 0; j < operand_count(ops[i].prim); ++j)
+      if (args[i][j] < 0) last_read[static_cast<std::size_t>(-1 - args[i][j])] = i;
+  std::vector<std::int16_t> slot_of(ops.size(), -1);
+  std::array<bool, max_fused_slots> busy{};
+  FusedProgram& program = merged->program;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    FusedOp& op = ops[i];
+    for (std::size_t j = 0; j < operand_count(op.prim); ++j) {
+      const std::int32_t a = args[i][j];
+      op.operands[j] =
+          static_cast<std::int16_t>(a >= 0 ? a : -1 - slot_of[static_cast<std::size_t>(-1 - a)]);
+    }
+    if (i + 1 < ops.size()) {
+      const auto free_slot = std::find(busy.begin(), busy.end(), false);
+      if (free_slot == busy.end()) return nullptr;
+      slot_of[i] = static_cast<std::int16_t>(free_slot - busy.begin());
+      op.result_slot = slot_of[i];
+      program.num_slots = std::max(program.num_slots, static_cast<std::size_t>(slot_of[i]) + 1);
+      *free_slot = last_read[i] > i;  // results nothing reads free it at once
+    }
+    for (std::size_t j = 0; j < operand_count(op.prim); ++j)  // after the result took its slot
+      if (args[i][j] < 0 && last_read[static_cast<std::size_t>(-1 - args[i][j])] == i)
+        busy[static_cast<std::size_t>(slot_of[static_cast<std::size_t>(-1 - args[i][j])])] = false;
+  }
+  program.ops = std::move(ops);
+  program.num_inputs = merged->inputs.size();
+  program.num_extra_outputs = steps - 1;
+  for (std::size_t m = 0; m < steps; ++m)
+    program.text += (m > 0 ? "; " : "") + plan.steps[first + m].program->text;
+  resolve_fused_program(program);
+  auto layout = std::make_shared<FusedLayout>(layout_fused(refs, plan.steps[end - 1].refs.back()));
+  layout->loop = fused_loop_for(program, *layout);
+  if (layout->loop == nullptr) return nullptr;
+  merged->layout = std::move(layout);
+  return merged;
+}
+
 /// Its layout with the output stored through the caches (a later step of its group reads it).
 void keep_output_cached(Plan::Step& step) {
   if (!step.fused_layout->stream_output) return;
@@ -177,7 +279,7 @@ void group_elementwise_steps(Plan& plan) {
         break;
       }
     }
-    if (members.size() < 2 || !beyond_the_caches(seen, total)) {
+    if (members.size() < 2) {
       ++s;
       continue;
     }
@@ -191,6 +293,13 @@ void group_elementwise_steps(Plan& plan) {
       s += moved.size();
     }
     const std::size_t end = s + members.size();
+    plan.steps[s].group_loop = merge_group(plan, s, end);
+    // Without one loop, chunks gain only on buffers beyond the caches.
+    if (plan.steps[s].group_loop == nullptr &&
+        (total < 2 * fused_group_chunk || !beyond_the_caches(seen, total))) {
+      s = end;  // the moved steps stay moved: they run before the steps either way
+      continue;
+    }
     plan.steps[s].group_size = static_cast<std::int32_t>(members.size());
     // An output read by a later step of the group stays in the caches for it.
     for (std::size_t i = s; i + 1 < end; ++i) {

@@ -25,6 +25,10 @@ inline constexpr std::size_t max_fused_inputs = 8;
 inline constexpr std::size_t max_fused_slots = 8;
 inline constexpr std::size_t max_fused_ops = 48;
 inline constexpr std::int64_t fused_block = 1024;
+/// At most this many outputs besides the last instruction's (FusedOp::store): a group's loop.
+inline constexpr std::size_t max_fused_extra_outputs = 4;
+/// The data pointers a generated loop takes: its inputs', then its extra outputs'.
+inline constexpr std::size_t max_fused_pointers = max_fused_inputs + max_fused_extra_outputs;
 
 /// One instruction. An operand >= 0 is external input k; an operand < 0 is scratch slot
 /// -(operand + 1). The last instruction writes the kernel's output (result_slot unused).
@@ -34,12 +38,18 @@ struct FusedOp {
   DType out_dtype = DType::f32;  // what it writes
   std::array<std::int16_t, 3> operands{};
   std::int16_t result_slot = 0;
+  /// >= 0: the result is also written to extra output `store`, element by element like the
+  /// output (the loop of a group of fused steps, jit/plan_groups.cpp; generated loops only).
+  std::int16_t store = -1;
   void (*fn)() = nullptr;  // the resolved row kernel, cast back to its type when run
 };
 
 struct FusedProgram {
   std::size_t num_inputs = 0;
   std::size_t num_slots = 0;
+  /// Outputs written by instructions' `store` (their pointers follow the inputs'). Only a
+  /// generated loop runs a program that has any: run_fused's interpreter does not write them.
+  std::size_t num_extra_outputs = 0;
   std::vector<FusedOp> ops;
   /// The expression, for graph listings: "sigmoid(in0) * in1".
   std::string text;

@@ -110,6 +110,7 @@ class LoopCodeCache {
       put(op.out_dtype);
       put(op.operands);
       put(op.result_slot);
+      put(op.store);
     }
     return key;
   }
@@ -141,8 +142,12 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     for (std::size_t j = 0; j < arity_of(op.prim); ++j)
       if (op.operands[j] >= static_cast<std::int16_t>(layout.num_inputs)) return nullptr;
   }
+  // Extra outputs are written flat, element by element like the output: no row walk.
+  if (program.num_extra_outputs > max_fused_extra_outputs ||
+      (program.num_extra_outputs > 0 && layout.num_gathered > 0))
+    return nullptr;
   auto loop = std::make_shared<FusedLoop>();
-  loop->num_inputs = layout.num_inputs;
+  loop->num_inputs = layout.num_inputs + program.num_extra_outputs;
   // Rows of a matrix when an input is broadcast along one dim of it (a bias down the rows, a
   // per-row scale): each input's row is contiguous or one value.
   const CoalescedDims<max_fused_inputs + 1>& dims = layout.dims;
@@ -182,13 +187,13 @@ std::size_t live_fused_loop_codes() { return loop_code_cache().live(); }
 namespace {
 
 /// The walk of one flat run of `count` elements: one row, no steps.
-using Walk = std::array<std::int64_t, 2 + max_fused_inputs>;
+using Walk = std::array<std::int64_t, 2 + max_fused_pointers>;
 
 /// Runs the loop over one flat run of `count` elements: at[k] is input k there (its value, for
 /// a scalar one), out the output there. A streamed loop's non-temporal stores need 32-byte
 /// aligned addresses (32 bytes for ymm, 64 for zmm): the elements before the first one run
 /// with plain stores.
-void run_span(const FusedLoop& loop, std::array<const char*, max_fused_inputs> at, char* out,
+void run_span(const FusedLoop& loop, std::array<const char*, max_fused_pointers> at, char* out,
               std::int64_t count) {
   const LoopCode& code = *loop.code;
   Walk walk{};
@@ -228,7 +233,7 @@ FusedLoopWork fused_loop_work(const FusedLoop& loop, const FusedLayout& layout) 
 void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
                           const void* const* inputs, void* out, std::int64_t begin,
                           std::int64_t end) {
-  std::array<const char*, max_fused_inputs> at{};
+  std::array<const char*, max_fused_pointers> at{};
   if (!loop.by_rows) {
     const std::int64_t first = begin * fused_block;
     for (std::size_t k = 0; k < loop.num_inputs; ++k)
@@ -243,7 +248,7 @@ void run_fused_loop_range(const FusedLoop& loop, const FusedLayout& layout,
   if (loop.code->streamed != nullptr) {
     // Each row's stores are aligned apart: one call per row.
     for (std::int64_t row = 0; row < end - begin; ++row) {
-      std::array<const char*, max_fused_inputs> row_at{};
+      std::array<const char*, max_fused_pointers> row_at{};
       for (std::size_t k = 0; k < loop.num_inputs; ++k) row_at[k] = at[k] + row * loop.row_step[k];
       run_span(loop, row_at, out_row + row * loop.row_length * 4, loop.row_length);
     }

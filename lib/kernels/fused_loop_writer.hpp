@@ -57,13 +57,13 @@ struct FusedLoop {
   std::size_t num_inputs = 0;
   /// Input k is one value per call (a broadcast input, or one element per row of a matrix),
   /// held in a register; otherwise it is read with the output's element stride.
-  std::array<bool, max_fused_inputs> scalar{};
+  std::array<bool, max_fused_pointers> scalar{};
   /// A matrix walked row by row (an input broadcast along one of its dims): input k's row at
   /// row_step[k] bytes from the last. Otherwise one flat run of elements.
   bool by_rows = false;
   std::int64_t num_rows = 1;
   std::int64_t row_length = 0;
-  std::array<std::int64_t, max_fused_inputs> row_step{};
+  std::array<std::int64_t, max_fused_pointers> row_step{};
 };
 
 namespace {
@@ -201,8 +201,8 @@ class LoopWriter : public Xbyak::CodeGenerator {
     const Xbyak::Reg64 bases[] = {r8, r9, r10, r11, rcx, rbx, r12, r13};
     for (const Xbyak::Reg64& r : {rbx, rbp, r12, r13, r14, r15}) push(r);
     // The stack: each input's current row, then the address of the tail's lane mask (ymm).
-    const int frame = 8 * (static_cast<int>(max_fused_inputs) + 2);
-    const int mask_at = 8 * static_cast<int>(max_fused_inputs);
+    const int frame = 8 * (static_cast<int>(max_fused_pointers) + 2);
+    const int mask_at = 8 * static_cast<int>(max_fused_pointers);
     sub(rsp, frame);
     mov(r14, rcx);  // walk
     mov(r15, rdx);  // rows
@@ -232,15 +232,17 @@ class LoopWriter : public Xbyak::CodeGenerator {
       add(rdi, 32);
       mov(ptr[rsp + mask_at], rdi);
     }
-    std::array<int, max_fused_inputs> broadcast_reg{};
-    std::array<Xbyak::Reg64, max_fused_inputs> base;
+    std::array<int, max_fused_pointers> broadcast_reg{};
+    std::array<Xbyak::Reg64, max_fused_pointers> base;
     std::size_t next_base = 0;
     for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
       if (!used(k)) continue;
       if (loop_.scalar[k])
         broadcast_reg[k] = take();
-      else
+      else if (next_base < std::size(bases))
         base[k] = bases[next_base++];
+      else
+        throw OutOfRegisters{};  // more flat inputs and outputs than general registers
     }
     Xbyak::Label row, vectors, tail, next_row, done;
     test(r15, r15);
@@ -296,8 +298,8 @@ class LoopWriter : public Xbyak::CodeGenerator {
   /// The program over one vector at byte offset rax of each flat input and of the output (rsi):
   /// full loads and stores (non-temporal when `streamed`), or, for a row's tail, masked ones.
   /// Every register the body takes is free again at its end.
-  void write_body(const std::array<Xbyak::Reg64, max_fused_inputs>& base,
-                  const std::array<int, max_fused_inputs>& broadcast_reg, bool streamed,
+  void write_body(const std::array<Xbyak::Reg64, max_fused_pointers>& base,
+                  const std::array<int, max_fused_pointers>& broadcast_reg, bool streamed,
                   bool masked) {
     std::array<int, max_fused_slots> slot_reg{};
     slot_reg.fill(-1);
@@ -337,6 +339,16 @@ class LoopWriter : public Xbyak::CodeGenerator {
         if (loaded[j] >= 0) give_back(loaded[j]);
         if (op.operands[j] < 0 && live_.last_read[i][j] && first_operand_equal(op, j) == j)
           give_back(src[j]);
+      }
+      if (op.store >= 0) {  // an extra output: plain stores (a later instruction may read it)
+        const auto k = program_.num_inputs + static_cast<std::size_t>(op.store);
+        const Xbyak::Address out = vector_at(base[k] + rax);
+        if (masked && wide_)
+          vmovups(out | k7, Xbyak::Zmm(d));
+        else if (masked)
+          vmaskmovps(out, Xbyak::Ymm(tail_mask_), Xbyak::Ymm(d));
+        else
+          vmovups(out, vec(d));
       }
       if (i + 1 == n) {
         const Xbyak::Address out = vector_at(rsi + rax);
@@ -392,6 +404,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   }
 
   bool used(std::size_t k) const {
+    if (k >= program_.num_inputs) return true;  // an extra output
     for (const FusedOp& op : program_.ops) {
       const std::size_t arity = arity_of(op.prim);
       for (std::size_t j = 0; j < arity; ++j)
