@@ -93,7 +93,8 @@ struct FusedLayout {
 FusedLayout layout_fused(std::span<const ArrayRef> inputs, const ArrayRef& out);
 
 /// Runs the program on data laid out as `layout` says: inputs[k] is input k's first element,
-/// out the output's. The layout's mode must not be long_rows.
+/// out the output's, and, for a program with extra outputs (whose layout has a generated loop),
+/// inputs[num_inputs + e] extra output e's. The layout's mode must not be long_rows.
 void run_fused(const FusedProgram& program, const FusedLayout& layout, const void* const* inputs,
                void* out);
 
