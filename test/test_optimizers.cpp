@@ -600,6 +600,39 @@ TEST_CASE("compiled optimizer updates write over the variables' values", "[nn][o
   }
 }
 
+TEST_CASE("optimizer updates of several variables of every size agree with op by op",
+          "[nn][optim][function]") {
+  // Where loops are generated, each variable's update steps run as one loop with several
+  // outputs (jit/plan_groups.cpp): sizes below a vector, with a tail, and a scalar.
+  const std::vector<Shape> shapes = {{1}, {7}, {3, 7}, {33}, {5, 17}, {}};
+  for (const OptimizerCase& c : elementwise_optimizers()) {
+    CAPTURE(c.name);
+    kiln::clear_session();
+    std::vector<Variable> traced, op;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      const Tensor initial = kiln::random::normal(shapes[i], 0, 1, 1 + i);
+      traced.emplace_back(initial, "traced" + std::to_string(i));
+      op.emplace_back(initial, "op" + std::to_string(i));
+    }
+    const auto traced_opt = c.make(), op_opt = c.make();
+    auto step = kiln::function([&](const std::vector<Tensor>& g) { traced_opt->apply(g, traced); });
+    for (int call = 0; call < 3; ++call) {
+      std::vector<Tensor> grads;
+      for (std::size_t i = 0; i < shapes.size(); ++i)
+        grads.push_back(kiln::random::normal(shapes[i], 0, 1, 100 * (call + 1) + i));
+      const Tensor held = traced[2].value();  // a value held by the caller stays as it was
+      const std::vector<float> held_values = held.to_vector<float>();
+      step(grads);
+      op_by_op([&] { op_opt->apply(grads, op); });
+      CHECK(held.to_vector<float>() == held_values);
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        CAPTURE(i, call);
+        CHECK(kiln::max(kiln::abs(traced[i].value() - op[i].value())).item<float>() <= 1e-6f);
+      }
+    }
+  }
+}
+
 namespace {
 /// SGD whose step halves when a gradient holds a value above 1: it reads a value, so it cannot
 /// be traced.
