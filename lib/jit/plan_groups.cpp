@@ -246,6 +246,20 @@ void keep_output_cached(Plan::Step& step) {
   step.fused_layout = std::move(layout);
 }
 
+/// Makes steps [first, end) a group; an output a later step of the group reads stays in the
+/// caches for it.
+void mark_group(Plan& plan, std::size_t first, std::size_t end) {
+  plan.steps[first].group_size = static_cast<std::int32_t>(end - first);
+  for (std::size_t i = first; i + 1 < end; ++i) {
+    const std::vector<Access> writes = writes_of(plan, plan.steps[i]);
+    bool read_later = false;
+    for (std::size_t j = i + 1; j < end && !read_later; ++j)
+      for (const Access& r : reads_of(plan, plan.steps[j]))
+        for (const Access& w : writes) read_later = read_later || r.root == w.root;
+    if (read_later) keep_output_cached(plan.steps[i]);
+  }
+}
+
 }  // namespace
 
 void group_elementwise_steps(Plan& plan) {
@@ -293,23 +307,26 @@ void group_elementwise_steps(Plan& plan) {
       s += moved.size();
     }
     const std::size_t end = s + members.size();
-    plan.steps[s].group_loop = merge_group(plan, s, end);
-    // Without one loop, chunks gain only on buffers beyond the caches.
-    if (plan.steps[s].group_loop == nullptr &&
-        (total < 2 * fused_group_chunk || !beyond_the_caches(seen, total))) {
-      s = end;  // the moved steps stay moved: they run before the steps either way
-      continue;
+    // One loop per run of steps the generator covers together, the longest from each start
+    // (Adam's steps of several variables of one size: one loop per variable, as eight inputs
+    // allow).
+    bool merged = false;
+    for (std::size_t from = s; from + 1 < end;) {
+      std::size_t to = end;
+      std::shared_ptr<const FusedGroupLoop> loop;
+      while (to >= from + 2 && (loop = merge_group(plan, from, to)) == nullptr) --to;
+      if (loop == nullptr) {
+        ++from;
+        continue;
+      }
+      plan.steps[from].group_loop = std::move(loop);
+      mark_group(plan, from, to);
+      merged = true;
+      from = to;
     }
-    plan.steps[s].group_size = static_cast<std::int32_t>(members.size());
-    // An output read by a later step of the group stays in the caches for it.
-    for (std::size_t i = s; i + 1 < end; ++i) {
-      const std::vector<Access> writes = writes_of(plan, plan.steps[i]);
-      bool read_later = false;
-      for (std::size_t j = i + 1; j < end && !read_later; ++j)
-        for (const Access& r : reads_of(plan, plan.steps[j]))
-          for (const Access& w : writes) read_later = read_later || r.root == w.root;
-      if (read_later) keep_output_cached(plan.steps[i]);
-    }
+    // Without loops, chunks gain only on buffers beyond the caches.
+    if (!merged && total >= 2 * fused_group_chunk && beyond_the_caches(seen, total))
+      mark_group(plan, s, end);
     s = end;
   }
 }
