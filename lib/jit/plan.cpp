@@ -639,21 +639,24 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     run_planned_matmul(*step.matmul, data_of(step.values[0]), data_of(step.values[1]), out.address,
                        alpha);
   };
+  // A step's output buffer: over the variable's value for an elementwise update (the lock
+  // returned is held while the step writes it), else a fresh escape buffer where it needs one.
+  const auto bind_output = [&](const Plan::Step& step) {
+    if (step.update_root >= 0) return bind_update(step);
+    if (step.allocate_escape >= 0) {
+      const auto r = static_cast<std::size_t>(step.allocate_escape);
+      allocate_escape(r, bound[r]);
+    }
+    return std::unique_lock<std::mutex>();
+  };
   // A group of fused steps (group_elementwise_steps): every step's buffers bound first (a
-  // variable update's lock held until the group is done), then run chunk by chunk.
+  // variable update's lock held until the group is done), then run as one loop or chunk by
+  // chunk.
   const auto run_group = [&](std::size_t first) {
     const auto size = static_cast<std::size_t>(plan.steps[first].group_size);
     std::array<std::unique_lock<std::mutex>, max_fused_group_steps> updating;
     std::array<FusedGroupMember, max_fused_group_steps> members;
-    for (std::size_t m = 0; m < size; ++m) {
-      const Plan::Step& step = plan.steps[first + m];
-      if (step.update_root >= 0) {
-        updating[m] = bind_update(step);
-      } else if (step.allocate_escape >= 0) {
-        const auto r = static_cast<std::size_t>(step.allocate_escape);
-        allocate_escape(r, bound[r]);
-      }
-    }
+    for (std::size_t m = 0; m < size; ++m) updating[m] = bind_output(plan.steps[first + m]);
     if (const FusedGroupLoop* loop = plan.steps[first].group_loop.get()) {
       std::array<const void*, max_fused_pointers> data{};
       for (std::size_t i = 0; i < loop->inputs.size(); ++i) data[i] = data_of(loop->inputs[i]);
@@ -665,12 +668,9 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     }
     for (std::size_t m = 0; m < size; ++m) {
       const Plan::Step& step = plan.steps[first + m];
-      FusedGroupMember& member = members[m];
-      member.program = step.program;
-      member.layout = step.fused_layout.get();
+      members[m] = {step.program, step.fused_layout.get(), {}, data_of(step.values.back())};
       for (std::size_t i = 0; i + 1 < step.values.size(); ++i)
-        member.inputs[i] = data_of(step.values[i]);
-      member.out = data_of(step.values.back());
+        members[m].inputs[i] = data_of(step.values[i]);
     }
     run_fused_group(std::span<const FusedGroupMember>(members.data(), size));
   };
@@ -701,18 +701,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
                        results, function_name);
       continue;
     }
-    // Held while an elementwise update writes over a variable's value.
-    std::unique_lock<std::mutex> updating;
-    if (step.update_root >= 0) {
-      if (step.matmul) {
-        run_folded_update(step);
-        continue;
-      }
-      updating = bind_update(step);
-    } else if (step.allocate_escape >= 0) {
-      const auto r = static_cast<std::size_t>(step.allocate_escape);
-      allocate_escape(r, bound[r]);
+    if (step.update_root >= 0 && step.matmul) {
+      run_folded_update(step);
+      continue;
     }
+    const std::unique_lock<std::mutex> updating = bind_output(step);
     const std::size_t count = step.values.size();
     if (step.kind == Plan::Step::Kind::flat) {
       std::array<const void*, 3> in{};
