@@ -133,18 +133,6 @@ bool beyond_the_caches(const std::vector<Access>& seen, std::int64_t total) {
   return bytes * total > stream_output_bytes();
 }
 
-/// How many operands an instruction of this primitive reads.
-std::size_t operand_count(Prim prim) {
-  switch (info(prim).family) {
-    case Family::unary:
-      return 1;
-    case Family::binary:
-      return 2;
-    default:
-      return 3;
-  }
-}
-
 /// The group of steps [first, end) as one program and its generated loop, or null when the
 /// generator does not cover it (the interpreter's level, too many inputs, outputs or live
 /// values): the steps' instructions in order, each step's inputs mapped to the program's

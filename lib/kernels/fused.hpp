@@ -44,6 +44,19 @@ struct FusedOp {
   void (*fn)() = nullptr;  // the resolved row kernel, cast back to its type when run
 };
 
+/// How many operands an instruction of this primitive reads: 1 (unary), 2 (binary) or 3
+/// (where).
+inline std::size_t operand_count(Prim prim) {
+  switch (info(prim).family) {
+    case Family::unary:
+      return 1;
+    case Family::binary:
+      return 2;
+    default:
+      return 3;
+  }
+}
+
 struct FusedProgram {
   std::size_t num_inputs = 0;
   std::size_t num_slots = 0;

@@ -139,7 +139,7 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const FusedOp& op = program.ops[i];
     if (!covered(op, i + 1 == program.ops.size())) return nullptr;
-    for (std::size_t j = 0; j < arity_of(op.prim); ++j)
+    for (std::size_t j = 0; j < operand_count(op.prim); ++j)
       if (op.operands[j] >= static_cast<std::int16_t>(layout.num_inputs)) return nullptr;
   }
   // Extra outputs are written flat, element by element like the output: no row walk.

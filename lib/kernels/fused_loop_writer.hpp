@@ -101,17 +101,6 @@ std::uint8_t predicate_of(Prim prim) {
   }
 }
 
-std::size_t arity_of(Prim prim) {
-  switch (info(prim).family) {
-    case Family::unary:
-      return 1;
-    case Family::binary:
-      return 2;
-    default:
-      return 3;
-  }
-}
-
 /// Whether the generator writes this instruction out. Values are f32 in lanes of 4 bytes, and
 /// a comparison's bool result is a lane mask (all ones or zero) that only where and a cast to
 /// f32 read: a bool never comes from or goes to memory.
@@ -166,7 +155,7 @@ Liveness liveness_of(const FusedProgram& program) {
       live.result_read[i] = read_later[s];
       read_later[s] = false;
     }
-    const std::size_t arity = arity_of(op.prim);
+    const std::size_t arity = operand_count(op.prim);
     for (std::size_t j = 0; j < arity; ++j) {
       if (op.operands[j] >= 0) continue;
       const auto s = static_cast<std::size_t>(-op.operands[j] - 1);
@@ -306,7 +295,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
     const std::size_t n = program_.ops.size();
     for (std::size_t i = 0; i < n; ++i) {
       const FusedOp& op = program_.ops[i];
-      const std::size_t arity = arity_of(op.prim);
+      const std::size_t arity = operand_count(op.prim);
       std::array<int, 3> src{-1, -1, -1};
       std::array<int, 3> loaded{-1, -1, -1};
       for (std::size_t j = 0; j < arity; ++j) {
@@ -406,7 +395,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   bool used(std::size_t k) const {
     if (k >= program_.num_inputs) return true;  // an extra output
     for (const FusedOp& op : program_.ops) {
-      const std::size_t arity = arity_of(op.prim);
+      const std::size_t arity = operand_count(op.prim);
       for (std::size_t j = 0; j < arity; ++j)
         if (op.operands[j] == static_cast<std::int16_t>(k)) return true;
     }
