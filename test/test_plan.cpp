@@ -477,3 +477,25 @@ TEST_CASE("a step that reads a group's output other than element by element is n
     CHECK(close(out[1], expected[1], 1e-6));
   }
 }
+
+TEST_CASE("a group whose step writes bools runs them right", "[function]") {
+  // b is a comparison's result (a bool per element), read by y element by element: the group's
+  // one loop writes f32 outputs only, so b's step is not merged into one.
+  const auto body = [](const std::vector<Tensor>& p) {
+    const Tensor b = kiln::tanh(p[0]) * p[1] > 0.1;
+    const Tensor y = kiln::where(b, p[0] * 2.0, p[1]) + 1.0;
+    return std::vector<Tensor>{b, y};
+  };
+  for (const std::int64_t n : {std::int64_t{37}, 3 * kiln::detail::fused_group_chunk + 5}) {
+    CAPTURE(n);
+    GraphData g = record({{n}, {n}}, body);
+    kiln::detail::fuse_elementwise(g);
+    const Plan plan = kiln::detail::build_plan(g);
+    for (const auto& step : plan.steps) CHECK(step.group_loop == nullptr);
+    const std::vector<Tensor> args = {kiln::random::normal({n}, 0, 1, 5),
+                                      kiln::random::normal({n}, 0, 1, 6)};
+    const auto out = run_planned(g, plan, args), expected = body(args);
+    CHECK(out[0].to_vector<bool>() == expected[0].to_vector<bool>());
+    CHECK(close(out[1], expected[1], 1e-6));
+  }
+}

@@ -306,9 +306,9 @@ class PlanBuilder {
     for (std::size_t s = 0; s < plan_.steps.size(); ++s) {
       const Plan::Step& step = plan_.steps[s];
       if (step.group_size > 0) {
-        // A group writes its outputs while it reads its inputs, chunk by chunk: like a region's
-        // results, each output is written by a buffer step that reads every input of the group
-        // and the outputs before it, so no output shares memory with an input or another output.
+        // A group writes its outputs while it reads its inputs (one loop, or chunk by chunk):
+        // like a region's results, each output is written by a buffer step that reads every
+        // input of the group and the outputs before it, so none shares memory with another.
         const auto end = s + static_cast<std::size_t>(step.group_size);
         BufferStep reads;
         for (std::size_t m = s; m < end; ++m)

@@ -141,8 +141,10 @@ std::shared_ptr<const FusedGroupLoop> merge_group(const Plan& plan, std::size_t 
                                                   std::size_t end) {
   const std::size_t steps = end - first;
   if (steps - 1 > max_fused_extra_outputs) return nullptr;
-  for (std::size_t m = first + 1; m < end; ++m)
-    if (plan.steps[m].refs.back().shape != plan.steps[first].refs.back().shape) return nullptr;
+  for (std::size_t m = first; m < end; ++m)
+    if (plan.steps[m].refs.back().shape != plan.steps[first].refs.back().shape ||
+        plan.steps[m].refs.back().dtype != DType::f32)
+      return nullptr;  // the loop generator writes f32 outputs of one shape
   auto merged = std::make_shared<FusedGroupLoop>();
   std::vector<ArrayRef> refs;  // of the program's inputs
   // The instructions with operands as program inputs (>= 0) or earlier instructions (-1 - i).

@@ -677,7 +677,8 @@ void run_fused_with_loop(const FusedLayout& l, const void* const* inputs, void* 
         work.units, std::max<std::int64_t>(1, parallel_grain / work.unit_elements), run_range);
 }
 
-/// Output elements [first, last) of a layout run_fused_elements takes, on the calling thread.
+/// Output elements [first, last) of a layout runs_in_element_ranges accepts, on the calling
+/// thread (`first` a multiple of fused_block).
 void run_fused_range(const FusedProgram& program, const FusedLayout& l, const void* const* inputs,
                      void* out, std::int64_t first, std::int64_t last) {
   if (l.loop == nullptr) {

@@ -139,6 +139,8 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
   for (std::size_t i = 0; i < program.ops.size(); ++i) {
     const FusedOp& op = program.ops[i];
     if (!covered(op, i + 1 == program.ops.size())) return nullptr;
+    // An extra output holds f32 values (a comparison's lane mask never goes to memory).
+    if (op.store >= 0 && op.out_dtype != DType::f32) return nullptr;
     for (std::size_t j = 0; j < operand_count(op.prim); ++j)
       if (op.operands[j] >= static_cast<std::int16_t>(layout.num_inputs)) return nullptr;
   }
