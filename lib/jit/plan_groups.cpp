@@ -14,11 +14,10 @@
 // every other step, so a failing call changes no variable.
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string_view>
 #include <vector>
 
+#include "core/environment.hpp"
 #include "jit/plan.hpp"
 #include "kernels/fused.hpp"
 #include "kernels/fused_loop.hpp"
@@ -29,10 +28,7 @@ namespace kiln::detail {
 namespace {
 
 bool groups_allowed_by_environment() {
-  static const bool allowed = [] {
-    const char* env = std::getenv("KILN_FUSED_GROUPS");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  static const bool allowed = switched_on_by_environment("KILN_FUSED_GROUPS");
   return allowed;
 }
 

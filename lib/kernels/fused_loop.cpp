@@ -16,6 +16,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/environment.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/fused.hpp"
 #include "kernels/fused_loop_writer.hpp"
@@ -25,10 +26,7 @@ namespace kiln::detail {
 namespace {
 
 bool loops_allowed_by_environment() {
-  static const bool allowed = [] {
-    const char* env = std::getenv("KILN_FUSED_LOOPS");
-    return env == nullptr || std::string_view(env) != "0";
-  }();
+  static const bool allowed = switched_on_by_environment("KILN_FUSED_LOOPS");
   return allowed;
 }
 
