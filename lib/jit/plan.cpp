@@ -655,7 +655,6 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
   const auto run_group = [&](std::size_t first) {
     const auto size = static_cast<std::size_t>(plan.steps[first].group_size);
     std::array<std::unique_lock<std::mutex>, max_fused_group_steps> updating;
-    std::array<FusedGroupMember, max_fused_group_steps> members;
     for (std::size_t m = 0; m < size; ++m) updating[m] = bind_output(plan.steps[first + m]);
     if (const FusedGroupLoop* loop = plan.steps[first].group_loop.get()) {
       std::array<const void*, max_fused_pointers> data{};
@@ -666,6 +665,7 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
                 data_of(plan.steps[first + size - 1].values.back()));
       return;
     }
+    std::array<FusedGroupMember, max_fused_group_steps> members;  // only the chunked form's
     for (std::size_t m = 0; m < size; ++m) {
       const Plan::Step& step = plan.steps[first + m];
       members[m] = {step.program, step.fused_layout.get(), {}, data_of(step.values.back())};
