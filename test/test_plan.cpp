@@ -499,3 +499,59 @@ TEST_CASE("a group whose step writes bools runs them right", "[function]") {
     CHECK(close(out[1], expected[1], 1e-6));
   }
 }
+
+TEST_CASE("an op of its own after a fused step joins its group as a fused step", "[function]") {
+  // x is an output, so y, one primitive on x, is a step of its own: a flat row call for few
+  // elements, a kernel step for many. Read element by element it joins x's group (SGD with
+  // momentum: the new momentum, then the variable plus it); read otherwise it stays as it was.
+  using Kind = Plan::Step::Kind;
+  const std::function<Tensor(const Tensor&, const Tensor&)> ops_on_x[] = {
+      [](const Tensor& x, const Tensor& p) { return x * p; },
+      [](const Tensor& x, const Tensor&) { return kiln::abs(x); },
+      [](const Tensor& x, const Tensor& p) { return x - kiln::slice(p, 0, 0, 1); },
+      [](const Tensor& x, const Tensor& p) {
+        return kiln::slice(x, {kiln::Slice{kiln::Slice::none, kiln::Slice::none, -1}}) * p;
+      },
+  };
+  const bool joins[] = {true, true, true, false};
+  struct RestoreCacheBound {
+    ~RestoreCacheBound() { kiln::detail::set_stream_output_bytes(0); }
+  } restore_cache_bound;
+  kiln::detail::set_stream_output_bytes(1024);
+  for (std::size_t k = 0; k < std::size(ops_on_x); ++k) {
+    for (const std::int64_t n : {std::int64_t{37}, 3 * kiln::detail::fused_group_chunk + 5}) {
+      CAPTURE(k, n);
+      const auto body = [&](const std::vector<Tensor>& p) {
+        const Tensor x = kiln::tanh(p[0]) * p[1] + 1.0;
+        return std::vector<Tensor>{x, ops_on_x[k](x, p[1])};
+      };
+      GraphData g = record({{n}, {n}}, body);
+      REQUIRE(kiln::detail::fuse_elementwise(g) == 1);
+      const Plan plan = kiln::detail::build_plan(g);
+      const bool loops = plan.steps.front().fused_layout->loop != nullptr;
+      // Without loops (SSE2) a group runs chunk by chunk, and only over two chunks or more.
+      const bool grouped = joins[k] && (loops || n > 2 * kiln::detail::fused_group_chunk);
+      const auto groups = groups_of(plan);
+      REQUIRE(groups.size() == (grouped ? 1U : 0U));
+      const Plan::Step& last = plan.steps.back();
+      if (grouped) {
+        CHECK(groups[0].second == 2);
+        CHECK((plan.steps[groups[0].first].group_loop != nullptr) == loops);
+        CHECK(last.kind == Kind::fused);
+        CHECK(last.own_program != nullptr);
+      } else {
+        // As it was planned: a flat call or a kernel step (reverse: a view, then one of those).
+        CHECK(last.own_program == nullptr);
+        CHECK((last.kind == Kind::flat || last.kind == Kind::kernel));
+      }
+      const std::vector<Tensor> args = {kiln::random::normal({n}, 0, 1, 7),
+                                        kiln::random::normal({n}, 0, 1, 8)};
+      const auto expected = body(args);
+      for (int call = 0; call < 2; ++call) {
+        const auto out = run_planned(g, plan, args);
+        CHECK(close(out[0], expected[0], 1e-6));
+        CHECK(close(out[1], expected[1], 1e-6));
+      }
+    }
+  }
+}

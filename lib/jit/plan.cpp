@@ -434,9 +434,10 @@ std::int64_t Plan::bytes() const {
                                                  values.capacity() * sizeof(Value) +
                                                  steps.capacity() * sizeof(Step));
   for (const Step& s : steps)
-    total += static_cast<std::int64_t>(s.values.capacity() * sizeof(std::int32_t) +
-                                       s.refs.capacity() * sizeof(ArrayRef) +
-                                       (s.fused_layout ? sizeof(FusedLayout) : 0));
+    total += static_cast<std::int64_t>(
+        s.values.capacity() * sizeof(std::int32_t) + s.refs.capacity() * sizeof(ArrayRef) +
+        (s.fused_layout ? sizeof(FusedLayout) : 0) +
+        (s.own_program ? sizeof(FusedProgram) + s.own_program->ops.size() * sizeof(FusedOp) : 0));
   return total;
 }
 

@@ -12,9 +12,16 @@
 // A step's other reads (a scalar, a buffer no step of the group writes) see the same values
 // either way. Steps from update_variables_in_place keep its guarantee: they still run after
 // every other step, so a failing call changes no variable.
+//
+// A flat step (one elementwise row-kernel call) after a group's first step joins it as a fused
+// step of one instruction: SGD with momentum computes the new momentum in a fused step and the
+// variable's new value in one add, which then run as one loop.
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/environment.hpp"
@@ -37,6 +44,52 @@ std::int64_t group_total(const Plan::Step& step) {
   if (step.kind != Plan::Step::Kind::fused || step.fused_layout == nullptr || step.matmul) return 0;
   const FusedLayout& layout = *step.fused_layout;
   return runs_in_element_ranges(layout) ? layout.total : 0;
+}
+
+/// An elementwise step of one primitive (a flat step, or a kernel step over many elements) as
+/// a fused step of one instruction, the same row kernel on the same elements; nothing for other
+/// steps.
+std::optional<Plan::Step> as_fused_step(const Plan& plan, const Plan::Step& step) {
+  if (step.kind != Plan::Step::Kind::flat && step.kind != Plan::Step::Kind::kernel)
+    return std::nullopt;
+  if (!is_elementwise(step.prim) || step.matmul) return std::nullopt;
+  const std::size_t arity = step.values.size() - 1;
+  if (arity != operand_count(step.prim)) return std::nullopt;
+  const Plan::Value& out = plan.values[static_cast<std::size_t>(step.values.back())];
+  auto program = std::make_shared<FusedProgram>();
+  FusedOp op;
+  op.prim = step.prim;
+  // The row kernel reads operand 0's dtype (where: its value operands').
+  op.in_dtype =
+      plan.values[static_cast<std::size_t>(step.values[step.prim == Prim::where ? 1 : 0])].dtype;
+  op.out_dtype = out.dtype;
+  std::string args;
+  for (std::size_t k = 0; k < arity; ++k) {
+    op.operands[k] = static_cast<std::int16_t>(k);
+    args += (k > 0 ? ", in" : "in") + std::to_string(k);
+  }
+  program->num_inputs = arity;
+  program->ops.push_back(op);
+  program->text = std::string(name(step.prim)) + "(" + args + ")";
+  resolve_fused_program(*program);
+
+  Plan::Step fused = step;
+  fused.kind = Plan::Step::Kind::fused;
+  fused.flat = FlatCall{};
+  fused.fn = nullptr;
+  fused.attrs = nullptr;
+  fused.program = program.get();
+  fused.refs.clear();
+  for (std::size_t k = 0; k < arity; ++k)
+    fused.refs.push_back(plan.broadcast_layout_of(step.values[k], out.shape));
+  fused.refs.push_back(plan.layout_of(step.values.back()));
+  const std::span<const ArrayRef> refs(fused.refs);
+  auto layout =
+      std::make_shared<FusedLayout>(layout_fused(refs.first(refs.size() - 1), refs.back()));
+  layout->loop = fused_loop_for(*program, *layout);
+  fused.fused_layout = std::move(layout);
+  fused.own_program = std::move(program);
+  return fused;
 }
 
 /// How the steps of a group so far access one buffer.
@@ -234,7 +287,9 @@ void keep_output_cached(Plan::Step& step) {
 
 /// Makes steps [first, end) a group; an output a later step of the group reads stays in the
 /// caches for it.
-void mark_group(Plan& plan, std::size_t first, std::size_t end) {
+void mark_group(Plan& plan, std::size_t first, std::size_t end, std::vector<bool>& grouped) {
+  std::fill(grouped.begin() + static_cast<std::ptrdiff_t>(first),
+            grouped.begin() + static_cast<std::ptrdiff_t>(end), true);
   plan.steps[first].group_size = static_cast<std::int32_t>(end - first);
   for (std::size_t i = first; i + 1 < end; ++i) {
     const std::vector<Access> writes = writes_of(plan, plan.steps[i]);
@@ -260,18 +315,23 @@ void group_elementwise_steps(Plan& plan) {
     std::vector<Access> seen = reads_of(plan, plan.steps[s]);
     const std::vector<Access> first_writes = writes_of(plan, plan.steps[s]);
     seen.insert(seen.end(), first_writes.begin(), first_writes.end());
-    // The steps of the group, and the steps between them that run before the group instead.
+    // The steps of the group, and the steps between them that run before the group instead;
+    // flat steps that join it as fused ones keep their first form here until the group runs.
     std::vector<std::size_t> members{s}, moved;
+    std::vector<std::pair<std::size_t, Plan::Step>> flat_forms;  // member index, step
     for (std::size_t i = s + 1; i < plan.steps.size() && members.size() < max_fused_group_steps &&
                                 moved.size() < max_moved_steps;
          ++i) {
       const Plan::Step& step = plan.steps[i];
-      if (group_total(step) == total) {
-        const std::vector<Access> reads = reads_of(plan, step);
-        const std::vector<Access> writes = writes_of(plan, step);
+      std::optional<Plan::Step> fused = as_fused_step(plan, step);
+      const Plan::Step& candidate = fused ? *fused : step;
+      if (group_total(candidate) == total) {
+        const std::vector<Access> reads = reads_of(plan, candidate);
+        const std::vector<Access> writes = writes_of(plan, candidate);
         if (!joins(seen, reads, writes)) break;
         seen.insert(seen.end(), reads.begin(), reads.end());
         seen.insert(seen.end(), writes.begin(), writes.end());
+        if (fused) flat_forms.emplace_back(members.size(), std::exchange(plan.steps[i], *fused));
         members.push_back(i);
       } else if (runs_before(plan, step, seen)) {
         moved.push_back(i);
@@ -280,6 +340,7 @@ void group_elementwise_steps(Plan& plan) {
       }
     }
     if (members.size() < 2) {
+      for (auto& [member, step] : flat_forms) plan.steps[members[member]] = std::move(step);
       ++s;
       continue;
     }
@@ -293,6 +354,7 @@ void group_elementwise_steps(Plan& plan) {
       s += moved.size();
     }
     const std::size_t end = s + members.size();
+    std::vector<bool> grouped(plan.steps.size(), false);
     // One loop per run of steps the generator covers together, the longest from each start
     // (Adam's steps of several variables of one size: one loop per variable, as eight inputs
     // allow).
@@ -306,13 +368,16 @@ void group_elementwise_steps(Plan& plan) {
         continue;
       }
       plan.steps[from].group_loop = std::move(loop);
-      mark_group(plan, from, to);
+      mark_group(plan, from, to, grouped);
       merged = true;
       from = to;
     }
     // Without loops, chunks gain only on buffers beyond the caches.
     if (!merged && total >= 2 * fused_group_chunk && beyond_the_caches(seen, total))
-      mark_group(plan, s, end);
+      mark_group(plan, s, end, grouped);
+    // A flat step left outside every group runs in its first form.
+    for (auto& [member, step] : flat_forms)
+      if (!grouped[s + member]) plan.steps[s + member] = std::move(step);
     s = end;
   }
 }
