@@ -98,7 +98,7 @@ for variant in release asan; do
   # when it is loaded; OPENBLAS_CORETYPE is left as the machine has it (on some CPUs it is set
   # because older OpenBLAS builds compute wrong results there).
   if [ "$variant" = release ]; then
-    kernel_tests='[elementwise],[simd],[fused_loop],[passes],[ops],[matmul],[fused_recurrent],[shape],[quantization],[sparse],[dtypes],[optim],short rows are copied exactly*,fused steps are laid out*,fused steps over the same elements*,a step that reads a group*,a group whose step writes bools*,an op of its own after a fused step*'
+    kernel_tests='[elementwise],[simd],[fused_loop],[passes],[ops],[matmul],[fused_recurrent],[shape],[quantization],[sparse],[dtypes],[optim],short rows are copied exactly*,fused steps are laid out*,fused steps over the same elements*,a step that reads a group*,a group whose step writes bools*,an op of its own after a fused step*,a group may start with an op of its own*,independent updates in a group*,an update a later group step*'
     cpu_flags=" $(grep -m 1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
     simd_sets=(sse2)
     if [[ $cpu_flags == *" avx2 "* && $cpu_flags == *" fma "* ]]; then

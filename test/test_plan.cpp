@@ -555,3 +555,134 @@ TEST_CASE("an op of its own after a fused step joins its group as a fused step",
     }
   }
 }
+
+TEST_CASE("a group may start with an op of its own, and stores only what is read after it",
+          "[function]") {
+  // y is read by two steps, so fusion leaves it a step of its own (Nesterov momentum's
+  // gradient times the rate); x and z read it element by element. Its value is needed after
+  // the group only where it is an output too.
+  struct RestoreCacheBound {
+    ~RestoreCacheBound() { kiln::detail::set_stream_output_bytes(0); }
+  } restore_cache_bound;
+  kiln::detail::set_stream_output_bytes(1024);
+  for (const bool y_out : {false, true}) {
+    for (const std::int64_t n : {std::int64_t{37}, 3 * kiln::detail::fused_group_chunk + 5}) {
+      CAPTURE(y_out, n);
+      const auto body = [&](const std::vector<Tensor>& p) {
+        const Tensor y = p[0] * p[1];
+        const Tensor x = y * 2.0 + p[1];
+        const Tensor z = (x + y) * 3.0;
+        if (y_out) return std::vector<Tensor>{x, z, y};
+        return std::vector<Tensor>{x, z};
+      };
+      GraphData g = record({{n}, {n}}, body);
+      REQUIRE(kiln::detail::fuse_elementwise(g) == 2);
+      const Plan plan = kiln::detail::build_plan(g);
+      const auto groups = groups_of(plan);
+      const bool loops = plan.steps.back().fused_layout->loop != nullptr;
+      if (loops) {
+        REQUIRE(groups.size() == 1);
+        CHECK(groups[0].second == 3);
+        const Plan::Step& first = plan.steps[groups[0].first];
+        CHECK(first.own_program != nullptr);
+        REQUIRE(first.group_loop != nullptr);
+        std::size_t stores = 0;
+        for (const auto& op : first.group_loop->program.ops) stores += op.store >= 0;
+        CHECK(stores == (y_out ? 2U : 1U));
+      } else {  // SSE2: chunk by chunk, over two chunks or more
+        CHECK(groups.size() == (n > 2 * kiln::detail::fused_group_chunk ? 1U : 0U));
+      }
+      const std::vector<Tensor> args = {kiln::random::normal({n}, 0, 1, 9),
+                                        kiln::random::normal({n}, 0, 1, 10)};
+      const auto expected = body(args);
+      for (int call = 0; call < 2; ++call) {
+        const auto out = run_planned(g, plan, args);
+        for (std::size_t i = 0; i < expected.size(); ++i) CHECK(close(out[i], expected[i], 1e-6));
+      }
+    }
+  }
+}
+
+TEST_CASE("independent updates in a group run as one loop each, other sizes after it",
+          "[function]") {
+  // Nesterov momentum's form for three variables: each gradient times the rate first (read by
+  // two steps: a step of its own), then each variable's momentum and value. a and b have n
+  // elements, c has 7 and is updated between them. The group of a and b orders each variable's
+  // steps together (one loop each, its product kept in registers) and c's updates run after.
+  const std::int64_t n = 3 * kiln::detail::fused_group_chunk + 5;
+  const std::vector<Shape> shapes = {{n}, {n}, {7}};
+  std::vector<kiln::Variable> vars, moments;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    vars.emplace_back(kiln::random::normal(shapes[i], 0, 1, 20 + i));
+    moments.emplace_back(kiln::random::normal(shapes[i], 0, 1, 30 + i));
+  }
+  const auto update = [&](const std::vector<Tensor>& grads) {
+    std::vector<Tensor> scaled;
+    for (const Tensor& g : grads) scaled.push_back(g * 0.1);
+    for (const std::size_t i : {0, 2, 1}) {
+      const Tensor m = moments[i].value() * 0.9 - scaled[i];
+      moments[i].assign(m);
+      vars[i].assign(vars[i].value() + (m * 0.9 - scaled[i]));
+    }
+    return std::vector<Tensor>{};
+  };
+  std::vector<Tensor> grads;
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    grads.push_back(kiln::random::normal(shapes[i], 0, 1, 40 + i));
+  // The expected values, computed op by op on copies.
+  std::vector<Tensor> expected_vars, expected_moments;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Tensor m = moments[i].value() * 0.9 - grads[i] * 0.1;
+    expected_moments.push_back(m);
+    expected_vars.push_back(vars[i].value() + (m * 0.9 - grads[i] * 0.1));
+  }
+  GraphData g = record(shapes, update);
+  kiln::detail::fuse_elementwise(g);
+  const Plan plan = kiln::detail::build_plan(g);
+  if (plan.steps.back().fused_layout != nullptr &&
+      plan.steps.back().fused_layout->loop != nullptr) {  // AVX2, AVX-512
+    std::size_t loops = 0;
+    for (const auto& [first, size] : groups_of(plan)) {
+      const Plan::Step& step = plan.steps[first];
+      if (step.fused_layout->total != n) continue;
+      REQUIRE(step.group_loop != nullptr);
+      CHECK(size == 3);
+      std::size_t stores = 0;
+      for (const auto& op : step.group_loop->program.ops) stores += op.store >= 0;
+      CHECK(stores == 1);  // the momentum; the product stays in a register
+      ++loops;
+    }
+    CHECK(loops == 2);
+  }
+  run_planned(g, plan, grads);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    CAPTURE(i);
+    CHECK(close(moments[i].value(), expected_moments[i], 1e-6));
+    CHECK(close(vars[i].value(), expected_vars[i], 1e-6));
+  }
+}
+
+TEST_CASE("an update a later group step reads is not moved after the group", "[function]") {
+  // s (one element) is updated between x's steps, and y reads it broadcast: moving s's update
+  // after the group would give y the old value.
+  const std::int64_t n = 3 * kiln::detail::fused_group_chunk + 5;
+  kiln::Variable s(kiln::tensor(std::vector<float>{2.0F}));
+  kiln::Variable w(kiln::random::normal({n}, 0, 1, 50));
+  const auto body = [&](const std::vector<Tensor>& p) {
+    const Tensor x = p[0] * 0.5;
+    const Tensor m = x * 3.0 + w.value();
+    w.assign(m);
+    s.assign(s.value() * 4.0);
+    w.assign(m + x * s.value());
+    return std::vector<Tensor>{};
+  };
+  const Tensor p = kiln::random::normal({n}, 0, 1, 51);
+  const Tensor x = p * 0.5;
+  const Tensor expected = (x * 3.0 + w.value()) + x * 8.0;
+  GraphData g = record({{n}}, body);
+  kiln::detail::fuse_elementwise(g);
+  const Plan plan = kiln::detail::build_plan(g);
+  run_planned(g, plan, {p});
+  CHECK(close(w.value(), expected, 1e-6));
+  CHECK(s.value().item<float>() == 8.0F);
+}

@@ -84,12 +84,19 @@ std::optional<Plan::Step> as_fused_step(const Plan& plan, const Plan::Step& step
     fused.refs.push_back(plan.broadcast_layout_of(step.values[k], out.shape));
   fused.refs.push_back(plan.layout_of(step.values.back()));
   const std::span<const ArrayRef> refs(fused.refs);
-  auto layout =
+  // No loop of its own yet: a group's one loop covers it (else with_own_loop, if grouped).
+  fused.fused_layout =
       std::make_shared<FusedLayout>(layout_fused(refs.first(refs.size() - 1), refs.back()));
-  layout->loop = fused_loop_for(*program, *layout);
-  fused.fused_layout = std::move(layout);
   fused.own_program = std::move(program);
   return fused;
+}
+
+/// A step from as_fused_step in a group that runs chunk by chunk: its generated loop.
+void with_own_loop(Plan::Step& step) {
+  if (step.fused_layout->loop != nullptr) return;
+  auto layout = std::make_shared<FusedLayout>(*step.fused_layout);
+  layout->loop = fused_loop_for(*step.program, *layout);
+  step.fused_layout = std::move(layout);
 }
 
 /// How the steps of a group so far access one buffer.
@@ -146,18 +153,49 @@ bool joins(const std::vector<Access>& seen, const std::vector<Access>& reads,
   return true;
 }
 
-/// At most this many steps between a group's steps run before the group instead.
-constexpr std::size_t max_moved_steps = 4;
+/// At most this many steps between a group's steps run before or after the group instead.
+constexpr std::size_t max_moved_steps = 16;
+
+/// The buffers a step reads and those it writes (its output's, and the variable's it may write
+/// over), for steps of any kind.
+struct RootAccesses {
+  std::vector<std::size_t> reads, writes;
+};
+RootAccesses root_accesses(const Plan& plan, const Plan::Step& step) {
+  RootAccesses a;
+  for (std::size_t k = 0; k < step.num_reads(); ++k)
+    a.reads.push_back(plan.root_of(step.values[k]));
+  for (std::size_t k = step.num_reads(); k < step.values.size(); ++k)
+    a.writes.push_back(plan.root_of(step.values[k]));
+  if (step.update_root >= 0) a.writes.push_back(static_cast<std::size_t>(step.update_root));
+  return a;
+}
+
+/// Whether running `later` before `earlier` could change what either computes: one writes a
+/// buffer the other reads or writes.
+bool conflict(const RootAccesses& earlier, const RootAccesses& later) {
+  const auto meets = [](const std::vector<std::size_t>& a, const std::vector<std::size_t>& b) {
+    return std::find_first_of(a.begin(), a.end(), b.begin(), b.end()) != a.end();
+  };
+  return meets(earlier.writes, later.reads) || meets(earlier.writes, later.writes) ||
+         meets(earlier.reads, later.writes);
+}
 
 /// Whether a step between steps of a group can run before the group instead: it reads nothing
 /// the group's steps so far write, and writes a buffer of its own (the group's steps read
-/// nothing it writes: its output did not exist before it).
-bool runs_before(const Plan& plan, const Plan::Step& step, const std::vector<Access>& seen) {
-  if (step.kind == Plan::Step::Kind::region || step.update_root >= 0 || step.group_size > 0)
-    return false;
+/// nothing it writes: its output did not exist before it). A step that writes over a
+/// variable's value runs after every other step, so that a call that fails changes no variable
+/// (update_variables_in_place); it may still run before group steps that can neither fail nor
+/// change anything the caller sees, those that write the call's arena (`group_in_arena`:
+/// Nesterov's gradient times the rate, ahead of the update of the iteration count).
+bool runs_before(const Plan& plan, const Plan::Step& step, const std::vector<Access>& seen,
+                 bool group_in_arena) {
+  if (step.kind == Plan::Step::Kind::region || step.group_size > 0) return false;
+  if (step.update_root >= 0 && !group_in_arena) return false;
   const std::size_t out = plan.root_of(step.values.back());
+  const auto variable = static_cast<std::size_t>(step.update_root);
   for (const Access& s : seen) {
-    if (s.root == out) return false;
+    if (s.root == out || (step.update_root >= 0 && s.root == variable)) return false;
     for (std::size_t k = 0; k + 1 < step.values.size(); ++k)
       if (s.written && plan.root_of(step.values[k]) == s.root) return false;
   }
@@ -180,6 +218,21 @@ bool beyond_the_caches(const std::vector<Access>& seen, std::int64_t total) {
     bytes += a.element_bytes;
   }
   return bytes * total > stream_output_bytes();
+}
+
+/// Whether the output of step m, in a group that ends before step `end`, is read after the
+/// group: an output or an assigned value (escape buffers), a value a later step reads, or any
+/// arena value where row updates read values after every step. The group's loop stores only
+/// those (a product's scale that only the group's steps read stays in a register).
+bool read_after(const Plan& plan, std::size_t m, std::size_t end) {
+  const std::size_t root = plan.root_of(plan.steps[m].values.back());
+  if (plan.roots[root].kind != Plan::Root::Kind::arena || plan.updates_rows) return true;
+  for (std::size_t j = end; j < plan.steps.size(); ++j) {
+    const Plan::Step& step = plan.steps[j];
+    for (std::size_t k = 0; k < step.num_reads(); ++k)
+      if (plan.root_of(step.values[k]) == root) return true;
+  }
+  return false;
 }
 
 /// The group of steps [first, end) as one program and its generated loop, or null when the
@@ -232,7 +285,8 @@ std::shared_ptr<const FusedGroupLoop> merge_group(const Plan& plan, std::size_t 
       args.push_back(a);
     }
     result_of[m] = static_cast<std::int32_t>(ops.size() - 1);
-    if (m + 1 < steps) ops.back().store = static_cast<std::int16_t>(m);
+    if (m + 1 < steps && read_after(plan, first + m, end))
+      ops.back().store = static_cast<std::int16_t>(m);
   }
   if (merged->inputs.size() > max_fused_inputs) return nullptr;
   // Slots: each result that a later instruction reads holds one from its instruction to its
@@ -301,83 +355,194 @@ void mark_group(Plan& plan, std::size_t first, std::size_t end, std::vector<bool
   }
 }
 
+/// A group found from one step: its members and the steps between them that run before it
+/// instead (plan positions, in order), what the members access, and the first form of members
+/// that were steps of one primitive (they run as fused steps of one instruction in the group).
+struct GroupScan {
+  std::vector<std::size_t> members, moved;
+  /// Steps between members that run after the group instead: variables' updates the group does
+  /// not touch (Nesterov's updates of variables of other sizes, between those of this one).
+  std::vector<std::size_t> deferred;
+  std::vector<Access> seen;
+  std::vector<Plan::Step> first_forms;
+};
+
+/// Whether a step writes only the call's arena: it can neither fail (no buffer to allocate)
+/// nor change anything the caller sees.
+bool writes_arena(const Plan& plan, const Plan::Step& step) {
+  return step.update_root < 0 &&
+         plan.roots[plan.root_of(step.values.back())].kind == Plan::Root::Kind::arena;
+}
+
+/// The group that starts at step s, if any (members empty: none). Steps of one primitive among
+/// the members are fused steps in the plan already.
+GroupScan scan_group(Plan& plan, std::size_t s) {
+  GroupScan scan;
+  std::optional<Plan::Step> first_fused = as_fused_step(plan, plan.steps[s]);
+  const std::int64_t total = group_total(first_fused ? *first_fused : plan.steps[s]);
+  if (total == 0) return scan;
+  if (first_fused) scan.first_forms.push_back(std::exchange(plan.steps[s], *first_fused));
+  scan.seen = reads_of(plan, plan.steps[s]);
+  const std::vector<Access> first_writes = writes_of(plan, plan.steps[s]);
+  scan.seen.insert(scan.seen.end(), first_writes.begin(), first_writes.end());
+  scan.members.push_back(s);
+  bool group_in_arena = writes_arena(plan, plan.steps[s]);
+  std::vector<RootAccesses> deferred;  // what the deferred steps access
+  const auto meets_deferred = [&](const RootAccesses& a) {
+    for (const RootAccesses& d : deferred)
+      if (conflict(d, a)) return true;
+    return false;
+  };
+  for (std::size_t i = s + 1;
+       i < plan.steps.size() && scan.members.size() < max_fused_group_steps &&
+       scan.moved.size() + scan.deferred.size() < max_moved_steps;
+       ++i) {
+    const Plan::Step& step = plan.steps[i];
+    std::optional<Plan::Step> fused = as_fused_step(plan, step);
+    const Plan::Step& candidate = fused ? *fused : step;
+    const RootAccesses accesses = root_accesses(plan, step);
+    if (group_total(candidate) == total) {
+      const std::vector<Access> reads = reads_of(plan, candidate);
+      const std::vector<Access> writes = writes_of(plan, candidate);
+      if (!joins(scan.seen, reads, writes) || meets_deferred(accesses)) break;
+      scan.seen.insert(scan.seen.end(), reads.begin(), reads.end());
+      scan.seen.insert(scan.seen.end(), writes.begin(), writes.end());
+      if (fused) scan.first_forms.push_back(std::exchange(plan.steps[i], *fused));
+      scan.members.push_back(i);
+      group_in_arena = group_in_arena && writes_arena(plan, plan.steps[i]);
+    } else if (runs_before(plan, step, scan.seen, group_in_arena) && !meets_deferred(accesses)) {
+      scan.moved.push_back(i);
+    } else if (step.update_root >= 0 && step.kind != Plan::Step::Kind::region &&
+               step.group_size == 0) {
+      // An update runs after the group's members from here on: each of them is checked
+      // against it as it joins.
+      scan.deferred.push_back(i);
+      deferred.push_back(accesses);
+    } else {
+      break;
+    }
+  }
+  // The steps moved are those before the group's last step (later ones stay where they are).
+  while (!scan.moved.empty() && scan.moved.back() > scan.members.back()) scan.moved.pop_back();
+  while (!scan.deferred.empty() && scan.deferred.back() > scan.members.back())
+    scan.deferred.pop_back();
+  return scan;
+}
+
+/// Orders steps [first, end) of a group so that steps that depend on each other (one writes a
+/// buffer the other reads or writes) are next to each other, each set in its order, the sets
+/// in the order of their first steps; returns where each set ends. Steps of different sets touch
+/// no buffer either writes, so any order of them computes the same. Nesterov's updates of four
+/// variables, each a product, the momentum and the variable, come as the four products, then
+/// the rest: this makes them one set per variable, and one loop each. Steps that write other
+/// than the arena keep their places after those that update variables.
+std::vector<std::size_t> order_dependent_sets(Plan& plan, std::size_t first, std::size_t end) {
+  const std::size_t n = end - first;
+  std::vector<std::size_t> set(n);
+  for (std::size_t i = 0; i < n; ++i) set[i] = i;
+  const auto find = [&](std::size_t i) {
+    while (set[i] != i) i = set[i];
+    return i;
+  };
+  std::vector<std::vector<Access>> reads(n), writes(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    reads[i] = reads_of(plan, plan.steps[first + i]);
+    writes[i] = writes_of(plan, plan.steps[first + i]);
+  }
+  const auto touches = [&](std::size_t i, std::size_t root) {
+    for (const auto* list : {&reads[i], &writes[i]})
+      for (const Access& a : *list)
+        if (a.root == root) return true;
+    return false;
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) {
+      bool dependent = false;
+      for (const Access& w : writes[i]) dependent = dependent || touches(j, w.root);
+      for (const Access& w : writes[j]) dependent = dependent || touches(i, w.root);
+      if (dependent) set[std::max(find(i), find(j))] = std::min(find(i), find(j));
+    }
+  std::vector<std::size_t> order(n);
+  for (std::size_t i = 0; i < n; ++i) order[i] = i;
+  // A step that may fail or change what the caller sees does not move past a variable's update.
+  bool movable = true;
+  for (std::size_t i = 0; i < n; ++i)
+    movable = movable &&
+              (plan.steps[first + i].update_root >= 0 || writes_arena(plan, plan.steps[first + i]));
+  if (movable)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return find(a) < find(b); });
+  std::vector<Plan::Step> steps;
+  for (std::size_t i : order) steps.push_back(std::move(plan.steps[first + i]));
+  std::move(steps.begin(), steps.end(), plan.steps.begin() + static_cast<std::ptrdiff_t>(first));
+  std::vector<std::size_t> ends;
+  for (std::size_t k = 0; k < n; ++k)
+    if (k + 1 == n || !movable || find(order[k]) != find(order[k + 1]))
+      ends.push_back(first + k + 1);
+  if (!movable) ends = {end};
+  return ends;
+}
+
+/// One loop per run of a set of dependent steps [first, end) the generator covers together, the
+/// longest from each start; whether any was made.
+bool merge_runs(Plan& plan, std::size_t first, std::size_t end, std::vector<bool>& grouped) {
+  bool merged = false;
+  for (std::size_t from = first; from + 1 < end;) {
+    std::size_t to = end;
+    std::shared_ptr<const FusedGroupLoop> loop;
+    while (to >= from + 2 && (loop = merge_group(plan, from, to)) == nullptr) --to;
+    if (loop == nullptr) {
+      ++from;
+      continue;
+    }
+    plan.steps[from].group_loop = std::move(loop);
+    mark_group(plan, from, to, grouped);
+    merged = true;
+    from = to;
+  }
+  return merged;
+}
+
 }  // namespace
 
 void group_elementwise_steps(Plan& plan) {
   if (!groups_allowed_by_environment()) return;
   std::size_t s = 0;
   while (s < plan.steps.size()) {
-    const std::int64_t total = group_total(plan.steps[s]);
-    if (total == 0) {
+    GroupScan scan = scan_group(plan, s);
+    if (scan.members.size() < 2) {
+      for (Plan::Step& step : scan.first_forms) plan.steps[s] = std::move(step);
       ++s;
       continue;
     }
-    std::vector<Access> seen = reads_of(plan, plan.steps[s]);
-    const std::vector<Access> first_writes = writes_of(plan, plan.steps[s]);
-    seen.insert(seen.end(), first_writes.begin(), first_writes.end());
-    // The steps of the group, and the steps between them that run before the group instead;
-    // flat steps that join it as fused ones keep their first form here until the group runs.
-    std::vector<std::size_t> members{s}, moved;
-    std::vector<std::pair<std::size_t, Plan::Step>> flat_forms;  // member index, step
-    for (std::size_t i = s + 1; i < plan.steps.size() && members.size() < max_fused_group_steps &&
-                                moved.size() < max_moved_steps;
-         ++i) {
-      const Plan::Step& step = plan.steps[i];
-      std::optional<Plan::Step> fused = as_fused_step(plan, step);
-      const Plan::Step& candidate = fused ? *fused : step;
-      if (group_total(candidate) == total) {
-        const std::vector<Access> reads = reads_of(plan, candidate);
-        const std::vector<Access> writes = writes_of(plan, candidate);
-        if (!joins(seen, reads, writes)) break;
-        seen.insert(seen.end(), reads.begin(), reads.end());
-        seen.insert(seen.end(), writes.begin(), writes.end());
-        if (fused) flat_forms.emplace_back(members.size(), std::exchange(plan.steps[i], *fused));
-        members.push_back(i);
-      } else if (runs_before(plan, step, seen)) {
-        moved.push_back(i);
-      } else {
-        break;
-      }
-    }
-    if (members.size() < 2) {
-      for (auto& [member, step] : flat_forms) plan.steps[members[member]] = std::move(step);
-      ++s;
-      continue;
-    }
-    // The steps moved are those before the group's last step (later ones stay where they are).
-    while (!moved.empty() && moved.back() > members.back()) moved.pop_back();
-    if (!moved.empty()) {
+    if (!scan.moved.empty() || !scan.deferred.empty()) {
       std::vector<Plan::Step> order;
-      for (std::size_t i : moved) order.push_back(std::move(plan.steps[i]));
-      for (std::size_t i : members) order.push_back(std::move(plan.steps[i]));
+      for (const auto* steps : {&scan.moved, &scan.members, &scan.deferred})
+        for (std::size_t i : *steps) order.push_back(std::move(plan.steps[i]));
       std::move(order.begin(), order.end(), plan.steps.begin() + static_cast<std::ptrdiff_t>(s));
-      s += moved.size();
+      s += scan.moved.size();
     }
-    const std::size_t end = s + members.size();
+    const std::size_t end = s + scan.members.size();
     std::vector<bool> grouped(plan.steps.size(), false);
-    // One loop per run of steps the generator covers together, the longest from each start
-    // (Adam's steps of several variables of one size: one loop per variable, as eight inputs
-    // allow).
+    // One loop per set of dependent steps (Adam's or momentum's steps for one variable), as the
+    // generator covers them; without loops, chunks gain only on buffers beyond the caches.
     bool merged = false;
-    for (std::size_t from = s; from + 1 < end;) {
-      std::size_t to = end;
-      std::shared_ptr<const FusedGroupLoop> loop;
-      while (to >= from + 2 && (loop = merge_group(plan, from, to)) == nullptr) --to;
-      if (loop == nullptr) {
-        ++from;
-        continue;
-      }
-      plan.steps[from].group_loop = std::move(loop);
-      mark_group(plan, from, to, grouped);
-      merged = true;
-      from = to;
+    std::size_t set_first = s;
+    for (const std::size_t set_end : order_dependent_sets(plan, s, end)) {
+      merged = merge_runs(plan, set_first, set_end, grouped) || merged;
+      set_first = set_end;
     }
-    // Without loops, chunks gain only on buffers beyond the caches.
-    if (!merged && total >= 2 * fused_group_chunk && beyond_the_caches(seen, total))
+    const std::int64_t total = plan.steps[s].fused_layout->total;
+    if (!merged && total >= 2 * fused_group_chunk && beyond_the_caches(scan.seen, total)) {
       mark_group(plan, s, end, grouped);
-    // A flat step left outside every group runs in its first form.
-    for (auto& [member, step] : flat_forms)
-      if (!grouped[s + member]) plan.steps[s + member] = std::move(step);
+      for (std::size_t i = s; i < end; ++i)
+        if (plan.steps[i].own_program != nullptr) with_own_loop(plan.steps[i]);
+    }
+    // A step of one primitive left outside every group runs in its first form.
+    for (Plan::Step& form : scan.first_forms)
+      for (std::size_t i = s; i < end; ++i)
+        if (plan.steps[i].node == form.node && plan.steps[i].own_program != nullptr && !grouped[i])
+          plan.steps[i] = std::move(form);
     s = end;
   }
 }
