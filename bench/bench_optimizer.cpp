@@ -1,13 +1,13 @@
-// Optimizer updates alone: Adam and SGD with momentum applied by a kiln::function to a fixed
-// list of gradients, for two sets of variables:
+// Optimizer updates alone: Adam, SGD with momentum (plain and Nesterov), RMSprop and Adagrad
+// applied by a kiln::function to a fixed list of gradients, for two sets of variables:
 // - "mlp": workload 9's six variables (1024x1024, 1024, 1024x1024, 1024, 1024x10, 10; 2.1
 //   million parameters: Adam's variables, gradients and moments take 34 MiB);
 // - "large": four [4096, 1024] variables (16.8 million parameters, 268 MiB for Adam).
 // Each row prints the median and 10th-percentile time of one update and the bandwidth it
 // reaches counting what one loop over the elements must move (Adam: the variable, gradient and
-// two moments read and three of them written, 28 bytes per f32 parameter; momentum 20).
-// KILN_FUSED_GROUPS=0 turns off the grouped runs of jit/plan_groups.cpp for A/B comparisons;
-// bench/peers/torch_optimizer_update.py times PyTorch's fused Adam on the same variables.
+// two moments read and three of them written, 28 bytes per f32 parameter; the others, with one
+// slot, 20). KILN_FUSED_GROUPS=0 turns off the grouped runs of jit/plan_groups.cpp for A/B
+// comparisons; bench/peers/torch_optimizer_update.py times PyTorch on the same variables.
 // Usage: kiln_bench_optimizer [--quick] [--json]
 #include <fmt/format.h>
 
@@ -46,6 +46,21 @@ const Rule rules[] = {
      []() -> std::unique_ptr<kiln::optim::Optimizer> {
        return std::make_unique<kiln::optim::SGD>(
            kiln::optim::SGDOptions{.learning_rate = 1e-2, .momentum = 0.9});
+     }},
+    {"nesterov", 20,
+     []() -> std::unique_ptr<kiln::optim::Optimizer> {
+       return std::make_unique<kiln::optim::SGD>(
+           kiln::optim::SGDOptions{.learning_rate = 1e-2, .momentum = 0.9, .nesterov = true});
+     }},
+    {"rmsprop", 20,
+     []() -> std::unique_ptr<kiln::optim::Optimizer> {
+       return std::make_unique<kiln::optim::RMSprop>(
+           kiln::optim::RMSpropOptions{.learning_rate = 1e-3});
+     }},
+    {"adagrad", 20,
+     []() -> std::unique_ptr<kiln::optim::Optimizer> {
+       return std::make_unique<kiln::optim::Adagrad>(
+           kiln::optim::AdagradOptions{.learning_rate = 1e-3});
      }},
 };
 
