@@ -66,8 +66,8 @@ struct Plan {
     KernelFn fn = nullptr;                     // kernel steps
     const Attrs* attrs = nullptr;              // kernel steps: the node's attributes
     const FusedProgram* program = nullptr;     // fused steps
-    /// A fused step's program when the plan made it (a flat step joining a group of fused
-    /// steps, group_elementwise_steps), else null: `program` is then the graph node's.
+    /// A fused step's program when the plan made it (a step of one primitive joining a group
+    /// of fused steps, group_elementwise_steps), else null: `program` is then the graph node's.
     std::shared_ptr<const FusedProgram> own_program;
     std::shared_ptr<const MatmulPlan> matmul;  // matmul kernel steps: the kernel chosen here
     std::vector<std::int32_t> values;          // value of each ref: inputs, then the output

@@ -13,9 +13,11 @@
 // either way. Steps from update_variables_in_place keep its guarantee: they still run after
 // every other step, so a failing call changes no variable.
 //
-// A flat step (one elementwise row-kernel call) after a group's first step joins it as a fused
-// step of one instruction: SGD with momentum computes the new momentum in a fused step and the
-// variable's new value in one add, which then run as one loop.
+// A step of one elementwise primitive (a flat row call or a kernel step) joins a group as a
+// fused step of one instruction: SGD with momentum computes the new momentum in a fused step and
+// the variable's new value in one add, which then run as one loop. A group's steps are ordered
+// into sets that depend on each other, one loop per set; a loop stores only the values read
+// after it; and updates of other variables between a group's steps run after it.
 
 #include <algorithm>
 #include <memory>
