@@ -436,10 +436,14 @@ GroupScan scan_group(Plan& plan, std::size_t s) {
 /// in the order of their first steps; returns where each set ends. Steps of different sets touch
 /// no buffer either writes, so any order of them computes the same. Nesterov's updates of four
 /// variables, each a product, the momentum and the variable, come as the four products, then
-/// the rest: this makes them one set per variable, and one loop each. Steps that write other
-/// than the arena keep their places after those that update variables.
+/// the rest: this makes them one set per variable, and one loop each. A group with a step that
+/// could fail or that the caller sees, other than a variable's update (one writing other than
+/// the arena), keeps its order as one set.
 std::vector<std::size_t> order_dependent_sets(Plan& plan, std::size_t first, std::size_t end) {
   const std::size_t n = end - first;
+  for (std::size_t i = 0; i < n; ++i)
+    if (plan.steps[first + i].update_root < 0 && !writes_arena(plan, plan.steps[first + i]))
+      return {end};
   std::vector<std::size_t> set(n);
   for (std::size_t i = 0; i < n; ++i) set[i] = i;
   const auto find = [&](std::size_t i) {
@@ -466,22 +470,14 @@ std::vector<std::size_t> order_dependent_sets(Plan& plan, std::size_t first, std
     }
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  // A step that may fail or change what the caller sees does not move past a variable's update.
-  bool movable = true;
-  for (std::size_t i = 0; i < n; ++i)
-    movable = movable &&
-              (plan.steps[first + i].update_root >= 0 || writes_arena(plan, plan.steps[first + i]));
-  if (movable)
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return find(a) < find(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return find(a) < find(b); });
   std::vector<Plan::Step> steps;
   for (std::size_t i : order) steps.push_back(std::move(plan.steps[first + i]));
   std::move(steps.begin(), steps.end(), plan.steps.begin() + static_cast<std::ptrdiff_t>(first));
   std::vector<std::size_t> ends;
   for (std::size_t k = 0; k < n; ++k)
-    if (k + 1 == n || !movable || find(order[k]) != find(order[k + 1]))
-      ends.push_back(first + k + 1);
-  if (!movable) ends = {end};
+    if (k + 1 == n || find(order[k]) != find(order[k + 1])) ends.push_back(first + k + 1);
   return ends;
 }
 
