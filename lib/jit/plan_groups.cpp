@@ -400,7 +400,10 @@ GroupScan scan_group(Plan& plan, std::size_t s) {
        scan.moved.size() + scan.deferred.size() < max_moved_steps;
        ++i) {
     const Plan::Step& step = plan.steps[i];
-    std::optional<Plan::Step> fused = as_fused_step(plan, step);
+    // A step of one primitive over other than the group's elements cannot join: not built.
+    const bool same_elements =
+        plan.values[static_cast<std::size_t>(step.values.back())].shape.numel() == total;
+    std::optional<Plan::Step> fused = same_elements ? as_fused_step(plan, step) : std::nullopt;
     const Plan::Step& candidate = fused ? *fused : step;
     const RootAccesses accesses = root_accesses(plan, step);
     if (group_total(candidate) == total) {
@@ -450,24 +453,13 @@ std::vector<std::size_t> order_dependent_sets(Plan& plan, std::size_t first, std
     while (set[i] != i) i = set[i];
     return i;
   };
-  std::vector<std::vector<Access>> reads(n), writes(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    reads[i] = reads_of(plan, plan.steps[first + i]);
-    writes[i] = writes_of(plan, plan.steps[first + i]);
-  }
-  const auto touches = [&](std::size_t i, std::size_t root) {
-    for (const auto* list : {&reads[i], &writes[i]})
-      for (const Access& a : *list)
-        if (a.root == root) return true;
-    return false;
-  };
+  std::vector<RootAccesses> accesses;
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = i + 1; j < n; ++j) {
-      bool dependent = false;
-      for (const Access& w : writes[i]) dependent = dependent || touches(j, w.root);
-      for (const Access& w : writes[j]) dependent = dependent || touches(i, w.root);
-      if (dependent) set[std::max(find(i), find(j))] = std::min(find(i), find(j));
-    }
+    accesses.push_back(root_accesses(plan, plan.steps[first + i]));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j)
+      if (conflict(accesses[i], accesses[j]))
+        set[std::max(find(i), find(j))] = std::min(find(i), find(j));
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(),
