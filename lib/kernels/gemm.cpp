@@ -145,11 +145,25 @@ std::atomic<int> transposed_mode{-1};  // set_c_transposed
 /// 0.27-0.29 against 0.48 us, 48x4x128 1.03-1.07 against 1.82-1.83, 32x8x80 0.62-0.70 against
 /// 0.83-0.86. Wider C gained nothing steady (32x20x80 1.22-1.25 against 1.27-1.35 us, and its
 /// neighbours lost as often as they won).
+///
+/// On the Intel Xeon (AVX-512, two sweeps of the same calibration, then the shapes between its
+/// grid points through a cached function) C rows of one vector and at most 4 floats more (17
+/// to 20 columns: the second vector three quarters empty) gain too, where C^T's columns are
+/// whole vectors (m a multiple of 16) and A is small: 32x20x80 1.07 against 1.16 us, 16x20x128
+/// 0.88 against 1.00, 48x20x80 1.61 against 1.75, 32x17x80 0.99 against 1.22, 16x18x64 0.48
+/// against 0.62. They lost with a larger A (48x20x128 2.84 against 2.44, 64x20x128 3.70 against
+/// 3.31; 64x20x80 a tie), with m not a multiple of 16 (24x20x80 1.04 against 0.94, 40x20x64 1.28
+/// against 1.17), and with more columns (32x28x80 1.38 against 1.15, 32x36x80 1.75 against
+/// 1.69).
 bool xsmm_transposed_wins(const GemmShape& s) {
   if (s.accumulate || s.trans_b) return false;
   if (const int mode = transposed_mode.load(std::memory_order_relaxed); mode >= 0) return mode == 1;
   if (s.m < 16 || s.m % 8 != 0 || s.k > 128) return false;
-  if (xsmm_avx512()) return s.n <= 8;
+  if (xsmm_avx512()) {
+    if (s.n <= 8) return true;
+    return cpu_model().intel && s.n > 16 && s.n <= 20 && s.m % 16 == 0 && s.k >= 64 &&
+           std::int64_t{s.m} * s.k <= 4096;
+  }
   if (cpu_model().zen2) return std::int64_t{s.m} * s.k <= 8192 && (s.n % 8 != 0 || s.n <= 8);
   const std::int64_t work = std::int64_t{s.m} * s.n * s.k;
   return s.m <= 64 && s.n % 8 != 0 && s.n < 48 && work >= (std::int64_t{1} << 14);
