@@ -119,6 +119,9 @@ struct GatePanelArgs {
   std::int64_t ldc = 0;
   std::int64_t rows = 0, k = 0;
   const void* next_x = nullptr;
+  // The panel the caller runs next (or null) and its bytes, asked for into L2 a slice per tile.
+  const void* next_b = nullptr;
+  std::int64_t next_b_bytes = 0;
 };
 using GatePanelFn = void (*)(const GatePanelArgs& args);
 /// The LSTM cell on a row of n units (kernels/recurrent_step_arch.hpp): with z's gate blocks

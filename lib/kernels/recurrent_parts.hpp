@@ -312,6 +312,11 @@ struct PanelPart {
         const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
         const T* xs = x != nullptr ? x + gate * g.units + u0 + j0 : nullptr;
         args.b = packed.data() + (gate * blocks + block) * rows * nr;
+        // The panels lie in the order they run: the next one follows, and after the last the
+        // first, which the next step runs first.
+        const bool last = gate + 1 == g.gates && block + 1 == blocks;
+        args.next_b = last ? packed.data() : static_cast<const T*>(args.b) + rows * nr;
+        args.next_b_bytes = rows * nr * static_cast<std::int64_t>(sizeof(T));
         args.next_x = x == nullptr         ? nullptr
                       : block + 1 < blocks ? xs + nr
                       : gate + 1 < g.gates ? x + (gate + 1) * g.units + u0
