@@ -345,10 +345,10 @@ TEST_CASE("f32 products go where the calibration put them", "[matmul][gemm]") {
   CHECK(transposed(shape(16, 17, 128)) == (!avx512 || intel_rows_of_20));
   CHECK(transposed(shape(64, 20, 64)) == (!avx512 || intel_rows_of_20));
   CHECK(transposed(shape(48, 20, 80)) == (!avx512 || intel_rows_of_20));
-  CHECK(transposed(shape(48, 20, 128)) == !avx512);             // A of 6144 floats
-  CHECK(transposed(shape(24, 20, 80)) == !avx512);              // C^T's columns: 1.5 vectors
-  CHECK(transposed(shape(32, 20, 32)) == !avx512);              // K < 64: a tie on the Xeon
-  CHECK(transposed(shape(32, 28, 80)) == !avx512);              // more columns
+  CHECK(transposed(shape(48, 20, 128)) == !avx512);         // A of 6144 floats
+  CHECK(transposed(shape(24, 20, 80)) == !avx512);          // C^T's columns: 1.5 vectors
+  CHECK(transposed(shape(32, 20, 32)) == !avx512);          // K < 64: a tie on the Xeon
+  CHECK(transposed(shape(32, 28, 80)) == !avx512);          // more columns
   CHECK(transposed(shape(32, 8, 80)) == (avx512 || zen2));  // 0.70 against 0.86 us on a Zen 4
   CHECK_FALSE(transposed(shape(32, 80, 20)));               // C's rows are whole vectors already
   // The Zen 2's rule bounds A (m k <= 8192) and not C's columns; the Zen 3's bounds the rows

@@ -109,10 +109,12 @@ template <class Arch, class T>
     case 6:
       return gate_tile<Arch, T, 6>(g, in, a, x, c, ask, ask_end);
     case 7:
-      if constexpr (gate_tile_rows<Arch> >= 7) return gate_tile<Arch, T, 7>(g, in, a, x, c, ask, ask_end);
+      if constexpr (gate_tile_rows<Arch> >= 7)
+        return gate_tile<Arch, T, 7>(g, in, a, x, c, ask, ask_end);
       break;
     case 8:
-      if constexpr (gate_tile_rows<Arch> >= 8) return gate_tile<Arch, T, 8>(g, in, a, x, c, ask, ask_end);
+      if constexpr (gate_tile_rows<Arch> >= 8)
+        return gate_tile<Arch, T, 8>(g, in, a, x, c, ask, ask_end);
       break;
     default:
       break;
