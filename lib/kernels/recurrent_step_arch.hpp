@@ -39,8 +39,8 @@ constexpr std::int64_t gate_tile_rows = std::is_same_v<Arch, xsimd::avx512f> ? 8
 /// has them; without x, c[r] = bias + the sums.
 template <class Arch, class T, int R>
 [[gnu::always_inline]] inline void gate_tile(const GatePanelArgs& g, const T* in, const T* a,
-                                             const T* x, T* c, const char* ask,
-                                             const char* ask_end) {
+                                             const T* x, T* c, std::uintptr_t ask,
+                                             std::uintptr_t ask_end) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
   B acc0[R], acc1[R];
@@ -55,12 +55,13 @@ template <class Arch, class T, int R>
     }
   };
   // acc += rows [0, k) of src (rows ld apart) times the panel rows from `panel`; every 4 rows,
-  // one line of [ask, ask_end) is asked for into L2
+  // the next 64-byte line of [ask, ask_end) is asked for into L2 (addresses as integers: the
+  // last step may pass the end)
   const auto accumulate = [&](const T* src, std::int64_t ld, std::int64_t k, const T* panel) {
     std::int64_t p = 0;
     for (; p + 4 <= k; p += 4) {
       if (ask < ask_end) {
-        __builtin_prefetch(ask, 0, 2);
+        __builtin_prefetch(reinterpret_cast<const void*>(ask), 0, 2);
         ask += 64;
       }
 #pragma GCC unroll 4
@@ -89,8 +90,8 @@ template <class Arch, class T, int R>
 /// Rows [i, i + count) of a panel in one tile of `count` rows (1 to 8).
 template <class Arch, class T>
 [[gnu::always_inline]] inline void gate_rows(const GatePanelArgs& g, std::int64_t i,
-                                             std::int64_t count, const char* ask,
-                                             const char* ask_end) {
+                                             std::int64_t count, std::uintptr_t ask,
+                                             std::uintptr_t ask_end) {
   const T* in = static_cast<const T*>(g.in) + (g.k_in > 0 ? i * g.ldin : 0);
   const T* a = g.k > 0 ? static_cast<const T*>(g.a) + i * g.lda : nullptr;
   const T* x = g.x != nullptr ? static_cast<const T*>(g.x) + i * g.ldx : nullptr;
@@ -146,14 +147,18 @@ void gate_panel(const GatePanelArgs& g) {
   // The next panel is asked for into L2 in equal slices, one per tile, a line every 4 of the
   // tile's rows of k: a part's panels outgrow L2 (2.6 MiB for an LSTM(512) on two threads), and
   // the first tile of each panel would otherwise wait for it from the last-level cache.
-  const std::int64_t tiles = (g.rows + tile - 1) / tile + (split_last ? 1 : 0);
-  const std::int64_t slice = (g.next_b_bytes / 64 + tiles - 1) / tiles * 64;
-  const char* ask = static_cast<const char*>(g.next_b);
-  const char* const ask_last = ask + (ask != nullptr ? g.next_b_bytes : 0);
+  const std::int64_t tiles = g.rows > 0 ? (g.rows + tile - 1) / tile + (split_last ? 1 : 0) : 1;
+  const std::uintptr_t first_line = reinterpret_cast<std::uintptr_t>(g.next_b);
+  const std::uintptr_t end =
+      first_line + (g.next_b != nullptr ? static_cast<std::uintptr_t>(g.next_b_bytes) : 0);
+  const std::uintptr_t lines = (end - first_line + 63) / 64;
+  const auto tiles_u = static_cast<std::uintptr_t>(tiles);
+  const std::uintptr_t slice = (lines + tiles_u - 1) / tiles_u * 64;  // bytes a tile asks for
+  std::uintptr_t ask = first_line;  // the next line no tile has been given
   const auto rows = [&](std::int64_t first, std::int64_t count) {
-    const char* end = ask + slice < ask_last ? ask + slice : ask_last;
-    gate_rows<Arch, T>(g, first, count, ask, end);
-    ask = end;
+    const std::uintptr_t to = end - ask < slice ? end : ask + slice;
+    gate_rows<Arch, T>(g, first, count, ask, to);
+    ask = to;
   };
   std::int64_t i = 0;
   for (; i < full; i += tile) {
