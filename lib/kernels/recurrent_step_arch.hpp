@@ -147,7 +147,9 @@ void gate_panel(const GatePanelArgs& g) {
   // The next panel is asked for into L2 in equal slices, one per tile, a line every 4 of the
   // tile's rows of k: a part's panels outgrow L2 (2.6 MiB for an LSTM(512) on two threads), and
   // the first tile of each panel would otherwise wait for it from the last-level cache.
-  const std::int64_t tiles = g.rows > 0 ? (g.rows + tile - 1) / tile + (split_last ? 1 : 0) : 1;
+  // The loops below run ceil(rows / tile) tiles (a split replaces the last full tile and the
+  // rest by two), at least one.
+  const std::int64_t tiles = g.rows > tile ? (g.rows + tile - 1) / tile : 1;
   const std::uintptr_t first_line = reinterpret_cast<std::uintptr_t>(g.next_b);
   const std::uintptr_t end =
       first_line + (g.next_b != nullptr ? static_cast<std::uintptr_t>(g.next_b_bytes) : 0);
