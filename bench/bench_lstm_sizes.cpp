@@ -6,10 +6,11 @@
 // (the fused recurrence) with a static input_signature. --save-init writes the weights, inputs
 // and kiln's results as .npz for the peers (bench/peers/peer_*_sizes.py), as kiln_bench_scaling
 // does; the GRU's arrays carry a "gru_" prefix.
-// Usage: kiln_bench_lstm_sizes [--quick] [--json] [--save-init PATH]
+// Usage: kiln_bench_lstm_sizes [--quick] [--json] [--save-init PATH] [--lengths T,...]
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -167,9 +168,11 @@ void print_json(const std::vector<Row>& rows, const std::vector<std::int64_t>& h
 int usage(std::string_view arg) {
   fmt::print(
       stderr,
-      "usage: kiln_bench_lstm_sizes [--quick] [--json] [--save-init PATH]\n"
+      "usage: kiln_bench_lstm_sizes [--quick] [--json] [--save-init PATH] [--lengths T,...]\n"
       "  --quick           hidden 16 and 32, T = 3 and 8 (the GRU 3), one call per\n"
       "                    measurement\n"
+      "  --lengths T,...   these lengths in place of 50 and 200 (the GRU the first);\n"
+      "                    the peers read them from --save-init's file\n"
       "  --json            print the results as JSON\n"
       "  --save-init PATH  write the weights per cell and hidden size, x per T, y per\n"
       "                    hidden size and kiln's forward outputs and train losses as .npz\n");
@@ -178,14 +181,56 @@ int usage(std::string_view arg) {
 
 }  // namespace
 
+/// The lengths of "--lengths 1,5" (empty: absent), taken out of argv; a bad list is an error
+/// naming it.
+std::vector<std::int64_t> take_lengths(int& argc, char** argv, bool& bad) {
+  std::vector<std::int64_t> lengths;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "--lengths") {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    if (i + 1 == argc) {
+      bad = true;
+      break;
+    }
+    std::string_view list = argv[++i];
+    while (!list.empty()) {
+      const std::size_t comma = std::min(list.find(','), list.size());
+      std::int64_t t = 0;
+      const auto [end, error] = std::from_chars(list.data(), list.data() + comma, t);
+      if (error != std::errc() || end != list.data() + comma || t < 1) {
+        bad = true;
+        break;
+      }
+      lengths.push_back(t);
+      list.remove_prefix(std::min(comma + 1, list.size()));
+    }
+    if (lengths.empty()) bad = true;
+  }
+  argc = kept;
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  return lengths;
+}
+
 int main(int argc, char** argv) {
+  bool bad_lengths = false;
+  const std::vector<std::int64_t> chosen = take_lengths(argc, argv, bad_lengths);
+  if (bad_lengths) {
+    fmt::print(stderr, "kiln_bench_lstm_sizes: --lengths takes positive lengths, as 1,5\n");
+    return 2;
+  }
   const kiln::bench::BenchArgs args = kiln::bench::parse_bench_args(argc, argv, true);
   if (args.bad()) return usage(args.unknown);
   const bool quick = args.quick;
   const std::vector<std::int64_t> hidden =
       quick ? std::vector<std::int64_t>{16, 32} : std::vector<std::int64_t>{256, 512};
   const std::vector<std::int64_t> lengths =
-      quick ? std::vector<std::int64_t>{3, 8} : std::vector<std::int64_t>{50, 200};
+      !chosen.empty() ? chosen
+      : quick         ? std::vector<std::int64_t>{3, 8}
+                      : std::vector<std::int64_t>{50, 200};
   // The GRU runs at the shortest length only: its rows show the same fused recurrence on a
   // second cell without doubling the family's run time.
   const std::vector<std::int64_t> gru_lengths{lengths.front()};
