@@ -378,6 +378,12 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.gate_panel[dtype_index(DType::f64)] = &gate_panel<Arch, double>;
   t.gate_panel_width[dtype_index(DType::f32)] = 2 * xsimd::batch<float, Arch>::size;
   t.gate_panel_width[dtype_index(DType::f64)] = 2 * xsimd::batch<double, Arch>::size;
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>) {
+    t.lstm_panel[dtype_index(DType::f32)] = &lstm_panel<Arch, float>;
+    t.lstm_panel[dtype_index(DType::f64)] = &lstm_panel<Arch, double>;
+    t.lstm_panel_units[dtype_index(DType::f32)] = xsimd::batch<float, Arch>::size;
+    t.lstm_panel_units[dtype_index(DType::f64)] = xsimd::batch<double, Arch>::size;
+  }
   t.lstm_cell[dtype_index(DType::f32)] = &lstm_cell<Arch, float>;
   t.lstm_cell[dtype_index(DType::f64)] = &lstm_cell<Arch, double>;
   t.gru_cell[dtype_index(DType::f32)] = &gru_cell<Arch, float>;

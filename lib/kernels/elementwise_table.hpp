@@ -97,31 +97,35 @@ using NormalizeRowFn = void (*)(const void* in, const void* gamma, const void* b
 /// kernels/reduce.cpp, kernels/sum_rows_arch.hpp.
 using SumRowsFn = void (*)(const void* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                            void* acc);
-/// One gate panel of a fused recurrent step (kernels/recurrent_step_arch.hpp), in elements of the
-/// panel's dtype: for each row r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + (sum over
-/// q < k_in of in[r][q] b[q][0, w) + sum over p < k of a[r][p] b[k_in + p][0, w)), the sums in
-/// that order, where w is the table's gate_panel_width of the dtype and b is the panel
-/// [k_in + k][w], contiguous. x may be null (then c[r] = bias + the sums); k_in is 0 where the
-/// step has no input rows (then `in` is not read), and k 0 where it has no rows of a (then `a`
-/// is not read). Rows of in, a, x and c are ldin, lda, ldx and ldc apart; c overlaps none of the
-/// others. next_x, when not null, is where the caller's next panel's x starts (asked for into the
-/// cache on the way).
-struct GatePanelArgs {
+/// What a panel product of a fused recurrent step reads (GatePanelArgs, LstmPanelArgs), in
+/// elements of the panel's dtype: for rows r < rows, the sums over q < k_in of in[r][q] b[q] and
+/// over p < k of a[r][p] b[k_in + p], in that order, where b is the panel [k_in + k][its width],
+/// contiguous. k_in is 0 where the step has no input rows (then `in` is not read), and k 0 where
+/// it has no rows of a (then `a` is not read); rows of in and a are ldin and lda apart. next_b is
+/// the panel the caller runs next (or null) and next_b_bytes its bytes, asked for into L2 a
+/// slice per tile.
+struct PanelProductArgs {
   const void* a = nullptr;
   std::int64_t lda = 0;
   const void* in = nullptr;
   std::int64_t ldin = 0, k_in = 0;
   const void* b = nullptr;
+  std::int64_t rows = 0, k = 0;
+  const void* next_b = nullptr;
+  std::int64_t next_b_bytes = 0;
+};
+/// One gate panel of a fused recurrent step (kernels/recurrent_step_arch.hpp): for each row
+/// r < rows, c[r][0, w) = (x[r][0, w) + bias[0, w)) + the sums (PanelProductArgs), where w is the
+/// table's gate_panel_width of the dtype. x may be null (then c[r] = bias + the sums). Rows of x
+/// and c are ldx and ldc apart; c overlaps none of the others. next_x, when not null, is where
+/// the caller's next panel's x starts (asked for into the cache on the way).
+struct GatePanelArgs : PanelProductArgs {
   const void* x = nullptr;
   std::int64_t ldx = 0;
   const void* bias = nullptr;
   void* c = nullptr;
   std::int64_t ldc = 0;
-  std::int64_t rows = 0, k = 0;
   const void* next_x = nullptr;
-  // The panel the caller runs next (or null) and its bytes, asked for into L2 a slice per tile.
-  const void* next_b = nullptr;
-  std::int64_t next_b_bytes = 0;
 };
 using GatePanelFn = void (*)(const GatePanelArgs& args);
 /// The LSTM cell on a row of n units (kernels/recurrent_step_arch.hpp): with z's gate blocks
@@ -139,6 +143,27 @@ struct LstmCellArgs {
   std::int64_t n = 0;
 };
 using LstmCellFn = void (*)(const LstmCellArgs& args);
+/// One fused LSTM panel (kernels/recurrent_step_arch.hpp): a step's product and cell for the w
+/// units of the panel (w = lstm_panel_units of the dtype: a vector) and every row r < rows. With
+/// the panel b [k_in + k][4 w] (per row the gate blocks i, f, g, o of the w units, contiguous) and
+/// bias [4 w] likewise, z = (x + bias) + the sums (PanelProductArgs), where x's gate blocks are
+/// x_gate_stride apart (x may be null: z = bias + the sums); then, as LstmCellArgs's cell,
+/// c[r] = sigmoid(z_f) c_prev[r] + sigmoid(z_i) tanh(z_g), h[r] = sigmoid(z_o) tanh(c[r]) and,
+/// when gates is not null, the four activations at gates[r] + gate * gates_stride. Each of x,
+/// c_prev, c, h and gates holds w elements a row (a gate block) from the pointer; rows are ldx,
+/// ld_c_prev and ld_out (c, h and gates) apart, and the outputs overlap no input.
+struct LstmPanelArgs : PanelProductArgs {
+  const void* x = nullptr;
+  std::int64_t ldx = 0, x_gate_stride = 0;
+  const void* bias = nullptr;
+  const void* c_prev = nullptr;
+  std::int64_t ld_c_prev = 0;
+  void* c = nullptr;
+  void* h = nullptr;
+  void* gates = nullptr;
+  std::int64_t ld_out = 0, gates_stride = 0;
+};
+using LstmPanelFn = void (*)(const LstmPanelArgs& args);
 /// The GRU cell (Keras's reset_after) on a row of n units (kernels/recurrent_step_arch.hpp): with
 /// the gate blocks z, r, n of x (x_t W_in), b_in and q (h_{t-1} W + b_rec) each at its own
 /// stride, z = sigmoid(x_z + b_z + q_z), r = sigmoid(x_r + b_r + q_r),
@@ -178,6 +203,8 @@ struct ElementwiseRowTable {
   SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype
+  LstmPanelFn lstm_panel[num_dtypes] = {};         // AVX-512's f32 and f64 only
+  std::int64_t lstm_panel_units[num_dtypes] = {};  // its units: a vector of the dtype
   LstmCellFn lstm_cell[num_dtypes] = {};           // f32 and f64 only
   GruCellFn gru_cell[num_dtypes] = {};             // f32 and f64 only
 };

@@ -1,7 +1,8 @@
 #pragma once
 // The per-instruction-set pieces of a fused recurrent step (kernels/recurrent.cpp) for one xsimd
-// architecture: the gate panel (GatePanelFn) and the LSTM and GRU cells' rows (LstmCellFn,
-// GruCellFn). Included only
+// architecture: the gate panel (GatePanelFn), the fused LSTM panel (LstmPanelFn: the product and
+// the cell in one pass, AVX-512 only) and the LSTM and GRU cells' rows (LstmCellFn, GruCellFn).
+// Included only
 // by elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same one-definition rules apply
 // (everything here is in an anonymous namespace).
 //
@@ -34,98 +35,151 @@ namespace {
 template <class Arch>
 constexpr std::int64_t gate_tile_rows = std::is_same_v<Arch, xsimd::avx512f> ? 8 : 6;
 
-/// Rows [0, R) of a tile: c[r] = (x[r] + bias) + (sum_q in[r][q] panel[q] + sum_p a[r][p]
-/// panel[k_in + p]), each sum in order, one fused multiply-add per term where the instruction set
-/// has them; without x, c[r] = bias + the sums.
-template <class Arch, class T, int R>
-[[gnu::always_inline]] inline void gate_tile(const GatePanelArgs& g, const T* in, const T* a,
-                                             const T* x, T* c, std::uintptr_t ask,
-                                             std::uintptr_t ask_end) {
+/// acc[v][r] = the sums of PanelProductArgs for rows i + r, r < R, and the V vectors v of each
+/// panel row (V vectors a row), each sum in order, one fused multiply-add per term where the
+/// instruction set has them. Every 4 rows of k, the next 64-byte line of [ask, ask_end) is asked
+/// for into L2 (addresses as integers: the last may pass the end).
+template <class Arch, class T, int R, int V>
+[[gnu::always_inline]] inline void panel_sums(xsimd::batch<T, Arch> (&acc)[V][R],
+                                              const PanelProductArgs& g, std::int64_t i,
+                                              std::uintptr_t ask, std::uintptr_t ask_end) {
   using B = xsimd::batch<T, Arch>;
   constexpr std::int64_t width = B::size;
-  B acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = B(T(0));
-  const auto step = [&](const T* src, std::int64_t ld, const T* panel, std::int64_t p) {
-    const B b0 = B::load_unaligned(panel + p * 2 * width);
-    const B b1 = B::load_unaligned(panel + p * 2 * width + width);
+  for (int v = 0; v < V; ++v)
+    for (int r = 0; r < R; ++r) acc[v][r] = B(T(0));
+  const auto step = [&](const T* src, std::int64_t ld, const T* rows, std::int64_t p) {
+    B b[V];
+    for (int v = 0; v < V; ++v) b[v] = B::load_unaligned(rows + (p * V + v) * width);
     for (int r = 0; r < R; ++r) {
       const B ar(src[r * ld + p]);
-      acc0[r] = fused_multiply_add(ar, b0, acc0[r]);
-      acc1[r] = fused_multiply_add(ar, b1, acc1[r]);
+      for (int v = 0; v < V; ++v) acc[v][r] = fused_multiply_add(ar, b[v], acc[v][r]);
     }
   };
-  // acc += rows [0, k) of src (rows ld apart) times the panel rows from `panel`; every 4 rows,
-  // the next 64-byte line of [ask, ask_end) is asked for into L2 (addresses as integers: the
-  // last step may pass the end)
-  const auto accumulate = [&](const T* src, std::int64_t ld, std::int64_t k, const T* panel) {
+  const auto accumulate = [&](const T* src, std::int64_t ld, std::int64_t count, const T* rows) {
     std::int64_t p = 0;
-    for (; p + 4 <= k; p += 4) {
+    for (; p + 4 <= count; p += 4) {
       if (ask < ask_end) {
         __builtin_prefetch(reinterpret_cast<const void*>(ask), 0, 2);
         ask += 64;
       }
 #pragma GCC unroll 4
-      for (int q = 0; q < 4; ++q) step(src, ld, panel, p + q);
+      for (int q = 0; q < 4; ++q) step(src, ld, rows, p + q);
     }
-    for (; p < k; ++p) step(src, ld, panel, p);
+    for (; p < count; ++p) step(src, ld, rows, p);
   };
   const T* panel = static_cast<const T*>(g.b);
-  if (g.k_in > 0) accumulate(in, g.ldin, g.k_in, panel);
-  accumulate(a, g.lda, g.k, panel + g.k_in * 2 * width);
+  if (g.k_in > 0) accumulate(static_cast<const T*>(g.in) + i * g.ldin, g.ldin, g.k_in, panel);
+  if (g.k > 0)
+    accumulate(static_cast<const T*>(g.a) + i * g.lda, g.lda, g.k, panel + g.k_in * V * width);
+}
+
+/// Rows [0, R) of a tile: c[r] = (x[r] + bias) + (sum_q in[r][q] panel[q] + sum_p a[r][p]
+/// panel[k_in + p]) (panel_sums, 2 vectors); without x, c[r] = bias + the sums.
+template <class Arch, class T, int R>
+[[gnu::always_inline]] inline void gate_tile(const GatePanelArgs& g, std::int64_t i,
+                                             std::uintptr_t ask, std::uintptr_t ask_end) {
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  B acc[2][R];
+  panel_sums<Arch, T, R, 2>(acc, g, i, ask, ask_end);
+  const T* x = g.x != nullptr ? static_cast<const T*>(g.x) + i * g.ldx : nullptr;
+  T* c = static_cast<T*>(g.c) + i * g.ldc;
   const T* bias = static_cast<const T*>(g.bias);
   const B bias0 = B::load_unaligned(bias), bias1 = B::load_unaligned(bias + width);
   for (int r = 0; r < R; ++r) {
     T* cr = c + r * g.ldc;
     if (x == nullptr) {
-      (bias0 + acc0[r]).store_unaligned(cr);
-      (bias1 + acc1[r]).store_unaligned(cr + width);
+      (bias0 + acc[0][r]).store_unaligned(cr);
+      (bias1 + acc[1][r]).store_unaligned(cr + width);
       continue;
     }
     const T* xr = x + r * g.ldx;
-    ((B::load_unaligned(xr) + bias0) + acc0[r]).store_unaligned(cr);
-    ((B::load_unaligned(xr + width) + bias1) + acc1[r]).store_unaligned(cr + width);
+    ((B::load_unaligned(xr) + bias0) + acc[0][r]).store_unaligned(cr);
+    ((B::load_unaligned(xr + width) + bias1) + acc[1][r]).store_unaligned(cr + width);
   }
 }
 
-/// Rows [i, i + count) of a panel in one tile of `count` rows (1 to 8).
-template <class Arch, class T>
-[[gnu::always_inline]] inline void gate_rows(const GatePanelArgs& g, std::int64_t i,
-                                             std::int64_t count, std::uintptr_t ask,
-                                             std::uintptr_t ask_end) {
-  const T* in = static_cast<const T*>(g.in) + (g.k_in > 0 ? i * g.ldin : 0);
-  const T* a = g.k > 0 ? static_cast<const T*>(g.a) + i * g.lda : nullptr;
-  const T* x = g.x != nullptr ? static_cast<const T*>(g.x) + i * g.ldx : nullptr;
-  T* c = static_cast<T*>(g.c) + i * g.ldc;
+/// Calls rows(std::integral_constant<int, count>()) for count 1 to Max: a tile's row count as a
+/// template argument.
+template <int Max, class F>
+[[gnu::always_inline]] inline void with_rows(std::int64_t count, F&& rows) {
+  static_assert(Max >= 1 && Max <= 8);
   switch (count) {
     case 1:
-      return gate_tile<Arch, T, 1>(g, in, a, x, c, ask, ask_end);
+      return rows(std::integral_constant<int, 1>());
     case 2:
-      return gate_tile<Arch, T, 2>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 2) return rows(std::integral_constant<int, 2>());
+      break;
     case 3:
-      return gate_tile<Arch, T, 3>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 3) return rows(std::integral_constant<int, 3>());
+      break;
     case 4:
-      return gate_tile<Arch, T, 4>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 4) return rows(std::integral_constant<int, 4>());
+      break;
     case 5:
-      return gate_tile<Arch, T, 5>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 5) return rows(std::integral_constant<int, 5>());
+      break;
     case 6:
-      return gate_tile<Arch, T, 6>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 6) return rows(std::integral_constant<int, 6>());
+      break;
     case 7:
-      if constexpr (gate_tile_rows<Arch> >= 7)
-        return gate_tile<Arch, T, 7>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 7) return rows(std::integral_constant<int, 7>());
       break;
     case 8:
-      if constexpr (gate_tile_rows<Arch> >= 8)
-        return gate_tile<Arch, T, 8>(g, in, a, x, c, ask, ask_end);
+      if constexpr (Max >= 8) return rows(std::integral_constant<int, 8>());
       break;
     default:
       break;
   }
 }
 
-/// GatePanelFn: all g.rows rows, a full tile (gate_tile_rows) at a time, then the rest. Where
-/// there is an x, the rows of it the next tile adds are asked for while a tile computes (a
-/// projection made ahead is read from memory: it is written a whole sequence ahead, by one GEMM
-/// over every step).
+/// Runs rows [0, total) in tiles of `tile` rows, calling run(first, count, ask, ask_end) for each
+/// and ahead(first) before each full tile. Never a last tile of 1 to 4 rows after a full one (a
+/// tile of r rows keeps r accumulators a vector of the panel, and it takes about 10 to cover the
+/// latency of a fused multiply-add on two pipes: 2 rows of 2 vectors run at half the speed, 4 at
+/// about four fifths): then the last full tile and those rows run as two tiles of about half
+/// each (6 + 1 rows as 4 + 3, 6 + 4 as 5 + 5, so a batch of 64 is 9 tiles of 6 and 2 of 5; 8 + 2
+/// as 5 + 5). The next panel, [next_b, next_b + next_b_bytes), is asked for into L2 in equal
+/// slices, one per tile, a line every 4 of the tile's rows of k: a part's panels outgrow L2
+/// (2.6 MiB for an LSTM(512) on two threads), and the first tile of each panel would otherwise
+/// wait for it from the last-level cache.
+template <std::int64_t tile, class Run, class Ahead>
+[[gnu::always_inline]] inline void over_tiles(std::int64_t total, const void* next_b,
+                                              std::int64_t next_b_bytes, Run&& run, Ahead&& ahead) {
+  const std::int64_t rest = total % tile;
+  const bool split_last = total > tile && rest >= 1 && rest <= 4;
+  const std::int64_t full = total - rest - (split_last ? tile : 0);
+  // The loops below run ceil(total / tile) tiles (a split replaces the last full tile and the
+  // rest by two), at least one.
+  const std::int64_t tiles = total > tile ? (total + tile - 1) / tile : 1;
+  const std::uintptr_t first_line = reinterpret_cast<std::uintptr_t>(next_b);
+  const std::uintptr_t end =
+      first_line + (next_b != nullptr ? static_cast<std::uintptr_t>(next_b_bytes) : 0);
+  const std::uintptr_t lines = (end - first_line + 63) / 64;
+  const auto tiles_u = static_cast<std::uintptr_t>(tiles);
+  const std::uintptr_t slice = (lines + tiles_u - 1) / tiles_u * 64;  // bytes a tile asks for
+  std::uintptr_t ask = first_line;  // the next line no tile has been given
+  const auto rows = [&](std::int64_t first, std::int64_t count) {
+    const std::uintptr_t to = end - ask < slice ? end : ask + slice;
+    run(first, count, ask, to);
+    ask = to;
+  };
+  std::int64_t i = 0;
+  for (; i < full; i += tile) {
+    ahead(i);
+    rows(i, tile);
+  }
+  const std::int64_t left = total - i;  // 0 to tile + 4
+  if (left > tile) {
+    rows(i, (left + 1) / 2);
+    i += (left + 1) / 2;
+  }
+  if (total > i) rows(i, total - i);
+}
+
+/// GatePanelFn: all g.rows rows in tiles (over_tiles). Where there is an x, the rows of it the
+/// next tile adds are asked for while a tile computes (a projection made ahead is read from
+/// memory: it is written a whole sequence ahead, by one GEMM over every step).
 template <class Arch, class T>
 void gate_panel(const GatePanelArgs& g) {
   constexpr std::int64_t tile = gate_tile_rows<Arch>;
@@ -136,48 +190,22 @@ void gate_panel(const GatePanelArgs& g) {
       __builtin_prefetch(rows + r * g.ldx + 2 * xsimd::batch<T, Arch>::size - 1, 0, 3);
     }
   };
-  // Full tiles, but never a last tile of 1 to 4 rows after a full one (a tile of r rows keeps
-  // 2 r accumulators, and it takes about 10 to cover the latency of a fused multiply-add on two
-  // pipes: 2 rows run at half the speed, 4 at about four fifths): then the last full tile and
-  // those rows run as two tiles of about half each (6 + 1 rows as 4 + 3, 6 + 4 as 5 + 5, so a
-  // batch of 64 is 9 tiles of 6 and 2 of 5; 8 + 2 as 5 + 5).
-  const std::int64_t rest = g.rows % tile;
-  const bool split_last = g.rows > tile && rest >= 1 && rest <= 4;
-  const std::int64_t full = g.rows - rest - (split_last ? tile : 0);
-  // The next panel is asked for into L2 in equal slices, one per tile, a line every 4 of the
-  // tile's rows of k: a part's panels outgrow L2 (2.6 MiB for an LSTM(512) on two threads), and
-  // the first tile of each panel would otherwise wait for it from the last-level cache.
-  // The loops below run ceil(rows / tile) tiles (a split replaces the last full tile and the
-  // rest by two), at least one.
-  const std::int64_t tiles = g.rows > tile ? (g.rows + tile - 1) / tile : 1;
-  const std::uintptr_t first_line = reinterpret_cast<std::uintptr_t>(g.next_b);
-  const std::uintptr_t end =
-      first_line + (g.next_b != nullptr ? static_cast<std::uintptr_t>(g.next_b_bytes) : 0);
-  const std::uintptr_t lines = (end - first_line + 63) / 64;
-  const auto tiles_u = static_cast<std::uintptr_t>(tiles);
-  const std::uintptr_t slice = (lines + tiles_u - 1) / tiles_u * 64;  // bytes a tile asks for
-  std::uintptr_t ask = first_line;  // the next line no tile has been given
-  const auto rows = [&](std::int64_t first, std::int64_t count) {
-    const std::uintptr_t to = end - ask < slice ? end : ask + slice;
-    gate_rows<Arch, T>(g, first, count, ask, to);
-    ask = to;
-  };
-  std::int64_t i = 0;
-  for (; i < full; i += tile) {
+  const auto ahead = [&](std::int64_t i) {
     if (i + tile < g.rows) {
       if (x != nullptr)
         ask_for(x + (i + tile) * g.ldx, g.rows - i - tile < tile ? g.rows - i - tile : tile);
     } else if (g.next_x != nullptr) {
       ask_for(static_cast<const T*>(g.next_x), g.rows < tile ? g.rows : tile);
     }
-    rows(i, tile);
-  }
-  const std::int64_t left = g.rows - i;  // 0 to tile + 4
-  if (left > tile) {
-    rows(i, (left + 1) / 2);
-    i += (left + 1) / 2;
-  }
-  if (g.rows > i) rows(i, g.rows - i);
+  };
+  over_tiles<tile>(
+      g.rows, g.next_b, g.next_b_bytes,
+      [&](std::int64_t first, std::int64_t count, std::uintptr_t ask, std::uintptr_t to) {
+        with_rows<static_cast<int>(tile)>(count, [&](auto rows) {
+          gate_tile<Arch, T, decltype(rows)::value>(g, first, ask, to);
+        });
+      },
+      ahead);
 }
 
 /// Stores a, b, c and d at out and the next three blocks, `stride` elements apart (a cell's
@@ -189,6 +217,59 @@ template <class B, class T>
   b.store_unaligned(out + stride);
   c.store_unaligned(out + 2 * stride);
   d.store_unaligned(out + 3 * stride);
+}
+
+/// Rows of a full tile of a fused LSTM panel: 4 vectors a row, so 6 rows keep 24 accumulators,
+/// with the 4 panel vectors and a broadcast 29 of AVX-512's 32 registers. The 16-register sets
+/// have no fused panel (a tile of 4 vectors would fit 2 rows): their LSTM runs gate panels and
+/// the cell after them.
+constexpr std::int64_t lstm_tile_rows = 6;
+
+/// Rows [0, R) of a fused LSTM tile (LstmPanelFn): the four gates' sums (panel_sums, 4 vectors:
+/// i, f, g, o of the panel's units) plus x and the bias as gate_tile adds them, then the cell on
+/// them as lstm_cell computes it, stored to c, h and (when not null) the gates.
+template <class Arch, class T, int R>
+[[gnu::always_inline]] inline void lstm_tile(const LstmPanelArgs& g, std::int64_t i,
+                                             std::uintptr_t ask, std::uintptr_t ask_end) {
+  using B = xsimd::batch<T, Arch>;
+  constexpr std::int64_t width = B::size;
+  B acc[4][R];
+  panel_sums<Arch, T, R, 4>(acc, g, i, ask, ask_end);
+  const T* bias = static_cast<const T*>(g.bias);
+  const T* x = static_cast<const T*>(g.x);
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t row = i + r;
+    B z[4];
+    for (int gate = 0; gate < 4; ++gate) {
+      const B b = B::load_unaligned(bias + gate * width);
+      z[gate] = x == nullptr ? b + acc[gate][r]
+                             : (B::load_unaligned(x + row * g.ldx + gate * g.x_gate_stride) + b) +
+                                   acc[gate][r];
+    }
+    const B ig = SigmoidOp::simd(z[0]);
+    const B fg = SigmoidOp::simd(z[1]);
+    const B gg = TanhOp::simd(z[2]);
+    const B og = SigmoidOp::simd(z[3]);
+    const B c_new =
+        fg * B::load_unaligned(static_cast<const T*>(g.c_prev) + row * g.ld_c_prev) + ig * gg;
+    c_new.store_unaligned(static_cast<T*>(g.c) + row * g.ld_out);
+    (og * TanhOp::simd(c_new)).store_unaligned(static_cast<T*>(g.h) + row * g.ld_out);
+    if (g.gates != nullptr)
+      store_blocks(ig, fg, gg, og, static_cast<T*>(g.gates) + row * g.ld_out, g.gates_stride);
+  }
+}
+
+/// LstmPanelFn: all g.rows rows in tiles of lstm_tile_rows (over_tiles).
+template <class Arch, class T>
+void lstm_panel(const LstmPanelArgs& g) {
+  over_tiles<lstm_tile_rows>(
+      g.rows, g.next_b, g.next_b_bytes,
+      [&](std::int64_t first, std::int64_t count, std::uintptr_t ask, std::uintptr_t to) {
+        with_rows<static_cast<int>(lstm_tile_rows)>(count, [&](auto rows) {
+          lstm_tile<Arch, T, decltype(rows)::value>(g, first, ask, to);
+        });
+      },
+      [](std::int64_t) {});
 }
 
 /// LstmCellFn: the LSTM cell on one row of z, a vector of units at a time (the last one
