@@ -42,9 +42,7 @@ struct FusedLstmPart {
   std::vector<T, PanelAllocator<T>> packed;      // [panels][rows][4 w]
   std::vector<T> bias;                           // [panels][4 w]
   std::vector<T> edge_x, edge_c_prev, edge_out;  // a part-filled panel's rows, zero-padded
-  const T* source = nullptr;                     // W [k, 4 U]
-  const T* source_in = nullptr;                  // W_x [k_in, 4 U] (k_in > 0)
-  std::int64_t k_in = 0, panels_packed = 0;
+  std::int64_t k_in = 0;
 
   FusedLstmPart(std::int64_t begin, std::int64_t end, std::int64_t panel_units,
                 std::int64_t all_units, std::int64_t features, std::int64_t rows_of_batch)
@@ -63,48 +61,40 @@ struct FusedLstmPart {
     }
   }
 
-  /// Names the sources; the panels are packed a few at a time as the first step reaches them
-  /// (PanelPart::pack's reasons), on the part's thread. The bias is packed here.
-  void pack(const T* w_rec, const T* w_x, const T* b) {
+  /// Packs the part's panels from W [k, 4 U], W_x [k_in, 4 U] (when k_in > 0) and b [4 U], on
+  /// the part's thread: row by row of the sources, each gate's run of the part's units read once
+  /// and dealt out to the panels. Built for AVX-512, the only instruction set with fused panels: a
+  /// panel's gate block is one vector (64 bytes), one load and one store here, where glibc's copy
+  /// took a call per block (a one-step LSTM(512) forward ran 0.95 ms with those calls, 0.86 with
+  /// the gate panels). All at once: packing four panels at a time as the first step reached
+  /// them (as PanelPart packs a gate at a time) measured the same on the Xeon (one-step
+  /// LSTM(512) forward 0.77-0.84 ms against 0.78-0.81; T = 50 alike), with more code.
+  [[gnu::target("avx512f,avx2,fma")]] void pack(const T* w_rec, const T* w_x, const T* b) {
     packed.resize(static_cast<std::size_t>(panels * rows * 4 * w));
-    source = w_rec;
-    source_in = w_x;
-    panels_packed = 0;
     bias.assign(static_cast<std::size_t>(panels * 4 * w), T(0));
     for (std::int64_t j = 0; j < panels; ++j)
       for (std::int64_t gate = 0; gate < 4; ++gate)
         std::copy_n(b + gate * units + u0 + j * w, valid(j), bias.data() + (j * 4 + gate) * w);
+    const bool vector_blocks = w * static_cast<std::int64_t>(sizeof(T)) == 64;
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const T* src = row < k_in ? w_x + row * 4 * units : w_rec + (row - k_in) * 4 * units;
+      for (std::int64_t gate = 0; gate < 4; ++gate)
+        for (std::int64_t j = 0; j < panels; ++j) {
+          T* to = packed.data() + ((j * rows + row) * 4 + gate) * w;
+          const T* from = src + gate * units + u0 + j * w;
+          const std::int64_t n = valid(j);
+          if (vector_blocks && n == w) {
+            std::memcpy(to, from, 64);
+            continue;
+          }
+          std::copy_n(from, n, to);
+          std::fill(to + n, to + w, T(0));
+        }
+    }
   }
 
   /// Units of panel j.
   [[nodiscard]] std::int64_t valid(std::int64_t j) const { return std::min(w, width - j * w); }
-
-  /// Packs panels [panels_packed, + 4): row by row of the sources, each gate's run of their
-  /// units read once and dealt out to the panels. Built for AVX-512, the only instruction set
-  /// with fused panels: a panel's gate block is one vector (64 bytes), one load and one store
-  /// here, where glibc's copy took a call per block (a one-step LSTM(512) forward ran 0.95 ms
-  /// with those calls, 0.86 with gate panels).
-  [[gnu::target("avx512f,avx2,fma")]] void pack_next() {
-    const std::int64_t first = panels_packed, last = std::min(panels, first + 4);
-    const bool vector_blocks = w * static_cast<std::int64_t>(sizeof(T)) == 64;
-    for (std::int64_t row = 0; row < rows; ++row) {
-      const T* src = row < k_in ? source_in + row * 4 * units : source + (row - k_in) * 4 * units;
-      for (std::int64_t j = first; j < last; ++j) {
-        T* to = packed.data() + (j * rows + row) * 4 * w;
-        const std::int64_t n = valid(j);
-        for (std::int64_t gate = 0; gate < 4; ++gate) {
-          const T* from = src + gate * units + u0 + j * w;
-          if (vector_blocks && n == w) {
-            std::memcpy(to + gate * w, from, 64);
-            continue;
-          }
-          std::copy_n(from, n, to + gate * w);
-          std::fill(to + gate * w + n, to + (gate + 1) * w, T(0));
-        }
-      }
-    }
-    panels_packed = last;
-  }
 
   /// One step over the part's units: args holds the step's a (h_{t-1}), in (x_t, when the
   /// part projects), rows and k; x is xp's step (or null) with rows ldx apart, c_prev rows
@@ -114,7 +104,6 @@ struct FusedLstmPart {
             std::int64_t ld_c_prev, T* out, std::int64_t ld_out, bool save_gates) {
     const std::int64_t panel_size = rows * 4 * w;
     for (std::int64_t j = 0; j < panels; ++j) {
-      if (j == panels_packed) pack_next();
       const std::int64_t uj = u0 + j * w, n = valid(j);
       args.b = packed.data() + j * panel_size;
       args.next_b = j + 1 < panels ? packed.data() + (j + 1) * panel_size : packed.data();
