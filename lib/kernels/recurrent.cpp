@@ -20,16 +20,6 @@ using namespace recurrent;  // NOLINT(google-build-using-namespace): this file i
 
 // ------------------------------------------------------------------ lstm_sequence
 
-/// Forward. Inputs: xp [T, B, 4U] (each step's x W_x), h0 [B, U], c0 [B, U], w [U, 4U], b [4U],
-/// or with a sixth input W_x [F, 4U] the inputs x [T, B, F] in xp's place (batch-major, [B, T, F],
-/// where attrs.ints is {1}); output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate
-/// activations i, f, g, o).
-///
-/// Each part's step product z = x_t W_x + b + h_{t-1} W [B, 4 width] runs in gate panels
-/// (kernels/recurrent_step_arch.hpp) over the part's weights, packed once per call on the part's
-/// own thread (with W_x: its rows ahead of W's, so x_t W_x is summed in the same registers and
-/// no projection of every step is written or read back); then the LSTM cell (one pass per row,
-/// kernels/recurrent_step_arch.hpp) runs over z's rows while they are in cache.
 /// One part of an LSTM forward whose steps run in fused LSTM panels (LstmPanelFn: AVX-512):
 /// units [u0, u0 + width) in panels of w units (the last one part-filled where w does not divide
 /// the width), each panel's weights [k_in + k][4 w] (W_x's rows first; per row the gate blocks
@@ -194,6 +184,18 @@ void lstm_forward_fused(const KernelCall& call, LstmPanelFn fn, std::int64_t pan
   PhaseTeam(parts, steps).run(step);
 }
 
+/// Forward. Inputs: xp [T, B, 4U] (each step's x W_x), h0 [B, U], c0 [B, U], w [U, 4U], b [4U],
+/// or with a sixth input W_x [F, 4U] the inputs x [T, B, F] in xp's place (batch-major, [B, T, F],
+/// where attrs.ints is {1}); output y [T, B, S U], S = 2 (h_t, c_t) or 6 (also the gate
+/// activations i, f, g, o).
+///
+/// Each part's step product z = x_t W_x + b + h_{t-1} W [B, 4 width] runs in gate panels
+/// (kernels/recurrent_step_arch.hpp) over the part's weights, packed once per call on the part's
+/// own thread (with W_x: its rows ahead of W's, so x_t W_x is summed in the same registers and
+/// no projection of every step is written or read back); then the LSTM cell (one pass per row,
+/// kernels/recurrent_step_arch.hpp) runs over z's rows while they are in cache. Where the
+/// instruction set has fused LSTM panels (AVX-512), lstm_forward_fused runs the steps instead:
+/// each tile runs the cell on its own sums, and z is never stored.
 template <class T>
 void lstm_forward(const KernelCall& call) {
   const std::int64_t units = call.inputs[1].shape[1];

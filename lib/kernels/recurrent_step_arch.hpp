@@ -2,9 +2,8 @@
 // The per-instruction-set pieces of a fused recurrent step (kernels/recurrent.cpp) for one xsimd
 // architecture: the gate panel (GatePanelFn), the fused LSTM panel (LstmPanelFn: the product and
 // the cell in one pass, AVX-512 only) and the LSTM and GRU cells' rows (LstmCellFn, GruCellFn).
-// Included only
-// by elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same one-definition rules apply
-// (everything here is in an anonymous namespace).
+// Included only by elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same one-definition
+// rules apply (everything here is in an anonymous namespace).
 //
 // A recurrent step's product z = x_t W_x + b + h_{t-1} W over a run of `panel width` gate
 // columns, for every batch row: the columns' weights are packed once per call into a panel
@@ -14,7 +13,9 @@
 // of the weights per step (the libraries pack both on every call, 7-9% of an LSTM(256) forward
 // on the Zen 3 in a profile). x_t W_x is either summed in the same registers (the panel holds
 // W_x's rows ahead of W's, and the tile broadcasts x_t's elements first: the LSTM's forward) or
-// read from a projection of every step made ahead, added with b as the tile is stored.
+// read from a projection of every step made ahead, added with b as the tile is stored. A fused
+// LSTM panel is four vectors wide, one per gate of the same units, so its tile holds every gate
+// of its units and runs the cell on its accumulators before storing h and c.
 
 #ifndef KILN_ELEMENTWISE_ISA
 #error "include kernels/elementwise_arch.hpp, not kernels/recurrent_step_arch.hpp"
