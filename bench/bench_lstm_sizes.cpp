@@ -227,10 +227,9 @@ int main(int argc, char** argv) {
   const bool quick = args.quick;
   const std::vector<std::int64_t> hidden =
       quick ? std::vector<std::int64_t>{16, 32} : std::vector<std::int64_t>{256, 512};
-  const std::vector<std::int64_t> lengths =
-      !chosen.empty() ? chosen
-      : quick         ? std::vector<std::int64_t>{3, 8}
-                      : std::vector<std::int64_t>{50, 200};
+  const std::vector<std::int64_t> lengths = !chosen.empty() ? chosen
+                                            : quick         ? std::vector<std::int64_t>{3, 8}
+                                                            : std::vector<std::int64_t>{50, 200};
   // The GRU runs at the shortest length only: its rows show the same fused recurrence on a
   // second cell without doubling the family's run time.
   const std::vector<std::int64_t> gru_lengths{lengths.front()};
