@@ -220,6 +220,24 @@ template <class B, class T>
   d.store_unaligned(out + 3 * stride);
 }
 
+/// The LSTM cell on one vector of units: z's gate vectors i, f, g, o and c_{t-1} in, c and h
+/// stored, and the four activations at gates + k stride when gates is not null. The activations
+/// are the sigmoid and tanh rows' own (SigmoidOp, TanhOp), so they are what the scan form's ops
+/// compute; f c_{t-1} + i g may round once where the instruction set has fused multiply-adds.
+/// lstm_cell's rows and the fused LSTM tiles both run it.
+template <class B, class T>
+[[gnu::always_inline]] inline void lstm_cell_vector(const B (&z)[4], const B& c_prev, T* c, T* h,
+                                                    T* gates, std::int64_t stride) {
+  const B i = SigmoidOp::simd(z[0]);
+  const B f = SigmoidOp::simd(z[1]);
+  const B g = TanhOp::simd(z[2]);
+  const B o = SigmoidOp::simd(z[3]);
+  const B c_new = f * c_prev + i * g;
+  c_new.store_unaligned(c);
+  (o * TanhOp::simd(c_new)).store_unaligned(h);
+  if (gates != nullptr) store_blocks(i, f, g, o, gates, stride);
+}
+
 /// Rows of a full tile of a fused LSTM panel: 4 vectors a row, so 6 rows keep 24 accumulators,
 /// with the 4 panel vectors and a broadcast 29 of AVX-512's 32 registers. The 16-register sets
 /// have no fused panel (a tile of 4 vectors would fit 2 rows): their LSTM runs gate panels and
@@ -228,7 +246,7 @@ constexpr std::int64_t lstm_tile_rows = 6;
 
 /// Rows [0, R) of a fused LSTM tile (LstmPanelFn): the four gates' sums (panel_sums, 4 vectors:
 /// i, f, g, o of the panel's units) plus x and the bias as gate_tile adds them, then the cell on
-/// them as lstm_cell computes it, stored to c, h and (when not null) the gates.
+/// them (lstm_cell_vector, as lstm_cell's rows), stored to c, h and (when not null) the gates.
 template <class Arch, class T, int R>
 [[gnu::always_inline]] inline void lstm_tile(const LstmPanelArgs& g, std::int64_t i,
                                              std::uintptr_t ask, std::uintptr_t ask_end) {
@@ -236,27 +254,22 @@ template <class Arch, class T, int R>
   constexpr std::int64_t width = B::size;
   B acc[4][R];
   panel_sums<Arch, T, R, 4>(acc, g, i, ask, ask_end);
-  const T* bias = static_cast<const T*>(g.bias);
   const T* x = static_cast<const T*>(g.x);
+  B bias[4];
+  for (int gate = 0; gate < 4; ++gate)
+    bias[gate] = B::load_unaligned(static_cast<const T*>(g.bias) + gate * width);
   for (int r = 0; r < R; ++r) {
     const std::int64_t row = i + r;
     B z[4];
-    for (int gate = 0; gate < 4; ++gate) {
-      const B b = B::load_unaligned(bias + gate * width);
-      z[gate] = x == nullptr ? b + acc[gate][r]
-                             : (B::load_unaligned(x + row * g.ldx + gate * g.x_gate_stride) + b) +
-                                   acc[gate][r];
-    }
-    const B ig = SigmoidOp::simd(z[0]);
-    const B fg = SigmoidOp::simd(z[1]);
-    const B gg = TanhOp::simd(z[2]);
-    const B og = SigmoidOp::simd(z[3]);
-    const B c_new =
-        fg * B::load_unaligned(static_cast<const T*>(g.c_prev) + row * g.ld_c_prev) + ig * gg;
-    c_new.store_unaligned(static_cast<T*>(g.c) + row * g.ld_out);
-    (og * TanhOp::simd(c_new)).store_unaligned(static_cast<T*>(g.h) + row * g.ld_out);
-    if (g.gates != nullptr)
-      store_blocks(ig, fg, gg, og, static_cast<T*>(g.gates) + row * g.ld_out, g.gates_stride);
+    for (int gate = 0; gate < 4; ++gate)
+      z[gate] = x == nullptr
+                    ? bias[gate] + acc[gate][r]
+                    : (B::load_unaligned(x + row * g.ldx + gate * g.x_gate_stride) + bias[gate]) +
+                          acc[gate][r];
+    T* gates = g.gates != nullptr ? static_cast<T*>(g.gates) + row * g.ld_out : nullptr;
+    lstm_cell_vector(z, B::load_unaligned(static_cast<const T*>(g.c_prev) + row * g.ld_c_prev),
+                     static_cast<T*>(g.c) + row * g.ld_out, static_cast<T*>(g.h) + row * g.ld_out,
+                     gates, g.gates_stride);
   }
 }
 
@@ -273,10 +286,8 @@ void lstm_panel(const LstmPanelArgs& g) {
       [](std::int64_t) {});
 }
 
-/// LstmCellFn: the LSTM cell on one row of z, a vector of units at a time (the last one
-/// through a zero-padded vector). The activations are the sigmoid and tanh rows' own
-/// (SigmoidOp, TanhOp), so they are what the scan form's ops compute; f c_{t-1} + i g may round
-/// once where the instruction set has fused multiply-adds.
+/// LstmCellFn: the LSTM cell (lstm_cell_vector) on one row of z, a vector of units at a time
+/// (the last one through a zero-padded vector).
 template <class Arch, class T>
 void lstm_cell(const LstmCellArgs& a) {
   using B = xsimd::batch<T, Arch>;
@@ -290,14 +301,9 @@ void lstm_cell(const LstmCellArgs& a) {
   // The cell on the vectors at z + j (and c_prev + j), stored to c, h and gates at `to` + j.
   const auto cell = [&](const T* zj, std::int64_t z_stride, const T* cj, T* c, T* h, T* g_out,
                         std::int64_t g_stride) {
-    const B i = SigmoidOp::simd(B::load_unaligned(zj));
-    const B f = SigmoidOp::simd(B::load_unaligned(zj + z_stride));
-    const B g = TanhOp::simd(B::load_unaligned(zj + 2 * z_stride));
-    const B o = SigmoidOp::simd(B::load_unaligned(zj + 3 * z_stride));
-    const B c_new = f * B::load_unaligned(cj) + i * g;
-    c_new.store_unaligned(c);
-    (o * TanhOp::simd(c_new)).store_unaligned(h);
-    if (g_out != nullptr) store_blocks(i, f, g, o, g_out, g_stride);
+    const B zv[4] = {B::load_unaligned(zj), B::load_unaligned(zj + z_stride),
+                     B::load_unaligned(zj + 2 * z_stride), B::load_unaligned(zj + 3 * z_stride)};
+    lstm_cell_vector(zv, B::load_unaligned(cj), c, h, g_out, g_stride);
   };
   std::int64_t j = 0;
   for (; j + width <= a.n; j += width)
