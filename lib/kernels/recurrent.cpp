@@ -3,7 +3,10 @@
 // the recurrent kernel's gradient of either fused layer (recurrent_weight_grad); the GRU's are in
 // recurrent_gru.cpp. The layouts are documented at the front ends, lib/ops/recurrent.hpp.
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -33,6 +36,7 @@ struct FusedLstmPart {
   std::vector<T> bias;                           // [panels][4 w]
   std::vector<T> edge_x, edge_c_prev, edge_out;  // a part-filled panel's rows, zero-padded
   std::int64_t k_in = 0;
+  bool recurrent_finite = true;  // every element of the part's columns of W is finite (pack)
 
   FusedLstmPart(std::int64_t begin, std::int64_t end, std::int64_t panel_units,
                 std::int64_t all_units, std::int64_t features, std::int64_t rows_of_batch)
@@ -58,7 +62,10 @@ struct FusedLstmPart {
   /// took a call per block (a one-step LSTM(512) forward ran 0.95 ms with those calls, 0.86 with
   /// the gate panels). All at once: packing four panels at a time as the first step reached
   /// them (as PanelPart packs a gate at a time) measured the same on the Xeon (one-step
-  /// LSTM(512) forward 0.77-0.84 ms against 0.78-0.81; T = 50 alike), with more code.
+  /// LSTM(512) forward 0.77-0.84 ms against 0.78-0.81; T = 50 alike), with more code. On the
+  /// way it notes whether the part's columns of W are all finite (recurrent_finite), which a
+  /// step from a zero state needs to leave out h_{t-1} W and still give what IEEE arithmetic
+  /// would (0 times an infinity is NaN).
   [[gnu::target("avx512f,avx2,fma")]] void pack(const T* w_rec, const T* w_x, const T* b) {
     packed.resize(static_cast<std::size_t>(panels * rows * 4 * w));
     bias.assign(static_cast<std::size_t>(panels * 4 * w), T(0));
@@ -66,20 +73,39 @@ struct FusedLstmPart {
       for (std::int64_t gate = 0; gate < 4; ++gate)
         std::copy_n(b + gate * units + u0 + j * w, valid(j), bias.data() + (j * 4 + gate) * w);
     const bool vector_blocks = w * static_cast<std::int64_t>(sizeof(T)) == 64;
+    __mmask16 not_finite = 0;  // lanes where some block of W held an infinity or a NaN
     for (std::int64_t row = 0; row < rows; ++row) {
-      const T* src = row < k_in ? w_x + row * 4 * units : w_rec + (row - k_in) * 4 * units;
+      const bool recurrent = row >= k_in;
+      const T* src = recurrent ? w_rec + (row - k_in) * 4 * units : w_x + row * 4 * units;
       for (std::int64_t gate = 0; gate < 4; ++gate)
         for (std::int64_t j = 0; j < panels; ++j) {
           T* to = packed.data() + ((j * rows + row) * 4 + gate) * w;
           const T* from = src + gate * units + u0 + j * w;
           const std::int64_t n = valid(j);
           if (vector_blocks && n == w) {
-            std::memcpy(to, from, 64);
+            const __m512i block = _mm512_loadu_si512(from);
+            _mm512_storeu_si512(to, block);
+            if (recurrent) not_finite |= not_finite_lanes(block);
             continue;
           }
           std::copy_n(from, n, to);
           std::fill(to + n, to + w, T(0));
+          if (recurrent && !std::all_of(from, from + n, [](T v) { return std::isfinite(v); }))
+            not_finite = 1;
         }
+    }
+    recurrent_finite = not_finite == 0;
+  }
+
+  /// The lanes of a block of T whose element is an infinity or a NaN (x - x is NaN there, 0
+  /// elsewhere; f64 blocks use the low 8 bits).
+  [[gnu::target("avx512f,avx2,fma")]] static __mmask16 not_finite_lanes(__m512i block) {
+    if constexpr (sizeof(T) == 4) {
+      const __m512 v = _mm512_castsi512_ps(block);
+      return _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    } else {
+      const __m512d v = _mm512_castsi512_pd(block);
+      return _mm512_cmp_pd_mask(_mm512_sub_pd(v, v), _mm512_setzero_pd(), _CMP_NEQ_UQ);
     }
   }
 
@@ -165,6 +191,10 @@ void lstm_forward_fused(const KernelCall& call, LstmPanelFn fn, std::int64_t pan
   for (int p = 0; p < parts; ++p)
     part.emplace_back(bounds[static_cast<std::size_t>(p)], bounds[static_cast<std::size_t>(p) + 1],
                       panel_units, units, in.features, batch);
+  // From a zero state, step 0's sums leave out h0 W, in a part whose W is finite (so IEEE
+  // arithmetic would add zeros): 1 / T of the steps' recurrent work. Keras's and PyTorch's layers
+  // start from zeros unless given a state.
+  const bool zero_state = std::all_of(h0, h0 + batch * units, [](T v) { return v == T(0); });
   const auto step = [&](int p, std::int64_t t) {
     FusedLstmPart<T>& q = part[static_cast<std::size_t>(p)];
     if (t == 0) q.pack(w, w_in, bias);
@@ -177,7 +207,7 @@ void lstm_forward_fused(const KernelCall& call, LstmPanelFn fn, std::int64_t pan
     args.ldin = in.projects ? in.ld : 0;
     args.k_in = in.features;
     args.rows = batch;
-    args.k = units;
+    args.k = t == 0 && zero_state && q.recurrent_finite ? 0 : units;
     q.step(fn, args, in.projects ? nullptr : x_t, in.ld, t == 0 ? c0 : prev + units,
            t == 0 ? units : row_size, y + t * batch * row_size, row_size, save_gates);
   };
