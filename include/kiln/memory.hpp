@@ -17,7 +17,9 @@ struct MemoryStats {
   std::int64_t cached_bytes = 0;
   std::int64_t cached_functions = 0;  ///< Concrete functions held by kiln::function caches.
   std::int64_t live_graph_nodes = 0;  ///< Nodes in those functions' graphs.
-  std::int64_t graph_bytes = 0;       ///< Bytes held by those graphs and plans.
+  /// Bytes held by those graphs and plans, and by what their kernels keep between calls (a
+  /// recurrent layer's weights laid out for its kernel).
+  std::int64_t graph_bytes = 0;
 };
 
 /// Current counters (thread-safe).

@@ -65,6 +65,9 @@ struct GraphData {
   std::vector<std::weak_ptr<VariableImpl>> variables;  // captured variables, by slot
   std::vector<std::string> variable_names;
   std::size_t num_parameters = 0;
+  /// What kernels keep between calls, per node (KernelMemo): shared by the graph's plans (one
+  /// per set of dynamic sizes), so a layer's laid-out weights are kept once.
+  std::shared_ptr<KernelMemos> kernel_memos = std::make_shared<KernelMemos>();
 
   /// A readable listing, one node per line, like a jaxpr.
   std::string to_string() const;

@@ -33,6 +33,7 @@ class PlanBuilder {
     update_variables_in_place(plan_, g_);
     lay_out_fused_steps();
     group_elementwise_steps(plan_);
+    keep_kernel_memos(plan_, g_);
     mark_escape_allocations();
     place_in_arena();
     mark_moved_outputs();
@@ -737,7 +738,11 @@ void run_plan(const Plan& plan, const GraphData& g, std::span<const Tensor* cons
     const std::span<const ArrayRef> inputs(refs, count - 1);
     switch (step.kind) {
       case Plan::Step::Kind::kernel:
-        step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
+        if (step.memo != nullptr)
+          run_with_memo(step, inputs, refs[count - 1],
+                        [&](std::size_t r) { return bound[r].tensor->impl()->storage; });
+        else
+          step.fn(KernelCall{step.prim, inputs, refs[count - 1], *step.attrs});
         break;
       case Plan::Step::Kind::fused:
         run_fused(*step.program, inputs, refs[count - 1]);

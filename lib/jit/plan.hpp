@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -95,6 +97,11 @@ struct Plan {
     /// The first step of a group: the group as one loop, where the loop generator covers it
     /// (else null, and the steps run chunk by chunk).
     std::shared_ptr<const FusedGroupLoop> group_loop;
+    /// Kernel steps of a primitive that keeps state between calls (keep_kernel_memos): the
+    /// node's memo, and per input the root whose buffer it reads where that is a variable's
+    /// value or a captured constant, whose contents stay as they are while held, else -1.
+    std::shared_ptr<KernelMemo> memo;
+    std::vector<std::int32_t> fixed_roots;
 
     /// How many of `values` the step reads: a region step its inputs, another step all but its
     /// last value. The values after those are what it writes.
@@ -163,6 +170,16 @@ void fold_sgd_updates(Plan& plan, const GraphData& g);
 /// GEMMs), so a call that fails changes no variable; a step that is not elementwise reading a
 /// result keeps its update out of place.
 void update_variables_in_place(Plan& plan, const GraphData& g);
+
+/// Memos for the kernel steps whose primitive keeps one (keeps_memo; plan_in_place.cpp): the
+/// graph node's KernelMemo (GraphData::kernel_memos), for a step that reads some input from a
+/// variable's value or a captured constant, none of them a variable the graph assigns (its
+/// value changes every call, and a memo holding it would keep the update out of place).
+void keep_kernel_memos(Plan& plan, const GraphData& g);
+/// Runs a kernel step with a memo (plan_in_place.cpp): the memo goes to the kernel when no other
+/// call has it, with the buffers of the step's fixed inputs (buffer_of(root)).
+void run_with_memo(const Plan::Step& step, std::span<const ArrayRef> inputs, const ArrayRef& out,
+                   const std::function<std::shared_ptr<Storage>(std::size_t root)>& buffer_of);
 
 /// Groups of fused steps (plan_groups.cpp), run after update_variables_in_place and before
 /// memory planning: consecutive fused steps over the same elements, each input flat or one

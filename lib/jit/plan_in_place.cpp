@@ -1,9 +1,11 @@
 // Optimizer updates in place: elementwise steps that compute a variable's new value write it
-// over the variable's value (see update_variables_in_place in plan.hpp).
+// over the variable's value (see update_variables_in_place in plan.hpp); and the kernel memos
+// that hold variables' values between calls (keep_kernel_memos).
 
 #include <algorithm>
 #include <vector>
 
+#include "core/tensor_impl.hpp"
 #include "jit/plan.hpp"
 
 namespace kiln::detail {
@@ -176,6 +178,42 @@ void update_variables_in_place(Plan& plan, const GraphData& g) {
   before.insert(before.end(), std::make_move_iterator(after.begin()),
                 std::make_move_iterator(after.end()));
   plan.steps = std::move(before);
+}
+
+void keep_kernel_memos(Plan& plan, const GraphData& g) {
+  std::vector<bool> assigned(g.variables.size(), false);
+  for (auto s : g.side_effects)
+    assigned[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(s)].index)] = true;
+  for (Plan::Step& step : plan.steps) {
+    if (step.kind != Plan::Step::Kind::kernel || !keeps_memo(step.prim) || step.node < 0) continue;
+    std::vector<std::int32_t> fixed(step.num_reads(), -1);
+    bool any = false, changing = false;
+    for (std::size_t i = 0; i < fixed.size(); ++i) {
+      const std::size_t r = plan.root_of(step.values[i]);
+      const Plan::Root& root = plan.roots[r];
+      if (root.kind == Plan::Root::Kind::variable) {
+        changing = changing || assigned[static_cast<std::size_t>(root.index)];
+      } else if (root.kind != Plan::Root::Kind::constant) {
+        continue;
+      }
+      fixed[i] = static_cast<std::int32_t>(r);
+      any = true;
+    }
+    if (!any || changing) continue;
+    step.memo = g.kernel_memos->of(step.node);
+    step.fixed_roots = std::move(fixed);
+  }
+}
+
+void run_with_memo(const Plan::Step& step, std::span<const ArrayRef> inputs, const ArrayRef& out,
+                   const std::function<std::shared_ptr<Storage>(std::size_t root)>& buffer_of) {
+  std::vector<std::shared_ptr<Storage>> fixed(step.fixed_roots.size());
+  for (std::size_t i = 0; i < fixed.size(); ++i)
+    if (step.fixed_roots[i] >= 0)
+      fixed[i] = buffer_of(static_cast<std::size_t>(step.fixed_roots[i]));
+  const std::unique_lock<std::mutex> lock(step.memo->mutex, std::try_to_lock);
+  step.fn(KernelCall{step.prim, inputs, out, *step.attrs,
+                     lock.owns_lock() ? step.memo.get() : nullptr, fixed});
 }
 
 }  // namespace kiln::detail

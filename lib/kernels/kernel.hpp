@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -58,6 +59,9 @@ inline NormalizeInputs normalize_inputs(const Attrs& attrs) {
   return at;
 }
 
+class Storage;
+class KernelMemo;
+
 /// One kernel invocation. `out` is contiguous and allocated with the output shape/dtype.
 /// Elementwise families get inputs broadcast to out.shape (stride 0 on broadcast dims);
 /// the other families get contiguous inputs with their own shapes.
@@ -66,6 +70,68 @@ struct KernelCall {
   std::span<const ArrayRef> inputs;
   const ArrayRef& out;
   const Attrs& attrs;
+  /// A compiled plan's step of a primitive that keeps state between calls (keeps_memo): the
+  /// node's memo, this call's alone while it runs; null when eager, or while another call has
+  /// it.
+  KernelMemo* memo = nullptr;
+  /// With memo: per input, the buffer it lies in where its contents stay as they are while
+  /// the buffer is held (a variable's value or a captured constant), else null.
+  std::span<const std::shared_ptr<Storage>> fixed = {};
+};
+
+/// What a kernel keeps between the calls of one graph node's compiled steps (a node of a
+/// concrete function has one memo, shared by its plans for every set of dynamic sizes): state
+/// derived from inputs whose contents cannot change while their buffers are held, such as
+/// weights laid out for the kernel's tiles (lstm_sequence's packed panels). kiln writes a
+/// variable's buffer in place only while nothing but the variable holds it (the in-place
+/// optimizer updates and row updates check that), so state kept with its inputs' buffers held
+/// stays right: a variable written since has a new buffer, or was written in a copy.
+class KernelMemo {
+ public:
+  /// A kernel's kept state.
+  struct State {
+    virtual ~State() = default;
+  };
+  KernelMemo() = default;
+  ~KernelMemo();
+  KernelMemo(const KernelMemo&) = delete;
+  KernelMemo& operator=(const KernelMemo&) = delete;
+
+  /// Whether each of call's inputs `inputs` has a fixed buffer (KernelCall::fixed).
+  static bool all_fixed(const KernelCall& call, std::span<const int> inputs);
+  /// The state kept from exactly `inputs` of call (the same buffers, at the same addresses),
+  /// else null.
+  [[nodiscard]] State* find(const KernelCall& call, std::span<const int> inputs) const;
+  /// Keeps `state`, derived from `inputs` of call (all_fixed), holding their buffers, in place
+  /// of what was kept.
+  void keep(const KernelCall& call, std::span<const int> inputs, std::unique_ptr<State> state);
+  /// Counts `bytes` more of the kept state in memory_stats(), as a cached function's bytes,
+  /// until it is let go of.
+  void count(std::int64_t bytes);
+  /// Lets go of the kept state and the buffers it holds.
+  void clear();
+
+  std::mutex mutex;  // held by the call that has the memo (try_lock: others go without)
+
+ private:
+  std::vector<std::shared_ptr<Storage>> buffers_;
+  std::vector<const void*> addresses_;
+  std::unique_ptr<State> state_;
+  std::int64_t bytes_ = 0;
+};
+
+/// Whether primitive p's kernel keeps a KernelMemo in compiled plans.
+bool keeps_memo(Prim p);
+
+/// The KernelMemo of each node of a graph that has one, made when a plan of the graph first
+/// asks for it.
+class KernelMemos {
+ public:
+  std::shared_ptr<KernelMemo> of(std::int32_t node);
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<KernelMemo>> memos_;
 };
 
 using KernelFn = void (*)(const KernelCall&);

@@ -3,6 +3,7 @@
 // step q = h_{t-1} W + b_rec; z = sigmoid(x_z + q_z); r = sigmoid(x_r + q_r);
 // n = tanh(x_n + r q_n); h_t = z h_{t-1} + (1 - z) n.
 
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -45,16 +46,22 @@ void gru_forward(const KernelCall& call) {
   // Per part: q = h_{t-1} W + b_rec [B, 3 width] in gate panels (without x: the candidate gate
   // needs r (h W_n + b_rec,n) before x is added); then the GRU cell
   // (kernels/recurrent_step_arch.hpp) on each row of q while it is in cache.
-  std::vector<PanelPart<T>> part;
-  for (int p = 0; p < parts; ++p)
-    part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
-                      bounds[static_cast<std::size_t>(p) + 1], batch);
+  // The parts and their packed weights are kept between a compiled plan's calls (KeptParts).
+  static constexpr std::array<int, 2> weight_inputs = {2, 5};  // W and, when it projects, W_in
+  KeptParts<PanelPart<T>> kept(call, {weight_inputs.data(), projects ? 2U : 1U}, bounds,
+                               {batch, in.features, panels.width});
+  const bool packed = kept.packed();
+  std::vector<PanelPart<T>>& part = kept.parts(0);
+  if (part.empty())
+    for (int p = 0; p < parts; ++p)
+      part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
+                        bounds[static_cast<std::size_t>(p) + 1], batch);
   // With W_in, each part also projects its columns of the step's inputs, x_t W_in + b_in
   // [B, 3 width], in gate panels of W_in alone (K = 0 rows of h): the projection of every step is
   // never written, and the cell reads the part's rows of it (with b_in added: a zero bias then).
   const GatePanels input_panels = GatePanels::inputs(dtype, units, 3, in.features);
-  std::vector<PanelPart<T>> input_part;
-  if (projects)
+  std::vector<PanelPart<T>>& input_part = kept.parts(1);
+  if (projects && input_part.empty())
     for (int p = 0; p < parts; ++p)
       input_part.emplace_back(input_panels, bounds[static_cast<std::size_t>(p)],
                               bounds[static_cast<std::size_t>(p) + 1], batch);
@@ -64,14 +71,14 @@ void gru_forward(const KernelCall& call) {
   const auto step = [&](int p, std::int64_t t) {
     PanelPart<T>& pt = part[static_cast<std::size_t>(p)];
     const std::int64_t wd = pt.width, u0 = pt.u0;
-    if (t == 0) pt.pack(panels, w);
+    if (t == 0 && !packed) pt.pack(panels, w);
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
     pt.product_of(panels, h_prev, prev_ld, nullptr, 0, b_rec, nullptr);  // q
     const T* x_t = call.inputs[0].ptr<const T>() + t * in.step;
     if (projects) {
       PanelPart<T>& pin = input_part[static_cast<std::size_t>(p)];
-      if (t == 0) pin.pack(input_panels, nullptr, w_in);
+      if (t == 0 && !packed) pin.pack(input_panels, nullptr, w_in);
       pin.product_of(input_panels, nullptr, 0, nullptr, 0, b_in, nullptr, x_t, in.ld);
     }
     GruCellArgs cell;
@@ -99,6 +106,7 @@ void gru_forward(const KernelCall& call) {
     }
   };
   PhaseTeam(parts, steps).run(step);
+  kept.done();
 }
 
 namespace {

@@ -10,17 +10,21 @@
 // backward step is one product (the gate gradients times the kernel transposed, in gate panels
 // too) and its gate math. With several threads the units are cut into parts, one per thread:
 // part p owns units [u0, u1) of every gate, so its product reads only its columns of the kernel
-// (packed once per call, contiguous: they stay in that core's cache from step to step) and its
-// gate math needs nothing from the other parts. The parts of a step need the whole h of the step
-// before, so the threads meet once per step (PhaseTeam).
+// (packed contiguous, per call or, in a compiled forward, once: KeptParts; they stay in that
+// core's cache from step to step) and its gate math needs nothing from the other parts. The
+// parts of a step need the whole h of the step before, so the threads meet once per step
+// (PhaseTeam).
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -270,6 +274,12 @@ struct PanelPart {
     }
   }
 
+  /// Bytes of the part's buffers.
+  [[nodiscard]] std::int64_t bytes() const {
+    return static_cast<std::int64_t>(sizeof(T) * (packed.size() + product.size() + edge_x.size() +
+                                                  edge_bias.size() + edge_c.size()));
+  }
+
   /// Packs the part's columns of w_in [k_in, gates U] and w [k, gates U] (each read only when it
   /// has rows), on the thread that runs the part, so they land in its core's cache: a gate's
   /// panels at a time, each just before the first product that runs them (product_of), so a
@@ -382,6 +392,57 @@ struct PanelPart {
           std::memcpy(z + b * ldz, edge_c.data() + b * nr, bytes);
       }
   }
+};
+
+/// The parts a forward call steps through (one or two sets per thread: the GRU's input
+/// projection has its own), and where they live: in a compiled plan whose weights are fixed
+/// (KernelCall::fixed: variables' values or constants), in the node's KernelMemo, packed by
+/// the first call and kept for the later ones as long as the weights' buffers and the call's
+/// sizes stay the same; else made for this call alone. A Part has bytes().
+template <class Part>
+class KeptParts {
+ public:
+  /// Parts for `call`, whose inputs `weights` are what the parts pack; `bounds` (the unit cut)
+  /// and `sizes` are everything else they depend on (batch, features, panel width).
+  KeptParts(const KernelCall& call, std::span<const int> weights,
+            const std::vector<std::int64_t>& bounds, std::initializer_list<std::int64_t> more)
+      : memo_(call.memo) {
+    std::vector<std::int64_t> sizes = bounds;
+    sizes.insert(sizes.end(), more);
+    if (memo_ == nullptr || !KernelMemo::all_fixed(call, weights)) return;
+    kept_ = dynamic_cast<State*>(memo_->find(call, weights));
+    if (kept_ != nullptr && kept_->sizes == sizes) return;
+    auto fresh = std::make_unique<State>();
+    fresh->sizes = std::move(sizes);
+    kept_ = fresh.get();
+    memo_->keep(call, weights, std::move(fresh));
+  }
+  /// Set `set` (0 or 1) of the parts: empty until the caller makes them.
+  std::vector<Part>& parts(int set = 0) {
+    return (kept_ != nullptr ? kept_->parts : own_)[static_cast<std::size_t>(set)];
+  }
+  /// Whether the parts were packed by an earlier call (their weights are as they were then).
+  [[nodiscard]] bool packed() const { return kept_ != nullptr && kept_->packed; }
+  /// After a call that packed every part: kept ones are packed from now on (and counted in
+  /// memory_stats()).
+  void done() {
+    if (kept_ == nullptr || kept_->packed) return;
+    std::int64_t bytes = 0;
+    for (const std::vector<Part>& set : kept_->parts)
+      for (const Part& part : set) bytes += part.bytes();
+    memo_->count(bytes);
+    kept_->packed = true;
+  }
+
+ private:
+  struct State final : KernelMemo::State {
+    std::vector<std::int64_t> sizes;
+    std::vector<Part> parts[2];
+    bool packed = false;
+  };
+  KernelMemo* memo_;
+  State* kept_ = nullptr;
+  std::vector<Part> own_[2];
 };
 
 /// A function of the backward gate math, compiled for each instruction set: Body is a plain

@@ -6,7 +6,8 @@
 // rules apply (everything here is in an anonymous namespace).
 //
 // A recurrent step's product z = x_t W_x + b + h_{t-1} W over a run of `panel width` gate
-// columns, for every batch row: the columns' weights are packed once per call into a panel
+// columns, for every batch row: the columns' weights are packed (per call, or once in a compiled
+// forward) into a panel
 // [K][width] (kernels/recurrent_parts.hpp), and the product runs in tiles of several rows by two
 // vectors whose accumulators stay in registers over all K. Per multiply-add step a tile
 // loads the panel's two vectors and broadcasts one element of h per row: no packing of h, none
