@@ -687,32 +687,40 @@ TEST_CASE("a second-order gradient through a fused layer is an error naming the 
                                     "supported; construct the layer with fused = false"));
 }
 
-TEST_CASE("from a zero state the fused LSTM's first step still multiplies h0 by every weight",
-          "[fused_recurrent][nn]") {
-  // The fused panels leave h0 W out of a zero state's first step only where the part's W is
-  // finite: 0 times an infinity or a NaN is NaN, and the result must say so as the scan's does.
-  // 40 units: whole panels and a part-filled one at every instruction set's width.
+TEMPLATE_TEST_CASE(
+    "from a zero state the fused LSTM's and GRU's first step still multiply h0 "
+    "by every weight",
+    "[fused_recurrent][nn]", kiln::nn::LSTM, kiln::nn::GRU) {
+  // The fused kernels leave h0 W out of a zero state's first step only where the weights are
+  // finite (per part on AVX-512's fused LSTM panels, per part and gate elsewhere): 0 times an
+  // infinity or a NaN is NaN, and the result must say so as the scan's does. 40 units: whole
+  // panels and a part-filled one at every instruction set's width.
+  using Layer = TestType;
+  constexpr std::int64_t gates = std::is_same_v<Layer, kiln::nn::LSTM> ? 4 : 3;
   constexpr std::int64_t batch = 8, features = 3, units = 40;
   const double inf = std::numeric_limits<double>::infinity();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const std::vector<std::pair<std::int64_t, double>> poisons = {
-      {0, 0.0}, {5 * 4 * units + 3, inf}, {2 * units + 37, -inf}, {4 * units + units + 33, nan}};
+      {0, 0.0}, {5 * gates * units + 3, inf}, {2 * units + 37, -inf}, {gates * units + 33, nan}};
   for (const kiln::DType dtype : {kiln::DType::f32, kiln::DType::f64}) {
     const Tensor x = kiln::cast(kiln::random::normal({batch, 1, features}, 0, 1, 50), dtype);
     for (const auto& [at, value] : poisons) {
       INFO(kiln::dtype_name(dtype) << ", recurrent kernel element " << at << " = " << value);
-      kiln::nn::LSTM fused(units), scan(units, {.fused = false});
+      Layer fused = make_layer<Layer>(units, {}, true);
+      Layer scan = make_layer<Layer>(units, {}, false);
       fused(x);
       scan(x);
       copy_weights(fused, scan);
-      std::vector<double> w =
-          kiln::cast(fused.recurrent_kernel().value(), kiln::DType::f64).to_vector<double>();
+      const Tensor w_f64 = kiln::cast(fused.recurrent_kernel().value(), kiln::DType::f64);
+      std::vector<double> w = w_f64.to_vector<double>();
       if (value != 0.0) w[static_cast<std::size_t>(at)] = value;
-      const Tensor poisoned = kiln::cast(kiln::tensor(w, {units, 4 * units}), dtype);
+      const Tensor poisoned = kiln::cast(kiln::tensor(w, {units, gates * units}), dtype);
       fused.recurrent_kernel().assign(poisoned);
       scan.recurrent_kernel().assign(poisoned);
-      const std::vector<double> got = kiln::cast(fused(x), kiln::DType::f64).to_vector<double>();
-      const std::vector<double> want = kiln::cast(scan(x), kiln::DType::f64).to_vector<double>();
+      const Tensor got_f64 = kiln::cast(fused(x), kiln::DType::f64);
+      const Tensor want_f64 = kiln::cast(scan(x), kiln::DType::f64);
+      const std::vector<double> got = got_f64.to_vector<double>();
+      const std::vector<double> want = want_f64.to_vector<double>();
       REQUIRE(got.size() == want.size());
       std::size_t nans = 0;
       for (std::size_t i = 0; i < want.size(); ++i) {

@@ -66,6 +66,7 @@ void gru_forward(const KernelCall& call) {
       input_part.emplace_back(input_panels, bounds[static_cast<std::size_t>(p)],
                               bounds[static_cast<std::size_t>(p) + 1], batch);
   const std::vector<T> zeros(static_cast<std::size_t>(3 * units), T(0));
+  const bool zero_state = all_zero(h0, batch * units);
   const GruCellFn gru_cell = elementwise_rows().gru_cell[dtype_index(dtype)];
 
   const auto step = [&](int p, std::int64_t t) {
@@ -74,7 +75,9 @@ void gru_forward(const KernelCall& call) {
     if (t == 0 && !packed) pt.pack(panels, w);
     const T* h_prev = t == 0 ? h0 : y + (t - 1) * batch * row_size;
     const std::int64_t prev_ld = t == 0 ? units : row_size;
-    pt.product_of(panels, h_prev, prev_ld, nullptr, 0, b_rec, nullptr);  // q
+    // q; from a zero state, step 0's is b_rec where W is finite (as in lstm_forward_fused)
+    pt.product_of(panels, h_prev, prev_ld, nullptr, 0, b_rec, nullptr, nullptr, 0,
+                  t == 0 && zero_state);
     const T* x_t = call.inputs[0].ptr<const T>() + t * in.step;
     if (projects) {
       PanelPart<T>& pin = input_part[static_cast<std::size_t>(p)];

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -27,6 +28,7 @@
 #include <span>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -254,6 +256,28 @@ struct PanelAllocator {
 /// W [k, gates U], cut into `blocks` panels per gate (the last one part-filled when the panel
 /// width does not divide the part's), their weights packed panel by panel (W_in's rows first),
 /// and z [B, gates width] (each gate's columns side by side).
+/// How many of the n elements from p are an infinity or a NaN (their exponent bits all ones):
+/// integer tests the compiler vectorizes, which a sum of floats (rounded in order) is not.
+template <class T>
+std::int64_t not_finite_count(const T* p, std::int64_t n) {
+  using Bits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  constexpr auto exponent =
+      static_cast<Bits>(sizeof(T) == 4 ? 0x7f800000ULL : 0x7ff0000000000000ULL);
+  std::int64_t count = 0;
+  for (std::int64_t e = 0; e < n; ++e) {
+    Bits bits;
+    std::memcpy(&bits, p + e, sizeof bits);
+    count += (bits & exponent) == exponent ? 1 : 0;
+  }
+  return count;
+}
+
+/// All n elements from p are zero (either sign): a recurrence's zero initial state.
+template <class T>
+bool all_zero(const T* p, std::int64_t n) {
+  return std::all_of(p, p + n, [](T v) { return v == T(0); });
+}
+
 template <class T>
 struct PanelPart {
   std::int64_t u0 = 0, width = 0, blocks = 0, batch = 0;
@@ -261,6 +285,7 @@ struct PanelPart {
   const T* source = nullptr;                 // pack()'s w, until every gate is packed
   const T* source_in = nullptr;              // pack()'s w_in
   std::int64_t gates_packed = 0;             // gates [0, gates_packed) are packed
+  std::uint32_t finite_gates = 0;            // bit g: gate g's columns of w are all finite
   std::vector<T> product;                    // z
   std::vector<T> edge_x, edge_bias, edge_c;  // a part-filled panel's x, b and z, zero-padded
 
@@ -295,11 +320,13 @@ struct PanelPart {
     source = w;
     source_in = w_in;
     gates_packed = 0;
+    finite_gates = 0;
   }
 
   /// Packs gate `gate`'s panels from the sources pack() named.
   void pack_gate(const GatePanels& g, std::int64_t gate) {
     const std::int64_t nr = g.width, ld = g.gates * g.units, rows = g.panel_rows();
+    std::int64_t not_finite = 0;           // of the gate's columns of w (finite_gates)
     const std::int64_t full = width / nr;  // full panels per gate
     const std::int64_t rest = width - full * nr;
     for (std::int64_t row = 0; row < rows; ++row) {
@@ -313,7 +340,9 @@ struct PanelPart {
         std::copy_n(src + full * nr, rest, last);
         std::fill(last + rest, last + nr, T(0));
       }
+      if (row >= g.k_in) not_finite |= not_finite_count(src, width);
     }
+    if (not_finite == 0) finite_gates |= std::uint32_t{1} << gate;
   }
 
   /// Packs the part's columns of w^T, w [U, k] (a backward step's panels: g from
@@ -339,9 +368,11 @@ struct PanelPart {
   /// when g.k > 0), x the step's [B, gates U] with rows ldx apart (0: one row for all; null: no
   /// x), b [gates U], `in` the step's inputs [B, k_in] with rows ldin apart (read only when
   /// g.k_in > 0); next_x is the next step's x (or null), asked for into the cache while the last
-  /// panel runs.
+  /// panel runs. `zero_h`: h is all zeros, so h W is left out of each gate whose columns of w are
+  /// finite (else 0 times an infinity or a NaN must show as NaN).
   void product_of(const GatePanels& g, const T* h, std::int64_t ldh, const T* x, std::int64_t ldx,
-                  const T* bias, const T* next_x, const T* in = nullptr, std::int64_t ldin = 0) {
+                  const T* bias, const T* next_x, const T* in = nullptr, std::int64_t ldin = 0,
+                  bool zero_h = false) {
     const std::int64_t nr = g.width, ldz = g.gates * width, rows = g.panel_rows();
     GatePanelArgs args;
     args.a = h;
@@ -354,6 +385,7 @@ struct PanelPart {
     for (std::int64_t gate = 0; gate < g.gates; ++gate)
       for (std::int64_t block = 0; block < blocks; ++block) {
         if (gate == gates_packed) pack_gate(g, gates_packed++);
+        args.k = zero_h && (finite_gates >> gate & 1U) != 0 ? 0 : g.k;
         const std::int64_t j0 = block * nr, cols = std::min(nr, width - j0);
         const T* xs = x != nullptr ? x + gate * g.units + u0 + j0 : nullptr;
         args.b = packed.data() + (gate * blocks + block) * rows * nr;
