@@ -208,12 +208,9 @@ void lstm_forward_fused(const KernelCall& call, LstmPanelFn fn, std::int64_t pan
   const int parts = static_cast<int>(bounds.size()) - 1;
   KeptParts<FusedLstmPart<T>> kept(call, lstm_weights(in.projects), bounds,
                                    {batch, in.features, panel_units});
-  std::vector<FusedLstmPart<T>>& part = kept.parts();
-  if (part.empty())
-    for (int p = 0; p < parts; ++p)
-      part.emplace_back(bounds[static_cast<std::size_t>(p)],
-                        bounds[static_cast<std::size_t>(p) + 1], panel_units, units, in.features,
-                        batch);
+  std::vector<FusedLstmPart<T>>& part = kept.parts(0, parts, [&](std::size_t p) {
+    return FusedLstmPart<T>(bounds[p], bounds[p + 1], panel_units, units, in.features, batch);
+  });
   const bool packed = kept.packed();
   // From a zero state, step 0's sums leave out h0 W, in a part whose W is finite (so IEEE
   // arithmetic would add zeros): 1 / T of the steps' recurrent work. Keras's and PyTorch's layers
@@ -276,11 +273,9 @@ void lstm_forward(const KernelCall& call) {
   const int parts = static_cast<int>(bounds.size()) - 1;
   KeptParts<PanelPart<T>> kept(call, lstm_weights(projects), bounds,
                                {batch, in.features, panels.width});
-  std::vector<PanelPart<T>>& part = kept.parts();
-  if (part.empty())
-    for (int p = 0; p < parts; ++p)
-      part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
-                        bounds[static_cast<std::size_t>(p) + 1], batch);
+  std::vector<PanelPart<T>>& part = kept.parts(0, parts, [&](std::size_t p) {
+    return PanelPart<T>(panels, bounds[p], bounds[p + 1], batch);
+  });
   const bool packed = kept.packed();
   const bool zero_state = all_zero(h0, batch * units);  // as in lstm_forward_fused
   const LstmCellFn lstm_cell = elementwise_rows().lstm_cell[dtype_index(dtype)];

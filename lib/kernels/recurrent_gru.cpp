@@ -50,21 +50,17 @@ void gru_forward(const KernelCall& call) {
   static constexpr std::array<int, 2> weight_inputs = {2, 5};  // W and, when it projects, W_in
   KeptParts<PanelPart<T>> kept(call, {weight_inputs.data(), projects ? 2U : 1U}, bounds,
                                {batch, in.features, panels.width});
-  const bool packed = kept.packed();
-  std::vector<PanelPart<T>>& part = kept.parts(0);
-  if (part.empty())
-    for (int p = 0; p < parts; ++p)
-      part.emplace_back(panels, bounds[static_cast<std::size_t>(p)],
-                        bounds[static_cast<std::size_t>(p) + 1], batch);
+  std::vector<PanelPart<T>>& part = kept.parts(0, parts, [&](std::size_t p) {
+    return PanelPart<T>(panels, bounds[p], bounds[p + 1], batch);
+  });
   // With W_in, each part also projects its columns of the step's inputs, x_t W_in + b_in
   // [B, 3 width], in gate panels of W_in alone (K = 0 rows of h): the projection of every step is
   // never written, and the cell reads the part's rows of it (with b_in added: a zero bias then).
   const GatePanels input_panels = GatePanels::inputs(dtype, units, 3, in.features);
-  std::vector<PanelPart<T>>& input_part = kept.parts(1);
-  if (projects && input_part.empty())
-    for (int p = 0; p < parts; ++p)
-      input_part.emplace_back(input_panels, bounds[static_cast<std::size_t>(p)],
-                              bounds[static_cast<std::size_t>(p) + 1], batch);
+  std::vector<PanelPart<T>>& input_part = kept.parts(1, projects ? parts : 0, [&](std::size_t p) {
+    return PanelPart<T>(input_panels, bounds[p], bounds[p + 1], batch);
+  });
+  const bool packed = kept.packed();
   const std::vector<T> zeros(static_cast<std::size_t>(3 * units), T(0));
   const bool zero_state = all_zero(h0, batch * units);
   const GruCellFn gru_cell = elementwise_rows().gru_cell[dtype_index(dtype)];

@@ -251,11 +251,6 @@ struct PanelAllocator {
   }
 };
 
-/// One part of a recurrence whose step product z = x + b + (in W_in + a W) runs in gate panels:
-/// columns [u0, u0 + width) of every gate block of W_in [k_in, gates U] (when there is one) and
-/// W [k, gates U], cut into `blocks` panels per gate (the last one part-filled when the panel
-/// width does not divide the part's), their weights packed panel by panel (W_in's rows first),
-/// and z [B, gates width] (each gate's columns side by side).
 /// How many of the n elements from p are an infinity or a NaN (their exponent bits all ones):
 /// integer tests the compiler vectorizes, which a sum of floats (rounded in order) is not.
 template <class T>
@@ -278,6 +273,11 @@ bool all_zero(const T* p, std::int64_t n) {
   return std::all_of(p, p + n, [](T v) { return v == T(0); });
 }
 
+/// One part of a recurrence whose step product z = x + b + (in W_in + a W) runs in gate panels:
+/// columns [u0, u0 + width) of every gate block of W_in [k_in, gates U] (when there is one) and
+/// W [k, gates U], cut into `blocks` panels per gate (the last one part-filled when the panel
+/// width does not divide the part's), their weights packed panel by panel (W_in's rows first),
+/// and z [B, gates width] (each gate's columns side by side).
 template <class T>
 struct PanelPart {
   std::int64_t u0 = 0, width = 0, blocks = 0, batch = 0;
@@ -435,7 +435,7 @@ template <class Part>
 class KeptParts {
  public:
   /// Parts for `call`, whose inputs `weights` are what the parts pack; `bounds` (the unit cut)
-  /// and `sizes` are everything else they depend on (batch, features, panel width).
+  /// and `more` are everything else they depend on (batch, features, panel width).
   KeptParts(const KernelCall& call, std::span<const int> weights,
             const std::vector<std::int64_t>& bounds, std::initializer_list<std::int64_t> more)
       : memo_(call.memo) {
@@ -449,9 +449,17 @@ class KeptParts {
     kept_ = fresh.get();
     memo_->keep(call, weights, std::move(fresh));
   }
-  /// Set `set` (0 or 1) of the parts: empty until the caller makes them.
-  std::vector<Part>& parts(int set = 0) {
-    return (kept_ != nullptr ? kept_->parts : own_)[static_cast<std::size_t>(set)];
+  /// Set `set` (0 or 1) of `count` parts: part p is make(p), unless the set was kept whole from
+  /// an earlier call (one that failed while making it left it short: it is made again).
+  template <class Make>
+  std::vector<Part>& parts(int set, int count, Make make) {
+    std::vector<Part>& parts =
+        (kept_ != nullptr ? kept_->parts : own_)[static_cast<std::size_t>(set)];
+    if (static_cast<int>(parts.size()) == count) return parts;
+    if (kept_ != nullptr) kept_->packed = false;
+    parts.clear();
+    for (int p = 0; p < count; ++p) parts.push_back(make(static_cast<std::size_t>(p)));
+    return parts;
   }
   /// Whether the parts were packed by an earlier call (their weights are as they were then).
   [[nodiscard]] bool packed() const { return kept_ != nullptr && kept_->packed; }
