@@ -447,18 +447,6 @@ Plan build_plan(const GraphData& g, const std::vector<Shape>* shapes,
   return PlanBuilder(g, shapes, dim_values).build();
 }
 
-std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values) {
-  std::vector<Shape> shapes;
-  shapes.reserve(g.nodes.size());
-  for (const Node& n : g.nodes) {
-    Shape s = n.shape;
-    for (auto& d : s)
-      if (is_dynamic_dim(d)) d = values[static_cast<std::size_t>(dynamic_dim_id(d))];
-    shapes.push_back(s);
-  }
-  return shapes;
-}
-
 void lock_variables(const GraphData& g, const std::string& function_name,
                     std::vector<std::shared_ptr<VariableImpl>>& vars) {
   for (const auto& weak : g.variables) vars.push_back(weak.lock());

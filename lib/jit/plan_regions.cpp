@@ -1,4 +1,5 @@
-// Running a control-flow step of a compiled plan: its regions' own plans, once per iteration
+// Running a control-flow step of a compiled plan (and bind_shapes, the node shapes for a set of
+// dynamic sizes, which a region plan is built with): its regions' own plans, once per iteration
 // (scan, while_loop) or for the chosen branch (cond). A region plan is built once, for the
 // node shapes of the plan it is in. A loop allocates its body's arena once and reuses it every
 // iteration; a scan's body writes each step's y straight into its slot of the stacked result
@@ -175,6 +176,18 @@ void run_control_flow(const Node& node, std::span<const std::shared_ptr<const Pl
     default:
       fail(function_name, "internal: {} is not a control-flow node", static_cast<int>(node.kind));
   }
+}
+
+std::vector<Shape> bind_shapes(const GraphData& g, const std::vector<std::int64_t>& values) {
+  std::vector<Shape> shapes;
+  shapes.reserve(g.nodes.size());
+  for (const Node& n : g.nodes) {
+    Shape s = n.shape;
+    for (auto& d : s)
+      if (is_dynamic_dim(d)) d = values[static_cast<std::size_t>(dynamic_dim_id(d))];
+    shapes.push_back(s);
+  }
+  return shapes;
 }
 
 }  // namespace kiln::detail

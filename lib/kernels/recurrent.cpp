@@ -3,11 +3,8 @@
 // the recurrent kernel's gradient of either fused layer (recurrent_weight_grad); the GRU's are in
 // recurrent_gru.cpp. The layouts are documented at the front ends, lib/ops/recurrent.hpp.
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -76,7 +73,7 @@ struct FusedLstmPart {
       for (std::int64_t gate = 0; gate < 4; ++gate)
         std::copy_n(b + gate * units + u0 + j * w, valid(j), bias.data() + (j * 4 + gate) * w);
     const bool vector_blocks = w * static_cast<std::int64_t>(sizeof(T)) == 64;
-    __mmask16 not_finite = 0;  // lanes where some block of W held an infinity or a NaN
+    std::int64_t not_finite = 0;  // elements of the part's columns of W (not_finite_count)
     for (std::int64_t row = 0; row < rows; ++row) {
       const bool recurrent = row >= k_in;
       const T* src = recurrent ? w_rec + (row - k_in) * 4 * units : w_x + row * 4 * units;
@@ -86,30 +83,15 @@ struct FusedLstmPart {
           const T* from = src + gate * units + u0 + j * w;
           const std::int64_t n = valid(j);
           if (vector_blocks && n == w) {
-            const __m512i block = _mm512_loadu_si512(from);
-            _mm512_storeu_si512(to, block);
-            if (recurrent) not_finite |= not_finite_lanes(block);
-            continue;
+            std::memcpy(to, from, 64);
+          } else {
+            std::copy_n(from, n, to);
+            std::fill(to + n, to + w, T(0));
           }
-          std::copy_n(from, n, to);
-          std::fill(to + n, to + w, T(0));
-          if (recurrent && !std::all_of(from, from + n, [](T v) { return std::isfinite(v); }))
-            not_finite = 1;
+          if (recurrent) not_finite += not_finite_count(from, n);
         }
     }
     recurrent_finite = not_finite == 0;
-  }
-
-  /// The lanes of a block of T whose element is an infinity or a NaN (x - x is NaN there, 0
-  /// elsewhere; f64 blocks use the low 8 bits).
-  [[gnu::target("avx512f,avx2,fma")]] static __mmask16 not_finite_lanes(__m512i block) {
-    if constexpr (sizeof(T) == 4) {
-      const __m512 v = _mm512_castsi512_ps(block);
-      return _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
-    } else {
-      const __m512d v = _mm512_castsi512_pd(block);
-      return _mm512_cmp_pd_mask(_mm512_sub_pd(v, v), _mm512_setzero_pd(), _CMP_NEQ_UQ);
-    }
   }
 
   /// Bytes of the part's buffers.
