@@ -11,6 +11,8 @@
 //   read        64 MiB read and summed in four accumulators of the CPU's widest vectors,
 //               nothing written (the reference of the sum: a reduction moves no bytes out)
 //   memcpy      16 MiB -> 16 MiB with std::memcpy, for comparison only
+//   copy 3->1 asking ahead: the copy 3->1 asking for its lines 4 KiB ahead, as kiln's generated
+//               loops do over data beyond L2 (kiln::detail::loop_prefetch_bytes), for comparison
 //   chain       tanh(a*b+c)*0.5 over three f32[4M], a cached kiln::function (workload 2)
 //   chain, one loop  the same chain written as one AVX2 loop by hand (kiln's f32 tanh formula,
 //               the values in registers), on CPUs with AVX2 and FMA: what one generated loop per
@@ -235,6 +237,9 @@ int main(int argc, char** argv) try {
   };
   const auto copy1 = copy_team(one, stream), copy3 = copy_team(three, stream);
   const auto copy3_other = copy_team(three, !stream);
+  const auto copy3_ahead =
+      kiln::bench::sum_copy_team(three, rout.data, floats16, threads, stream,
+                                 static_cast<std::size_t>(kiln::detail::loop_prefetch_bytes));
   Buffer big(4 * floats16, 0.5f);
   std::vector<float> read_results(static_cast<std::size_t>(threads));
   ThreadTeam read64(threads, [&](int id, int t) {
@@ -337,6 +342,12 @@ int main(int argc, char** argv) try {
                   {}});
   rows.push_back(
       {"memcpy 1->1", 2 * m16, [&] { plain_copy.run(); }, 0, "std::memcpy per thread", {}});
+  rows.push_back({"copy 3->1, ahead",
+                  4 * m16,
+                  [&] { copy3_ahead->run(); },
+                  1,
+                  "asks 4 KiB ahead, as kiln's loops do; for comparison",
+                  {}});
   rows.push_back({"chain traced",
                   4 * m16,
                   [&] { chain(a, b, c); },

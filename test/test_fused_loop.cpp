@@ -249,9 +249,21 @@ TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and
                   instruction(Prim::sigmoid, -3, 0, 0), instruction(Prim::minimum, -1, -3)});
   shared.text = "min(sigmoid(max((a - b)^2, a - b)), max(...))";
   for (std::int64_t n : lengths) REQUIRE(loop_matches_interpreter(shared, n, {nullptr, nullptr}));
-  // Two threads split the output (more than 2^18 elements), with a tail of 5.
-  REQUIRE(loop_matches_interpreter(chain, (std::int64_t{1} << 19) + 5,
-                                   {nullptr, nullptr, nullptr, &half}));
+  // Two threads split the output (more than 2^18 elements), with a tail of 5. Its 8 MiB come
+  // from beyond the L2 caches: the loop asks for its streams ahead, and a smaller run's does not.
+  const std::int64_t large = (std::int64_t{1} << 19) + 5;
+  REQUIRE(loop_matches_interpreter(chain, large, {nullptr, nullptr, nullptr, &half}));
+  const auto prefetch_bytes_at = [&](std::int64_t n) {
+    const ArrayRef flat{nullptr, kiln::f32, Shape{n}, Shape{1}};
+    const ArrayRef scalar{nullptr, kiln::f32, Shape{n}, Shape{0}};
+    const ArrayRef in[4] = {flat, flat, flat, scalar};
+    const FusedLayout layout = kiln::detail::layout_fused(in, flat);
+    const auto loop = kiln::detail::generate_fused_loop(chain, layout, tested_level);
+    REQUIRE(loop != nullptr);
+    return kiln::detail::fused_loop_prefetch_bytes(*loop);
+  };
+  CHECK(prefetch_bytes_at(large) == kiln::detail::loop_prefetch_bytes);
+  CHECK(prefetch_bytes_at(4099) == 0);
 }
 
 namespace {

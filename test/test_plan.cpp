@@ -14,6 +14,7 @@
 #include "jit/plan.hpp"
 #include "jit/trace.hpp"
 #include "kernels/fused.hpp"
+#include "kernels/fused_loop.hpp"
 #include "kernels/streaming.hpp"
 
 using kiln::Shape;
@@ -399,6 +400,7 @@ TEST_CASE("fused steps over the same elements run as one group: one loop, or chu
       {"two chunks and a part", 2 * fused_group_chunk + 37, 1024, true},
       {"enough for both threads", 20 * fused_group_chunk + 5, 1024, true},
       {"in the last-level cache", 2 * fused_group_chunk + 37, 0, false},
+      {"beyond the L2 caches", 64 * fused_group_chunk + 3, 1024, true},
   };
   struct RestoreCacheBound {
     ~RestoreCacheBound() { kiln::detail::set_stream_output_bytes(0); }
@@ -424,8 +426,13 @@ TEST_CASE("fused steps over the same elements run as one group: one loop, or chu
         CHECK(groups[0].second == size);
         const Plan::Step& first = plan.steps[groups[0].first];
         CHECK((first.group_loop != nullptr) == (loop_steps > 0));
-        if (first.group_loop != nullptr)
+        if (first.group_loop != nullptr) {
           CHECK(first.group_loop->program.num_extra_outputs == static_cast<std::size_t>(size - 1));
+          // The loop asks ahead for its inputs and its outputs (the extra ones too) where they
+          // come from beyond the L2 caches: 4 MiB and more moved.
+          CHECK(kiln::detail::fused_loop_prefetch_bytes(*first.group_loop->layout->loop) ==
+                (c.n * 4 * 3 >= (std::int64_t{4} << 20) ? kiln::detail::loop_prefetch_bytes : 0));
+        }
         // Outputs the cache bound would stream: not those a later step of the group reads.
         for (std::int32_t m = 0; m < size; ++m)
           CHECK(plan.steps[groups[0].first + static_cast<std::size_t>(m)]

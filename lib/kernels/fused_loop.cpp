@@ -20,6 +20,7 @@
 #include "kernels/elementwise_table.hpp"
 #include "kernels/fused.hpp"
 #include "kernels/fused_loop_writer.hpp"
+#include "kernels/streaming.hpp"
 
 namespace kiln::detail {
 
@@ -34,11 +35,13 @@ bool loops_allowed_by_environment() {
 /// constants. Null when the program needs more registers than there are, or when no
 /// executable memory can be had (a hardened kernel): the interpreter runs those.
 std::shared_ptr<const LoopCode> write_loop_code(const FusedProgram& program, const FusedLoop& loop,
-                                                std::int64_t width, bool streamed) {
+                                                std::int64_t width, bool streamed,
+                                                std::int64_t ahead) {
   try {
     auto code = std::make_shared<LoopCode>();
     code->width = width;
-    auto writer = std::make_unique<LoopWriter>(program, loop, width);
+    code->ahead = ahead;
+    auto writer = std::make_unique<LoopWriter>(program, loop, width, ahead);
     const std::size_t plain = writer->write_function(false);
     const std::size_t streamed_at = streamed ? writer->write_function(true) : 0;
     writer->write_constants();
@@ -62,20 +65,20 @@ std::shared_ptr<const LoopCode> write_loop_code(const FusedProgram& program, con
 /// again. Writing one costs a page of executable memory and two system calls (map, protect),
 /// which at a few hundred fused steps made a first call a third slower. The key is everything
 /// the code depends on: each instruction (primitive, dtypes, operands, result slot), which
-/// inputs are held in registers, the vector width and whether a streamed function is written;
-/// not shapes,
-/// strides or row steps, which run_fused_loop_range applies. The cache holds weak references,
+/// inputs are held in registers, the vector width, whether a streamed function is written and
+/// how far ahead the loop asks for its streams; not shapes, strides or row steps, which
+/// run_fused_loop_range applies. The cache holds weak references,
 /// so code lives as long as some plan uses it, and entries whose code is gone are swept as the
 /// table grows: nothing here outlives the plans.
 class LoopCodeCache {
  public:
   std::shared_ptr<const LoopCode> get(const FusedProgram& program, const FusedLoop& loop,
-                                      std::int64_t width, bool streamed) {
-    const std::string key = key_of(program, loop, width, streamed);
+                                      std::int64_t width, bool streamed, std::int64_t ahead) {
+    const std::string key = key_of(program, loop, width, streamed, ahead);
     std::lock_guard lock(mutex_);
     if (auto it = codes_.find(key); it != codes_.end())
       if (auto code = it->second.lock()) return code;
-    auto code = write_loop_code(program, loop, width, streamed);
+    auto code = write_loop_code(program, loop, width, streamed, ahead);
     if (code == nullptr) return nullptr;
     codes_[key] = code;
     if (codes_.size() >= 2 * swept_size_) {
@@ -93,13 +96,14 @@ class LoopCodeCache {
 
  private:
   static std::string key_of(const FusedProgram& program, const FusedLoop& loop, std::int64_t width,
-                            bool streamed) {
+                            bool streamed, std::int64_t ahead) {
     std::string key;
     const auto put = [&](auto value) {
       key.append(reinterpret_cast<const char*>(&value), sizeof value);
     };
     put(width);
     put(streamed);
+    put(ahead);
     put(loop.num_inputs);
     for (std::size_t k = 0; k < loop.num_inputs; ++k) put(loop.scalar[k]);
     for (const FusedOp& op : program.ops) {
@@ -124,8 +128,9 @@ LoopCodeCache& loop_code_cache() {
 }
 
 std::shared_ptr<const LoopCode> loop_code_for(const FusedProgram& program, const FusedLoop& loop,
-                                              std::int64_t width, bool streamed) {
-  return loop_code_cache().get(program, loop, width, streamed);
+                                              std::int64_t width, bool streamed,
+                                              std::int64_t ahead) {
+  return loop_code_cache().get(program, loop, width, streamed, ahead);
 }
 
 }  // namespace
@@ -169,8 +174,10 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     loop->scalar[k] = inner == 0;
     loop->row_step[k] = dims.strides[k + 1][0] * 4;
   }
-  loop->code =
-      loop_code_for(program, *loop, level == SimdLevel::avx512 ? 16 : 8, layout.stream_output);
+  // Data from beyond the L2 caches is asked for ahead of the vector being computed.
+  const std::int64_t ahead = layout.short_blocks ? loop_prefetch_bytes : 0;
+  loop->code = loop_code_for(program, *loop, level == SimdLevel::avx512 ? 16 : 8,
+                             layout.stream_output, ahead);
   return loop->code != nullptr ? loop : nullptr;
 }
 
@@ -181,6 +188,8 @@ std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
     return nullptr;
   return generate_fused_loop(program, layout, simd_level());
 }
+
+std::int64_t fused_loop_prefetch_bytes(const FusedLoop& loop) { return loop.code->ahead; }
 
 std::size_t live_fused_loop_codes() { return loop_code_cache().live(); }
 

@@ -49,6 +49,11 @@ inline constexpr std::int64_t min_fused_loop_row = 64;
 std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
                                                 const FusedLayout& layout);
 
+/// How far ahead the loop's vector code asks for its streams, in bytes: loop_prefetch_bytes
+/// (kernels/streaming.hpp) for a layout whose data comes from beyond the L2 caches (one in
+/// short blocks), 0 otherwise.
+std::int64_t fused_loop_prefetch_bytes(const FusedLoop& loop);
+
 /// How many generated loop codes are alive. Loops with the same program and the same inputs
 /// held in registers share one code (written once per process while some plan uses it), so
 /// rebuilding or retracing a function does not add any.

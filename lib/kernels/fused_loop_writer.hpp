@@ -45,6 +45,9 @@ using LoopFn = void (*)(const char* const* inputs, char* out, std::int64_t rows,
 /// shared by every layout (and every plan) that needs the same: see LoopCodeCache.
 struct LoopCode {
   std::int64_t width = 8;  // floats per vector: 8 (ymm, AVX2) or 16 (zmm, AVX-512)
+  /// How far ahead (bytes of each stream) the vector loop asks for its flat inputs and outputs;
+  /// 0: it does not (see loop_prefetch_bytes).
+  std::int64_t ahead = 0;
   /// Owns the executable memory; nothing else of the writer (whose references to the program
   /// and layout it was written for are not kept valid) is used once the code is ready.
   std::unique_ptr<Xbyak::CodeGenerator> writer;
@@ -168,14 +171,17 @@ Liveness liveness_of(const FusedProgram& program) {
 
 class LoopWriter : public Xbyak::CodeGenerator {
  public:
-  /// A writer for vectors of `width` floats: 8 (ymm) or 16 (zmm).
-  LoopWriter(const FusedProgram& program, const FusedLoop& loop, std::int64_t width)
+  /// A writer for vectors of `width` floats: 8 (ymm) or 16 (zmm), whose vector loops ask for
+  /// their streams `ahead` bytes ahead (0: not at all).
+  LoopWriter(const FusedProgram& program, const FusedLoop& loop, std::int64_t width,
+             std::int64_t ahead)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
         program_(program),
         loop_(loop),
         live_(liveness_of(program)),
         width_(width),
-        wide_(width == 16) {}
+        wide_(width == 16),
+        ahead_(static_cast<int>(ahead)) {}
 
   /// Writes one loop function; returns its offset in the code. The function walks `rows` rows
   /// of walk[0] elements: input k's row at walk[2 + k] bytes from the last, the output's at
@@ -251,6 +257,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
     jz(tail, T_NEAR);
     align(32);
     L(vectors);
+    write_prefetches(base, streamed);
     write_body(base, broadcast_reg, streamed, false);
     add(rax, static_cast<int>(4 * width_));
     cmp(rax, rdx);
@@ -282,6 +289,23 @@ class LoopWriter : public Xbyak::CodeGenerator {
     for (const Xbyak::Reg64& r : {r15, r14, r13, r12, rbp, rbx}) pop(r);
     ret();
     return start;
+  }
+
+  /// When the loop asks ahead: a request for the line `ahead_` bytes past offset rax of each
+  /// flat input (into L2, prefetcht1) and of each output written with plain stores (prefetchw:
+  /// the line comes to be written, with no second request to own it). A zmm vector is one
+  /// 64-byte line; a ymm one is half of one, and its line is asked for twice, which costs less
+  /// than a test. Prefetches never fault, so those past the end of a stream are harmless.
+  void write_prefetches(const std::array<Xbyak::Reg64, max_fused_pointers>& base, bool streamed) {
+    if (ahead_ == 0) return;
+    for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
+      if (!used(k) || loop_.scalar[k]) continue;
+      if (k >= program_.num_inputs)
+        prefetchw(ptr[base[k] + rax + ahead_]);  // an extra output
+      else
+        prefetcht1(ptr[base[k] + rax + ahead_]);
+    }
+    if (!streamed) prefetchw(ptr[rsi + rax + ahead_]);
   }
 
   /// The program over one vector at byte offset rax of each flat input and of the output (rsi):
@@ -596,6 +620,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
   const Liveness live_;
   const std::int64_t width_;
   const bool wide_;
+  const int ahead_;
   std::uint32_t free_ = 0;  // vector registers not holding a value
   int tail_mask_ = -1;      // the ymm register of the tail's lane mask, while a tail is written
   std::vector<Constant> constants_;
