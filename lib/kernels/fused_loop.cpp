@@ -31,6 +31,12 @@ bool loops_allowed_by_environment() {
   return allowed;
 }
 
+/// KILN_LOOP_PREFETCH=0 keeps loops from asking ahead (for A/B measurements on a new CPU).
+bool loop_prefetch_allowed_by_environment() {
+  static const bool allowed = switched_on_by_environment("KILN_LOOP_PREFETCH");
+  return allowed;
+}
+
 /// Writes the code of a loop: the plain function, the streamed one when asked for, then the
 /// constants. Null when the program needs more registers than there are, or when no
 /// executable memory can be had (a hardened kernel): the interpreter runs those.
@@ -175,7 +181,8 @@ std::shared_ptr<const FusedLoop> generate_fused_loop(const FusedProgram& program
     loop->row_step[k] = dims.strides[k + 1][0] * 4;
   }
   // Data from beyond the L2 caches is asked for ahead of the vector being computed.
-  const std::int64_t ahead = layout.short_blocks ? loop_prefetch_bytes : 0;
+  const std::int64_t ahead =
+      layout.short_blocks && loop_prefetch_allowed_by_environment() ? loop_prefetch_bytes : 0;
   loop->code = loop_code_for(program, *loop, level == SimdLevel::avx512 ? 16 : 8,
                              layout.stream_output, ahead);
   return loop->code != nullptr ? loop : nullptr;

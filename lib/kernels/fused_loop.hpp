@@ -51,7 +51,7 @@ std::shared_ptr<const FusedLoop> fused_loop_for(const FusedProgram& program,
 
 /// How far ahead the loop's vector code asks for its streams, in bytes: loop_prefetch_bytes
 /// (kernels/streaming.hpp) for a layout whose data comes from beyond the L2 caches (one in
-/// short blocks), 0 otherwise.
+/// short blocks) unless KILN_LOOP_PREFETCH is 0, 0 otherwise.
 std::int64_t fused_loop_prefetch_bytes(const FusedLoop& loop);
 
 /// How many generated loop codes are alive. Loops with the same program and the same inputs

@@ -294,10 +294,16 @@ class LoopWriter : public Xbyak::CodeGenerator {
   /// When the loop asks ahead: a request for the line `ahead_` bytes past offset rax of each
   /// flat input (into L2, prefetcht1) and of each output written with plain stores (prefetchw:
   /// the line comes to be written, with no second request to own it). A zmm vector is one
-  /// 64-byte line; a ymm one is half of one, and its line is asked for twice, which costs less
-  /// than a test. Prefetches never fault, so those past the end of a stream are harmless.
+  /// 64-byte line; a ymm one is half of one, and only every other ymm vector asks (each request
+  /// holds one of the core's outstanding-miss entries while it runs). Prefetches never fault, so
+  /// those past the end of a stream are harmless.
   void write_prefetches(const std::array<Xbyak::Reg64, max_fused_pointers>& base, bool streamed) {
     if (ahead_ == 0) return;
+    Xbyak::Label asked;
+    if (!wide_) {
+      test(eax, 32);
+      jnz(asked, T_NEAR);
+    }
     for (std::size_t k = 0; k < loop_.num_inputs; ++k) {
       if (!used(k) || loop_.scalar[k]) continue;
       if (k >= program_.num_inputs)
@@ -306,6 +312,7 @@ class LoopWriter : public Xbyak::CodeGenerator {
         prefetcht1(ptr[base[k] + rax + ahead_]);
     }
     if (!streamed) prefetchw(ptr[rsi + rax + ahead_]);
+    L(asked);
   }
 
   /// The program over one vector at byte offset rax of each flat input and of the output (rsi):
