@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <new>
@@ -182,11 +183,16 @@ struct LargeBlockCache {
   }
   ~LargeBlockCache() { release(); }
 
+  /// The smallest kept block that serves `size`, and of those of its size the one kept last:
+  /// its lines are the likeliest to be in the caches still. (Handing out the one kept first
+  /// made a cached 16 MiB chain, after eager work had left four such blocks here, write a
+  /// different output each call: 1.8 ms against 1.3 for the same one each call.)
   void* take(std::size_t size) {
     std::lock_guard lock(mutex);
     auto it = blocks.lower_bound(size);
     const std::size_t largest = slack_divisor == 0 ? size : size + size / slack_divisor;
     if (it == blocks.end() || it->first > largest) return nullptr;
+    it = std::prev(blocks.upper_bound(it->first));  // equal sizes keep the order they came in
     void* p = it->second.p;
     bytes -= it->first;
     blocks.erase(it);
