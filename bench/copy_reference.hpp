@@ -65,14 +65,14 @@ inline std::pair<std::size_t, std::size_t> share(std::size_t n, int id, int thre
 inline std::unique_ptr<ThreadTeam> sum_copy_team(std::vector<const float*> in, float* out,
                                                  std::size_t n, int threads, bool stream,
                                                  std::size_t ahead = 0) {
-  return std::make_unique<ThreadTeam>(threads, [in = std::move(in), out, n, stream,
-                                                ahead](int id, int t) {
+  auto part = [in = std::move(in), out, n, stream, ahead](int id, int t) {
     const auto [begin, end] = share(n, id, t);
     sum_part(in, out, begin, end, stream, ahead);
 #if defined(__SSE2__)
     if (stream) _mm_sfence();
 #endif
-  });
+  };
+  return std::make_unique<ThreadTeam>(threads, std::move(part));
 }
 
 }  // namespace kiln::bench

@@ -436,7 +436,7 @@ TEST_CASE("fused steps over the same elements run as one group: one loop, or chu
                             std::string(std::getenv("KILN_LOOP_PREFETCH")) != "0";
           CHECK(kiln::detail::fused_loop_prefetch_bytes(*first.group_loop->layout->loop) ==
                 (asks && c.n * 4 * 3 >= (std::int64_t{4} << 20) ? kiln::detail::loop_prefetch_bytes
-                                                                 : 0));
+                                                                : 0));
         }
         // Outputs the cache bound would stream: not those a later step of the group reads.
         for (std::int32_t m = 0; m < size; ++m)

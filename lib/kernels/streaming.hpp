@@ -33,9 +33,9 @@ inline constexpr std::int64_t stream_prefetch_bytes = 8192;
 
 /// How far ahead of the vector being computed (in bytes of each stream) a generated fused loop
 /// over data from beyond the L2 caches (a layout in short blocks) asks for its flat inputs
-/// (prefetcht1) and its plain-stored outputs (prefetchw), one request per 64-byte line. The hardware
-/// prefetchers alone left the chain `tanh(a*b+c)*0.5` over 4M f32 at 1.47-1.65 ms (two threads,
-/// zmm loops, Xeon); asking 1, 2, 3, 4, 6 and 8 KiB ahead gave 1.28-1.35, 1.21-1.32,
+/// (prefetcht1) and its plain-stored outputs (prefetchw), one request per 64-byte line. The
+/// hardware prefetchers alone left the chain `tanh(a*b+c)*0.5` over 4M f32 at 1.47-1.65 ms (two
+/// threads, zmm loops, Xeon); asking 1, 2, 3, 4, 6 and 8 KiB ahead gave 1.28-1.35, 1.21-1.32,
 /// 1.20-1.22, 1.25-1.27, 1.26-1.27 and 1.31-1.41 ms (ymm loops: 1.53-1.58 to 1.28-1.30 at
 /// 4 KiB). 4 KiB sits inside the flat range, where CPUs whose memory is further away than
 /// this one's have room: far enough for the lines to arrive while the ones before them are
