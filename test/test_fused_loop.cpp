@@ -21,6 +21,7 @@
 
 #include <kiln/kiln.hpp>
 
+#include "core/environment.hpp"
 #include "kernels/elementwise_table.hpp"
 #include "kernels/fused.hpp"
 #include "kernels/fused_loop.hpp"
@@ -262,8 +263,7 @@ TEST_CASE("generated fused loops run whole programs: the chain, silu, shared and
     REQUIRE(loop != nullptr);
     return kiln::detail::fused_loop_prefetch_bytes(*loop);
   };
-  const bool asks = std::getenv("KILN_LOOP_PREFETCH") == nullptr ||
-                    std::string(std::getenv("KILN_LOOP_PREFETCH")) != "0";
+  const bool asks = kiln::detail::switched_on_by_environment("KILN_LOOP_PREFETCH");
   CHECK(prefetch_bytes_at(large) == (asks ? kiln::detail::loop_prefetch_bytes : 0));
   CHECK(prefetch_bytes_at(4099) == 0);
 }

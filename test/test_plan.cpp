@@ -3,14 +3,13 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <cstdlib>
 #include <functional>
-#include <string>
 #include <thread>
 
 #include <kiln/control_flow.hpp>
 #include <kiln/kiln.hpp>
 
+#include "core/environment.hpp"
 #include "graph_test_support.hpp"
 #include "jit/graph.hpp"
 #include "jit/plan.hpp"
@@ -432,8 +431,7 @@ TEST_CASE("fused steps over the same elements run as one group: one loop, or chu
           CHECK(first.group_loop->program.num_extra_outputs == static_cast<std::size_t>(size - 1));
           // The loop asks ahead for its inputs and its outputs (the extra ones too) where they
           // come from beyond the L2 caches: 4 MiB and more moved.
-          const bool asks = std::getenv("KILN_LOOP_PREFETCH") == nullptr ||
-                            std::string(std::getenv("KILN_LOOP_PREFETCH")) != "0";
+          const bool asks = kiln::detail::switched_on_by_environment("KILN_LOOP_PREFETCH");
           CHECK(kiln::detail::fused_loop_prefetch_bytes(*first.group_loop->layout->loop) ==
                 (asks && c.n * 4 * 3 >= (std::int64_t{4} << 20) ? kiln::detail::loop_prefetch_bytes
                                                                 : 0));
