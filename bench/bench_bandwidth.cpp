@@ -346,7 +346,8 @@ int main(int argc, char** argv) try {
                   4 * m16,
                   [&] { copy3_ahead->run(); },
                   1,
-                  "asks 4 KiB ahead, as kiln's loops do; for comparison",
+                  fmt::format("asks {} KiB ahead, as kiln's loops do; for comparison",
+                              kiln::detail::loop_prefetch_bytes / 1024),
                   {}});
   rows.push_back({"chain traced",
                   4 * m16,
