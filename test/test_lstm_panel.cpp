@@ -32,8 +32,8 @@ void check_lstm_panels(const kiln::detail::ElementwiseRowTable& table) {
     return v;
   };
   for (const std::int64_t rows : {1, 2, 5, 6, 7, 10, 11, 12, 13, 17, 64})
-    for (const std::int64_t k : {0, 3, 37})
-      for (const std::int64_t k_in : {0, 2, 13})
+    for (const std::int64_t k : {0, 3, 8, 37})  // none, a rest of k, whole steps of 4, both
+      for (const std::int64_t k_in : {0, 2, 4, 13})
         for (const bool with_x : {true, false})
           for (const bool save : {true, false}) {
             if (k == 0 && k_in == 0 && !with_x) continue;
