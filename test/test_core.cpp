@@ -4,9 +4,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <string_view>
-
-#include <sys/mman.h>
 
 #include <kiln/kiln.hpp>
 
@@ -62,7 +59,8 @@ TEST_CASE("Tensor handle: metadata, copies share, undefined tensors throw", "[co
                     "[tensor] 2 values do not fill shape [3] (3 elements)");
 }
 
-TEST_CASE("Buffers are 64-byte aligned and counted, zero-size and inline ones included", "[core]") {
+TEST_CASE("Buffers are 64-byte aligned and counted, zero-size and inline ones included",
+          "[core]") {
   // Up to 16 floats live inside their Storage's allocation; 17 and more get a block of their own.
   for (std::int64_t n : {0, 1, 3, 16, 17, 1000}) {
     const std::int64_t before = kiln::memory_stats().live_bytes;
@@ -157,7 +155,8 @@ TEST_CASE("memory_stats counts live tensors and bytes and returns to baseline", 
   CHECK(after.live_bytes == before.live_bytes);
 }
 
-TEST_CASE("a large buffer just freed is kept for reuse, the oldest kept ones make room", "[core]") {
+TEST_CASE("a large buffer just freed is kept for reuse, the oldest kept ones make room",
+          "[core]") {
   // The cache is bounded (1 GiB unless KILN_CACHED_BYTES_LIMIT says otherwise). A buffer freed
   // when the cache is full must push out older ones, not be unmapped itself: a plan's arena is
   // freed and asked for again by every call, and unmapping it costs a page fault per 4 KiB.
@@ -200,46 +199,6 @@ TEST_CASE("of the large buffers kept with one size, the one freed last is handed
     CHECK(out.data() == addresses.back());
   }
   kiln::release_cached_memory();
-}
-
-TEST_CASE("large buffers from 4 MiB start on a 2 MiB boundary and hold only what was asked",
-          "[core]") {
-  // Their whole 2 MiB pages are advised MADV_HUGEPAGE (a kernel streaming the buffer walks the
-  // page tables once per 2 MiB, not per 4 KiB); the tail stays in 4 KiB pages, so the cache
-  // counts the size asked for, rounded to 4 KiB, as below 4 MiB.
-  if (std::getenv("KILN_CACHED_BYTES_LIMIT") != nullptr) return;
-  kiln::release_cached_memory();
-  const std::size_t mib = std::size_t{1} << 20;
-  const bool advised = std::getenv("KILN_HUGE_PAGES") == nullptr ||
-                       std::string_view(std::getenv("KILN_HUGE_PAGES")) != "0";
-  for (const std::size_t bytes : {3 * mib, 4 * mib + 3 * 4096 + 5, 13 * mib + 64}) {
-    INFO(bytes << " bytes");
-    void* block = detail::allocate_block(bytes);
-    REQUIRE(block != nullptr);
-    const auto address = reinterpret_cast<std::uintptr_t>(block);
-    CHECK(address % 4096 == 0);
-    if (advised && bytes >= 4 * mib) CHECK(address % (2 * mib) == 0);
-    std::memset(block, 7, bytes);  // the whole request is writable
-    detail::free_block(block, bytes);
-    const std::size_t held = (bytes + 4095) / 4096 * 4096;
-    CHECK(kiln::memory_stats().cached_bytes == static_cast<std::int64_t>(held));
-    CHECK(detail::allocate_block(bytes) == block);  // kept, and handed out again
-    detail::free_block(block, bytes);
-    kiln::release_cached_memory();
-  }
-  if (!advised) return;
-  // A block handed out for a smaller request (up to a quarter smaller) and released as that
-  // size still gives its whole mapping back.
-  void* block = detail::allocate_block(5 * mib);
-  REQUIRE(block != nullptr);
-  detail::free_block(block, 5 * mib);
-  void* again = detail::allocate_block(9 * mib / 2);
-  CHECK(again == block);
-  detail::free_block(again, 9 * mib / 2);
-  kiln::release_cached_memory();
-  unsigned char resident = 0;
-  void* last_page = static_cast<unsigned char*>(block) + 5 * mib - 4096;
-  CHECK(::mincore(last_page, 4096, &resident) == -1);  // ENOMEM: nothing is mapped there
 }
 
 TEST_CASE("huge-page blocks are 2 MiB aligned, kept for a request of the same size, and released",

@@ -8,13 +8,11 @@
 #include <map>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
 #include <sys/mman.h>
 
-#include "core/environment.hpp"
 #include "kiln/error.hpp"
 #include "kiln/memory.hpp"
 
@@ -160,86 +158,8 @@ constexpr std::size_t page = 4096;
 
 /// Gives a block back to the system: std::free for aligned_alloc's, munmap for a mapping's.
 using BlockRelease = void (*)(void* p, std::size_t size);
+void release_allocated(void* p, std::size_t /*size*/) { std::free(p); }
 void release_mapped(void* p, std::size_t size) { ::munmap(p, size); }
-
-/// Whether kiln asks the kernel for huge pages (MADV_HUGEPAGE) where it does: for the large
-/// buffers below and allocate_huge_block's. KILN_HUGE_PAGES=0 turns the advice off, for the A/B
-/// on a new machine (the advice needs transparent huge pages at "madvise" or "always").
-bool advising_huge_pages() {
-  static const bool on = switched_on_by_environment("KILN_HUGE_PAGES");
-  return on;
-}
-
-/// A mapping of `held` bytes (a multiple of 4 KiB) of its own, starting on a 2 MiB boundary,
-/// its whole 2 MiB pages advised MADV_HUGEPAGE (a tail past the last whole one stays in 4 KiB
-/// pages, so it holds no more memory than asked). A mapping of its own is never memory the
-/// heap already faulted in as 4 KiB pages, which the advice would not change. Null when the
-/// system has no memory.
-void* map_on_huge_boundary(std::size_t held) {
-  const std::size_t span = held + huge_page_bytes;
-  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  const auto base = reinterpret_cast<std::uintptr_t>(raw);
-  const std::uintptr_t aligned = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
-  if (aligned > base) ::munmap(raw, aligned - base);
-  const std::uintptr_t end = base + span, used_end = aligned + held;
-  if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
-  const std::size_t whole_pages = held / huge_page_bytes * huge_page_bytes;
-  if (whole_pages > 0 && advising_huge_pages())
-    ::madvise(reinterpret_cast<void*>(aligned), whole_pages, MADV_HUGEPAGE);
-  return reinterpret_cast<void*>(aligned);
-}
-
-/// The large buffers that are mappings of their own (allocate_large_block), by address, with
-/// the bytes mapped: a buffer is released by its address, and the size it is released with can
-/// be smaller than its mapping (the large cache hands out a block for a request up to a quarter
-/// smaller).
-struct LargeMappings {
-  std::mutex mutex;
-  std::unordered_map<void*, std::size_t> bytes;
-};
-LargeMappings& large_mappings() {
-  static auto* mappings = new LargeMappings;  // never destroyed: usable at exit
-  return *mappings;
-}
-
-/// Gives a large block back to the system: munmap for a mapping of its own, std::free for
-/// aligned_alloc's.
-void release_allocated(void* p, std::size_t /*size*/) {
-  std::size_t mapped = 0;
-  {
-    LargeMappings& mappings = large_mappings();
-    const std::lock_guard lock(mappings.mutex);
-    if (const auto it = mappings.bytes.find(p); it != mappings.bytes.end()) {
-      mapped = it->second;
-      mappings.bytes.erase(it);
-    }
-  }
-  if (mapped > 0)
-    ::munmap(p, mapped);
-  else
-    std::free(p);
-}
-
-/// Large buffers from this size on are mappings of their own on a 2 MiB boundary with their
-/// whole 2 MiB pages advised MADV_HUGEPAGE (map_on_huge_boundary). A buffer that big is
-/// streamed by its kernel, and in 4 KiB pages each new page of it costs a walk of the page
-/// tables: an LSTM(512) forward over 50 steps (12.5 MiB of output, 64 new pages a step) ran
-/// 26.2-27.0 ms with them advised against 26.8-27.7 without, on the Xeon.
-constexpr std::size_t huge_advice_threshold = std::size_t{4} << 20;
-
-/// A new block of `held` bytes (a multiple of 4 KiB) for the large cache: aligned_alloc's
-/// (page-aligned) or, from huge_advice_threshold on, a mapping of its own (noted in
-/// large_mappings for its release).
-void* allocate_large_block(std::size_t held) {
-  if (held < huge_advice_threshold || !advising_huge_pages()) return std::aligned_alloc(page, held);
-  void* p = map_on_huge_boundary(held);
-  if (p == nullptr) return nullptr;
-  LargeMappings& mappings = large_mappings();
-  const std::lock_guard lock(mappings.mutex);
-  mappings.bytes.emplace(p, held);
-  return p;
-}
 
 struct LargeBlockCache {
   struct Block {
@@ -342,7 +262,7 @@ void* allocate_block(std::size_t bytes) {
   const std::size_t held = held_bytes(rounded);
   if (held >= large_threshold) {
     if (void* p = large_cache().take(held)) return p;
-    return allocate_large_block(held);
+    return std::aligned_alloc(page, held);
   }
   return std::aligned_alloc(alignment, held);
 }
@@ -358,17 +278,25 @@ void free_block(void* p, std::size_t bytes) {
     }
   }
   const std::size_t held = held_bytes(rounded);
-  if (held >= large_threshold) {
-    if (!large_cache().keep(p, held)) release_allocated(p, held);
-    return;
-  }
+  if (held >= large_threshold && large_cache().keep(p, held)) return;
   std::free(p);
 }
 
 void* allocate_huge_block(std::size_t bytes) {
   const std::size_t held = huge_block_bytes(bytes);
   if (void* p = huge_cache().take(held)) return p;
-  return map_on_huge_boundary(held);
+  // A mapping of its own, cut to 2 MiB boundaries: never memory the heap already faulted in
+  // as 4 KiB pages, which the advice below would not change.
+  const std::size_t span = held + huge_page_bytes;
+  void* raw = ::mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (base + huge_page_bytes - 1) / huge_page_bytes * huge_page_bytes;
+  if (aligned > base) ::munmap(raw, aligned - base);
+  const std::uintptr_t end = base + span, used_end = aligned + held;
+  if (end > used_end) ::munmap(reinterpret_cast<void*>(used_end), end - used_end);
+  ::madvise(reinterpret_cast<void*>(aligned), held, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
 }
 
 void free_huge_block(void* p, std::size_t bytes) {
