@@ -42,7 +42,9 @@ constexpr std::int64_t gate_tile_rows = std::is_same_v<Arch, xsimd::avx512f> ? 8
 /// acc[v][r] = the sums of PanelProductArgs for rows i + r, r < R, and the V vectors v of each
 /// panel row (V vectors a row), each sum in order, one fused multiply-add per term where the
 /// instruction set has them. Every 4 rows of k, the next 64-byte line of [ask, ask_end) is asked
-/// for into L2 (addresses as integers: the last may pass the end).
+/// for into L2 (addresses as integers: the last may pass the end). A fused LSTM tile with f32 on
+/// AVX-512 (V = 4) runs kiln's assembly instead, which asks for two lines every 4 rows
+/// (lstm_tile_sums_avx512).
 template <class Arch, class T, int R, int V>
 [[gnu::always_inline]] inline void panel_sums(xsimd::batch<T, Arch> (&acc)[V][R],
                                               const PanelProductArgs& g, std::int64_t i,
