@@ -32,46 +32,48 @@
   "vfmadd231ps %%zmm26, %%zmm" #B ", %%zmm" #S2 "\n\t" \
   "vfmadd231ps %%zmm27, %%zmm" #B ", %%zmm" #S3 "\n\t"
 
-// One row of k: the panel row at byte OB from %[b], then each tile row's element at byte OA from
-// its row start, broadcast and multiplied into its four sums (rows past %c[rows] left out).
-#define KILN_ZMM4_STEP(OB, OA)                                                              \
-  "vmovups " #OB "(%[b]), %%zmm24\n\t"                                                      \
-  "vmovups " #OB "+64(%[b]), %%zmm25\n\t"                                                   \
-  "vmovups " #OB "+128(%[b]), %%zmm26\n\t"                                                  \
-  "vmovups " #OB "+192(%[b]), %%zmm27\n\t"                                                  \
-  "vbroadcastss " #OA "(%[a]), %%zmm28\n\t" KILN_ZMM4_FMAS(28, 0, 1, 2, 3)                  \
-  ".if %c[rows] > 1\n\t"                                                                    \
-  "vbroadcastss " #OA "(%[a], %[ld]), %%zmm29\n\t" KILN_ZMM4_FMAS(29, 4, 5, 6, 7)           \
-  ".endif\n\t"                                                                              \
-  ".if %c[rows] > 2\n\t"                                                                    \
-  "vbroadcastss " #OA "(%[a], %[ld], 2), %%zmm30\n\t" KILN_ZMM4_FMAS(30, 8, 9, 10, 11)      \
-  ".endif\n\t"                                                                              \
-  ".if %c[rows] > 3\n\t"                                                                    \
-  "vbroadcastss " #OA "(%[a3]), %%zmm31\n\t" KILN_ZMM4_FMAS(31, 12, 13, 14, 15)             \
-  ".endif\n\t"                                                                              \
-  ".if %c[rows] > 4\n\t"                                                                    \
-  "vbroadcastss " #OA "(%[a3], %[ld]), %%zmm28\n\t" KILN_ZMM4_FMAS(28, 16, 17, 18, 19)      \
-  ".endif\n\t"                                                                              \
-  ".if %c[rows] > 5\n\t"                                                                    \
-  "vbroadcastss " #OA "(%[a3], %[ld], 2), %%zmm29\n\t" KILN_ZMM4_FMAS(29, 20, 21, 22, 23)   \
+// Tile row R's element at ADDR broadcast into register B and multiplied into its four sums
+// (KILN_ZMM4_FMAS), when the tile has more than R rows (row 0 always: written out below).
+#define KILN_ZMM4_ROW_STEP(R, ADDR, B, S0, S1, S2, S3)\
+  ".if %c[rows] > " #R "\n\t"                         \
+  "vbroadcastss " ADDR ", %%zmm" #B "\n\t"            \
+  KILN_ZMM4_FMAS(B, S0, S1, S2, S3)                   \
   ".endif\n\t"
 
-// Loads (KILN_ZMM4_LOAD) or stores (KILN_ZMM4_SAVE) tile row R's four sums, at byte 256 R of
-// %[acc], in zmm 4R to 4R + 3 (rows past %c[rows] left out).
-#define KILN_ZMM4_LOAD(R, Z0, Z1, Z2, Z3)                     \
-  ".if %c[rows] > " #R "\n\t"                               \
-  "vmovups " #R "*256(%[acc]), %%zmm" #Z0 "\n\t"             \
-  "vmovups " #R "*256+64(%[acc]), %%zmm" #Z1 "\n\t"          \
-  "vmovups " #R "*256+128(%[acc]), %%zmm" #Z2 "\n\t"         \
-  "vmovups " #R "*256+192(%[acc]), %%zmm" #Z3 "\n\t"         \
+// One row of k: the panel row at byte OB from %[b], then each tile row's element at byte OA from
+// its row start (rows 0-2 from %[a], 3-5 from %[a3], %[ld] bytes apart).
+#define KILN_ZMM4_STEP(OB, OA)                                             \
+  "vmovups " #OB "(%[b]), %%zmm24\n\t"                                     \
+  "vmovups " #OB "+64(%[b]), %%zmm25\n\t"                                  \
+  "vmovups " #OB "+128(%[b]), %%zmm26\n\t"                                 \
+  "vmovups " #OB "+192(%[b]), %%zmm27\n\t"                                 \
+  "vbroadcastss " #OA "(%[a]), %%zmm28\n\t"                                \
+  KILN_ZMM4_FMAS(28, 0, 1, 2, 3)                                           \
+  KILN_ZMM4_ROW_STEP(1, #OA "(%[a], %[ld])", 29, 4, 5, 6, 7)               \
+  KILN_ZMM4_ROW_STEP(2, #OA "(%[a], %[ld], 2)", 30, 8, 9, 10, 11)          \
+  KILN_ZMM4_ROW_STEP(3, #OA "(%[a3])", 31, 12, 13, 14, 15)                 \
+  KILN_ZMM4_ROW_STEP(4, #OA "(%[a3], %[ld])", 28, 16, 17, 18, 19)          \
+  KILN_ZMM4_ROW_STEP(5, #OA "(%[a3], %[ld], 2)", 29, 20, 21, 22, 23)
+
+// Tile row R's four sums, at byte 256 R of %[acc], moved to or from zmm 4R to 4R + 3 by MOVE
+// (KILN_ZMM_LOAD or KILN_ZMM_SAVE, of an address and a register number); rows past %c[rows]
+// left out. KILN_ZMM4_TILE moves all six.
+#define KILN_ZMM_LOAD(M, Z) "vmovups " M ", %%zmm" #Z "\n\t"
+#define KILN_ZMM_SAVE(M, Z) "vmovups %%zmm" #Z ", " M "\n\t"
+#define KILN_ZMM4_ROW(MOVE, R, Z0, Z1, Z2, Z3) \
+  ".if %c[rows] > " #R "\n\t"                 \
+  MOVE(#R "*256(%[acc])", Z0)                 \
+  MOVE(#R "*256+64(%[acc])", Z1)              \
+  MOVE(#R "*256+128(%[acc])", Z2)             \
+  MOVE(#R "*256+192(%[acc])", Z3)             \
   ".endif\n\t"
-#define KILN_ZMM4_SAVE(R, Z0, Z1, Z2, Z3)                     \
-  ".if %c[rows] > " #R "\n\t"                               \
-  "vmovups %%zmm" #Z0 ", " #R "*256(%[acc])\n\t"             \
-  "vmovups %%zmm" #Z1 ", " #R "*256+64(%[acc])\n\t"          \
-  "vmovups %%zmm" #Z2 ", " #R "*256+128(%[acc])\n\t"         \
-  "vmovups %%zmm" #Z3 ", " #R "*256+192(%[acc])\n\t"         \
-  ".endif\n\t"
+#define KILN_ZMM4_TILE(MOVE)             \
+  KILN_ZMM4_ROW(MOVE, 0, 0, 1, 2, 3)     \
+  KILN_ZMM4_ROW(MOVE, 1, 4, 5, 6, 7)     \
+  KILN_ZMM4_ROW(MOVE, 2, 8, 9, 10, 11)   \
+  KILN_ZMM4_ROW(MOVE, 3, 12, 13, 14, 15) \
+  KILN_ZMM4_ROW(MOVE, 4, 16, 17, 18, 19) \
+  KILN_ZMM4_ROW(MOVE, 5, 20, 21, 22, 23)
 // clang-format on
 
 namespace kiln::detail {
@@ -96,12 +98,7 @@ template <int R>
   std::int64_t rest = k % 4;   // then one row at a time
   // clang-format off
   asm volatile(
-      KILN_ZMM4_LOAD(0, 0, 1, 2, 3)
-      KILN_ZMM4_LOAD(1, 4, 5, 6, 7)
-      KILN_ZMM4_LOAD(2, 8, 9, 10, 11)
-      KILN_ZMM4_LOAD(3, 12, 13, 14, 15)
-      KILN_ZMM4_LOAD(4, 16, 17, 18, 19)
-      KILN_ZMM4_LOAD(5, 20, 21, 22, 23)
+      KILN_ZMM4_TILE(KILN_ZMM_LOAD)
       "lea (%[ld], %[ld], 2), %[a3]\n\t"
       "add %[a], %[a3]\n\t"
       "test %[fours], %[fours]\n\t"
@@ -133,12 +130,7 @@ template <int R>
       "dec %[rest]\n\t"
       "jnz 4b\n\t"
       "5:\n\t"
-      KILN_ZMM4_SAVE(0, 0, 1, 2, 3)
-      KILN_ZMM4_SAVE(1, 4, 5, 6, 7)
-      KILN_ZMM4_SAVE(2, 8, 9, 10, 11)
-      KILN_ZMM4_SAVE(3, 12, 13, 14, 15)
-      KILN_ZMM4_SAVE(4, 16, 17, 18, 19)
-      KILN_ZMM4_SAVE(5, 20, 21, 22, 23)
+      KILN_ZMM4_TILE(KILN_ZMM_SAVE)
       : [a] "+r"(a), [a3] "=&r"(a3), [b] "+r"(panel), [fours] "+r"(fours), [rest] "+r"(rest),
         [ask] "+r"(ask)
       : [acc] "r"(sums), [ld] "r"(ld_bytes), [ask_end] "r"(ask_end), [rows] "i"(R)
@@ -155,7 +147,10 @@ template <int R>
 
 #undef KILN_ZMM4_FMAS
 #undef KILN_ZMM4_STEP
-#undef KILN_ZMM4_LOAD
-#undef KILN_ZMM4_SAVE
+#undef KILN_ZMM4_ROW_STEP
+#undef KILN_ZMM_LOAD
+#undef KILN_ZMM_SAVE
+#undef KILN_ZMM4_ROW
+#undef KILN_ZMM4_TILE
 
 #endif
