@@ -203,9 +203,12 @@ float pairwise_sum(const float* x, std::int64_t n) {
 }  // namespace
 
 TEST_CASE("large sums split over threads give the bits of the serial pairwise sum", "[reduce]") {
-  // Sizes whose pairwise splits are uneven at every level, with a tail of lanes.
+  // Sizes whose pairwise splits are uneven at every level, with a tail of lanes; and one thread's
+  // sums of 129-131 and 257 rows of lanes, whose quarters, read together, are leaves and splits
+  // side by side (32 and 33 rows) or all splits.
   for (std::int64_t n :
-       {std::int64_t{1} << 18, (std::int64_t{3} << 20) + 13, std::int64_t{5000001}}) {
+       {std::int64_t{1} << 18, (std::int64_t{3} << 20) + 13, std::int64_t{5000001},
+        std::int64_t{129 * 64}, std::int64_t{131 * 64 + 5}, std::int64_t{257 * 64 + 1}}) {
     CAPTURE(n);
     const Tensor x = kiln::random::normal({n}, 0, 1, static_cast<std::uint64_t>(n));
     const std::vector<float> v = x.to_vector<float>();
@@ -219,6 +222,13 @@ TEST_CASE("large sums split over threads give the bits of the serial pairwise su
   std::vector<float> expected(static_cast<std::size_t>(cols));
   pairwise_rows(v.data(), rows, cols, expected.data());
   CHECK(kiln::sum(m, {0}).to_vector<float>() == expected);
+  for (const std::int64_t short_rows : {130, 300}) {
+    CAPTURE(short_rows);
+    const Tensor few = kiln::slice(m, 0, 0, short_rows).contiguous();
+    std::vector<float> want(static_cast<std::size_t>(cols));
+    pairwise_rows(v.data(), short_rows, cols, want.data());
+    CHECK(kiln::sum(few, {0}).to_vector<float>() == want);
+  }
   const Tensor wide = kiln::reshape(m, {cols, rows});
   std::vector<float> row_sums;
   for (std::int64_t r = 0; r < cols; ++r)
@@ -435,29 +445,52 @@ TEST_CASE("every instruction set's sum rows add each column in row order", "[red
   // The leaves of the pairwise float sums: each table's sum_rows against the scalar loop, bit
   // for bit, on widths that use its blocks of vectors (one or several, rows asked for whole or
   // block by block), single vectors and scalar columns, with rows apart by more than a row (a
-  // column reduction's rows), up to a leaf's 32 rows. Values
-  // spread over many magnitudes, so that any change of the order of the additions shows.
+  // column reduction's rows), up to a leaf's 32 rows; one stream at a time and up to four read
+  // together, whose row counts differ (rows, rows + 1, rows - 1 where that is one or more, ...).
+  // Values spread over many magnitudes, so that any change of the order of the additions shows.
   const auto tables = kiln::test::row_tables_of_this_cpu();
   const auto f32 = kiln::detail::dtype_index(kiln::f32), f64 = kiln::detail::dtype_index(kiln::f64);
+  constexpr std::int64_t most = kiln::detail::max_sum_streams;
   for (const std::int64_t cols : {1, 7, 16, 33, 64, 100, 130, 200}) {
     for (const std::int64_t rows : {1, 2, 5, 31, 32}) {
-      CAPTURE(cols, rows);
-      const std::int64_t ld = cols + 3;
-      const std::vector<float> x32 =
-          (kiln::random::normal({rows * ld}, 0, 1, static_cast<std::uint64_t>(cols * 100 + rows)) *
-           kiln::exp(kiln::random::normal({rows * ld}, 0, 4, 7)))
-              .to_vector<float>();
-      const std::vector<double> x64(x32.begin(), x32.end());
-      const std::vector<float> want32 = column_sums_in_order(x32, rows, cols, ld);
-      const std::vector<double> want64 = column_sums_in_order(x64, rows, cols, ld);
-      for (const auto* table : tables) {
-        CAPTURE(table->isa_name);
-        std::vector<float> got32(static_cast<std::size_t>(cols));
-        std::vector<double> got64(static_cast<std::size_t>(cols));
-        table->sum_rows[f32](x32.data(), rows, cols, ld, got32.data());
-        table->sum_rows[f64](x64.data(), rows, cols, ld, got64.data());
-        CHECK(got32 == want32);
-        CHECK(got64 == want64);
+      for (std::int64_t count = 1; count <= most; ++count) {
+        CAPTURE(cols, rows, count);
+        const std::int64_t ld = cols + 3;
+        const std::int64_t tail[4] = {0, 1, rows > 1 ? -1 : 2, 0};
+        std::vector<std::vector<float>> x32(most), want32(most);
+        std::vector<std::vector<double>> x64(most), want64(most);
+        std::int64_t stream_rows[4] = {};
+        for (std::int64_t s = 0; s < count; ++s) {
+          const std::int64_t r = stream_rows[s] = std::min<std::int64_t>(rows + tail[s], 32);
+          const auto seed = static_cast<std::uint64_t>(cols * 1000 + rows * 10 + s);
+          x32[s] = (kiln::random::normal({r * ld}, 0, 1, seed) *
+                    kiln::exp(kiln::random::normal({r * ld}, 0, 4, seed + 7)))
+                       .to_vector<float>();
+          x64[s].assign(x32[s].begin(), x32[s].end());
+          want32[s] = column_sums_in_order(x32[s], r, cols, ld);
+          want64[s] = column_sums_in_order(x64[s], r, cols, ld);
+        }
+        for (const auto* table : tables) {
+          CAPTURE(table->isa_name);
+          std::vector<std::vector<float>> got32(most, std::vector<float>(cols));
+          std::vector<std::vector<double>> got64(most, std::vector<double>(cols));
+          const void* in32[4] = {};
+          const void* in64[4] = {};
+          void* out32[4] = {};
+          void* out64[4] = {};
+          for (std::int64_t s = 0; s < count; ++s) {
+            in32[s] = x32[s].data();
+            in64[s] = x64[s].data();
+            out32[s] = got32[s].data();
+            out64[s] = got64[s].data();
+          }
+          table->sum_rows[f32](in32, stream_rows, count, cols, ld, out32);
+          table->sum_rows[f64](in64, stream_rows, count, cols, ld, out64);
+          for (std::int64_t s = 0; s < count; ++s) {
+            CHECK(got32[s] == want32[s]);
+            CHECK(got64[s] == want64[s]);
+          }
+        }
       }
     }
   }

@@ -92,11 +92,13 @@ using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const v
 /// kernels/normalize_rows_arch.hpp.
 using NormalizeRowFn = void (*)(const void* in, const void* gamma, const void* beta, void* out,
                                 std::int64_t n, double epsilon, const void* next);
-/// acc[k] = the sum of x[r * ld + k] over rows r = 0, 1, ... rows - 1, added in that order, for
-/// k < cols (rows >= 1; acc overlaps nothing): the leaves of the pairwise float sums of
-/// kernels/reduce.cpp, kernels/sum_rows_arch.hpp.
-using SumRowsFn = void (*)(const void* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                           void* acc);
+/// For each of `count` streams s (1 to max_sum_streams): acc[s][k] = the sum of x[s][r * ld + k]
+/// over rows r = 0, 1, ... rows[s] - 1, added in that order, for k < cols (rows[s] >= 1; no acc
+/// overlaps anything): the leaves of the pairwise float sums of kernels/reduce.cpp, several read
+/// together (kernels/sum_rows_arch.hpp).
+using SumRowsFn = void (*)(const void* const* x, const std::int64_t* rows, std::int64_t count,
+                           std::int64_t cols, std::int64_t ld, void* const* acc);
+inline constexpr std::int64_t max_sum_streams = 4;
 /// What a panel product of a fused recurrent step reads (GatePanelArgs, LstmPanelArgs), in
 /// elements of the panel's dtype: for rows r < rows, the sums over q < k_in of in[r][q] b[q] and
 /// over p < k of a[r][p] b[k_in + p], in that order, where b is the panel [k_in + k][its width],

@@ -106,8 +106,9 @@ struct LogicalReducer {
   static Out store(Acc a) { return a; }
 };
 
-/// Number of cols-sized scratch rows accumulate_rows needs for `rows` rows.
-std::int64_t accumulate_depth(std::int64_t rows) {
+/// Number of cols-sized scratch rows the pairwise recursion below needs for `rows` rows: one
+/// more at each split, for the right half's sums.
+std::int64_t pairwise_depth(std::int64_t rows) {
   std::int64_t depth = 0;
   while (rows > kPairwiseRows) {
     rows -= rows / 2;
@@ -116,8 +117,23 @@ std::int64_t accumulate_depth(std::int64_t rows) {
   return depth;
 }
 
+/// A float sum of more than this many rows, each at most kQuarteredRowBytes long, reads the four
+/// quarters of its pairwise tree (the halves of its halves) together, from four places at once
+/// (accumulate_rows): below it a quarter is a single leaf. Longer rows (column sums of wide
+/// matrices) stay one stream: on the Xeon the column sums of an f32[16384, 1024] took 1.4x the
+/// time in four, whose leaves' rows span 128 pages at a time, past what the first-level TLB
+/// holds. The f64 rows of a contiguous sum (512 bytes) were as fast either way.
+constexpr std::int64_t kQuarteredRows = 4 * kPairwiseRows;
+constexpr std::int64_t kQuarteredRowBytes = 256;
+
+/// The rows of the quarters of `rows`, as the pairwise recursion cuts them (largest last).
+std::array<std::int64_t, 4> quarter_rows(std::int64_t rows) {
+  const std::int64_t half = rows / 2, rest = rows - half;
+  return {half / 2, half - half / 2, rest / 2, rest - rest / 2};
+}
+
 /// A float sum (or a stage of one, below), whose leaves run the row table's sum_rows: the same
-/// bits as the loop of accumulate_rows.
+/// bits as the loop of accumulate_pairwise.
 template <class R>
 struct IsFloatSum : std::false_type {};
 template <>
@@ -125,21 +141,101 @@ struct IsFloatSum<SumReducer<float>> : std::true_type {};
 template <>
 struct IsFloatSum<SumReducer<double>> : std::true_type {};
 
-/// acc[k] = reduction over r of x[r * ld + k] (k < cols <= ld), for rows >= 1; pairwise over
-/// row blocks. scratch holds accumulate_depth(rows) * cols accumulators.
+/// Whether accumulate_rows reads the quarters of `rows` rows of `cols` together.
 template <class R>
-void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
-                     typename R::Acc* acc, typename R::Acc* scratch) {
+bool reads_quarters(std::int64_t rows, std::int64_t cols) {
+  return IsFloatSum<R>::value && rows > kQuarteredRows &&
+         cols * static_cast<std::int64_t>(sizeof(typename R::In)) <= kQuarteredRowBytes;
+}
+
+/// Number of cols-sized scratch rows accumulate_rows needs for `rows` rows: the pairwise
+/// recursion's, or for quarters read together the sums of three quarters and a recursion's
+/// scratch for each.
+template <class R>
+std::int64_t accumulate_depth(std::int64_t rows, std::int64_t cols) {
+  const std::int64_t pairwise = pairwise_depth(rows);
+  if (!reads_quarters<R>(rows, cols)) return pairwise;
+  return std::max(pairwise, 3 + 4 * pairwise_depth(quarter_rows(rows)[3]));
+}
+
+template <class R>
+void accumulate_pairwise(const typename R::In* x, std::int64_t rows, std::int64_t cols,
+                         std::int64_t ld, typename R::Acc* acc, typename R::Acc* scratch);
+
+/// One node of the pairwise tree: rows rows at x, reduced into acc, with pairwise_depth(rows) *
+/// cols accumulators of scratch for its subtree.
+template <class R>
+struct RowsNode {
+  const typename R::In* x;
+  std::int64_t rows;
+  typename R::Acc* acc;
+  typename R::Acc* scratch;
+};
+
+/// accumulate_pairwise for `count` (at most max_sum_streams) nodes of a float sum at once, each
+/// with its own acc and scratch: while every node splits, the left halves go down together and then
+/// the right halves, and at the leaves one sum_rows call reads them all, a stream each. Each
+/// node gets accumulate_pairwise's bits (its own additions in its own order); only the order in
+/// which independent subtrees run changes. Nodes whose subtrees differ in shape (one a leaf,
+/// another not: row counts one apart across kPairwiseRows) go one by one.
+template <class R>
+void accumulate_nodes(const RowsNode<R>* nodes, std::size_t count, std::int64_t cols,
+                      std::int64_t ld) {
+  bool leaves = true, split = true;
+  for (std::size_t i = 0; i < count; ++i) {
+    leaves = leaves && nodes[i].rows <= kPairwiseRows;
+    split = split && nodes[i].rows > kPairwiseRows;
+  }
+  if (leaves) {
+    constexpr DType dtype = std::is_same_v<typename R::In, float> ? DType::f32 : DType::f64;
+    std::array<const void*, max_sum_streams> x{};
+    std::array<std::int64_t, max_sum_streams> rows{};
+    std::array<void*, max_sum_streams> acc{};
+    for (std::size_t i = 0; i < count; ++i) {
+      x[i] = nodes[i].x;
+      rows[i] = nodes[i].rows;
+      acc[i] = nodes[i].acc;
+    }
+    elementwise_rows().sum_rows[dtype_index(dtype)](
+        x.data(), rows.data(), static_cast<std::int64_t>(count), cols, ld, acc.data());
+    return;
+  }
+  if (!split) {
+    for (std::size_t i = 0; i < count; ++i)
+      accumulate_pairwise<R>(nodes[i].x, nodes[i].rows, cols, ld, nodes[i].acc, nodes[i].scratch);
+    return;
+  }
+  // As accumulate_pairwise splits a node: the left half into acc (with the node's scratch), the
+  // right half into the first scratch row (with the rest), then acc += that row.
+  std::array<RowsNode<R>, max_sum_streams> left, right;
+  for (std::size_t i = 0; i < count; ++i) {
+    const RowsNode<R>& n = nodes[i];
+    const std::int64_t half = n.rows / 2;
+    left[i] = {n.x, half, n.acc, n.scratch};
+    right[i] = {n.x + half * ld, n.rows - half, n.scratch, n.scratch + cols};
+  }
+  accumulate_nodes<R>(left.data(), count, cols, ld);
+  accumulate_nodes<R>(right.data(), count, cols, ld);
+  for (std::size_t i = 0; i < count; ++i)
+    for (std::int64_t k = 0; k < cols; ++k)
+      nodes[i].acc[k] = R::combine(nodes[i].acc[k], nodes[i].scratch[k]);
+}
+
+/// acc[k] = reduction over r of x[r * ld + k] (k < cols <= ld), for rows >= 1, pairwise over
+/// row blocks, one block after another. scratch holds pairwise_depth(rows) * cols accumulators.
+template <class R>
+void accumulate_pairwise(const typename R::In* x, std::int64_t rows, std::int64_t cols,
+                         std::int64_t ld, typename R::Acc* acc, typename R::Acc* scratch) {
   if (rows > kPairwiseRows) {
     const std::int64_t half = rows / 2;
-    accumulate_rows<R>(x, half, cols, ld, acc, scratch);
-    accumulate_rows<R>(x + half * ld, rows - half, cols, ld, scratch, scratch + cols);
+    accumulate_pairwise<R>(x, half, cols, ld, acc, scratch);
+    accumulate_pairwise<R>(x + half * ld, rows - half, cols, ld, scratch, scratch + cols);
     for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], scratch[k]);
     return;
   }
   if constexpr (IsFloatSum<R>::value) {
-    constexpr DType dtype = std::is_same_v<typename R::In, float> ? DType::f32 : DType::f64;
-    elementwise_rows().sum_rows[dtype_index(dtype)](x, rows, cols, ld, acc);
+    const RowsNode<R> leaf{x, rows, acc, scratch};
+    accumulate_nodes<R>(&leaf, 1, cols, ld);
     return;
   }
   for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::load(x[k]);
@@ -147,6 +243,42 @@ void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t co
     const typename R::In* row = x + r * ld;
     for (std::int64_t k = 0; k < cols; ++k) acc[k] = R::combine(acc[k], R::load(row[k]));
   }
+}
+
+/// acc[k] = reduction over r of x[r * ld + k] (k < cols <= ld), for rows >= 1; pairwise over
+/// row blocks. scratch holds accumulate_depth<R>(rows, cols) * cols accumulators. A float sum
+/// of more than kQuarteredRows short rows reads its four quarters together (accumulate_nodes),
+/// with the same bits: the sum of an f32[16M] on two threads of the Xeon went from 0.56-1.17 of
+/// kiln_bench_bandwidth's read pass to 1.12-1.24 (three interleaved pairs; docs/performance.md).
+template <class R>
+void accumulate_rows(const typename R::In* x, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                     typename R::Acc* acc, typename R::Acc* scratch) {
+  if constexpr (IsFloatSum<R>::value) {
+    if (reads_quarters<R>(rows, cols)) {
+      // The quarters' sums (the first's into acc, the others' in scratch rows 0-2: the
+      // recursion would reuse one row for the second's and third's) and each quarter's own
+      // recursion scratch after them.
+      const std::array<std::int64_t, 4> quarter = quarter_rows(rows);
+      const std::int64_t depth = pairwise_depth(quarter[3]);
+      std::array<RowsNode<R>, 4> nodes;
+      const typename R::In* at = x;
+      for (std::size_t i = 0; i < 4; ++i) {
+        typename R::Acc* sums = i == 0 ? acc : scratch + (i - 1) * cols;
+        nodes[i] = {at, quarter[i], sums,
+                    scratch + (3 + static_cast<std::int64_t>(i) * depth) * cols};
+        at += quarter[i] * ld;
+      }
+      accumulate_nodes<R>(nodes.data(), 4, cols, ld);
+      // (q0 + q1) + (q2 + q3), as the recursion combines them.
+      for (std::int64_t k = 0; k < cols; ++k) {
+        acc[k] = R::combine(acc[k], scratch[k]);
+        scratch[cols + k] = R::combine(scratch[cols + k], scratch[2 * cols + k]);
+        acc[k] = R::combine(acc[k], scratch[cols + k]);
+      }
+      return;
+    }
+  }
+  accumulate_pairwise<R>(x, rows, cols, ld, acc, scratch);
 }
 
 /// Below this many input elements a reduction runs on the calling thread.
@@ -168,7 +300,7 @@ void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int6
   // Every node above the leaves must split as the serial recursion does (rows > kPairwiseRows).
   while (levels > 0 && (rows >> levels) <= kPairwiseRows + 1) --levels;
   if (levels == 0 || rows * cols < kParallelMinElements) {
-    std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * cols));
+    std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth<R>(rows, cols) * cols));
     accumulate_rows<R>(x, rows, cols, ld, acc, scratch.data());
     return;
   }
@@ -192,7 +324,7 @@ void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int6
         for (auto leaf = static_cast<std::size_t>(begin); leaf < static_cast<std::size_t>(end);
              ++leaf) {
           const std::int64_t n = first[leaf + 1] - first[leaf];
-          std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(n) * cols));
+          std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth<R>(n, cols) * cols));
           accumulate_rows<R>(x + first[leaf] * ld, n, cols, ld,
                              partial.data() + leaf * static_cast<std::size_t>(cols),
                              scratch.data());
@@ -208,8 +340,9 @@ void accumulate_rows_split(const typename R::In* x, std::int64_t rows, std::int6
 }
 
 /// Scratch accumulators reduce_contiguous needs for rows of up to n elements.
+template <class R>
 std::int64_t contiguous_scratch_size(std::int64_t n) {
-  return kRowWidth * (1 + accumulate_depth(n / kRowWidth));
+  return kRowWidth * (1 + accumulate_depth<R>(n / kRowWidth, kRowWidth));
 }
 
 /// Folds the kRowWidth lanes of a contiguous reduction and adds the tail x[rows * kRowWidth, n).
@@ -226,7 +359,7 @@ typename R::Acc finish_contiguous(const typename R::In* x, std::int64_t n, typen
   return total;
 }
 
-/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size(n) accumulators.
+/// Reduces x[0..n) (n >= 0); scratch holds contiguous_scratch_size<R>(n) accumulators.
 template <class R>
 typename R::Acc reduce_contiguous(const typename R::In* x, std::int64_t n,
                                   typename R::Acc* scratch) {
@@ -327,13 +460,13 @@ void reduce_middle_axis(const typename R::In* x, std::int64_t outer, std::int64_
         out[o] = R::store(reduce_contiguous_split<R>(x + o * st.outer, rows));
       return;
     }
-    std::vector<Acc> scratch(static_cast<std::size_t>(contiguous_scratch_size(rows)));
+    std::vector<Acc> scratch(static_cast<std::size_t>(contiguous_scratch_size<R>(rows)));
     for (std::int64_t o = 0; o < outer; ++o)
       out[o] = R::store(reduce_contiguous<R>(x + o * st.outer, rows, scratch.data()));
     return;
   }
   std::vector<Acc> acc(static_cast<std::size_t>(inner));
-  std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth(rows) * inner));
+  std::vector<Acc> scratch(static_cast<std::size_t>(accumulate_depth<R>(rows, inner) * inner));
   for (std::int64_t o = 0; o < outer; ++o) {
     if (parallel)
       accumulate_rows_split<R>(x + o * st.outer, rows, inner, st.row, acc.data());
