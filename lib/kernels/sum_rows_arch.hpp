@@ -48,12 +48,14 @@ void sum_streams(const SumStream<T> (&streams)[S], std::int64_t cols, std::int64
   // AVX2 for f32 (eight), two or more where eight vectors hold less (SSE2, whose 16 registers
   // hold no more beside the loads; f64 at AVX2): an f64[8M] sum at AVX-512 took 1.19-1.32x an
   // f32[16M]'s time (as many bytes) in blocks of four vectors, 0.98-1.07x in one block of eight
-  // (four interleaved pairs). Several streams share half the registers (16 of AVX-512's 32, 8
-  // of the 16 below it), at least two vectors each.
+  // (four interleaved pairs). Several streams share the vector registers (the loads fold into
+  // the adds), at most as many vectors as one stream's and at least two each: four f32 streams
+  // at AVX2 in blocks of four vectors each took 0.92-0.94x the time of blocks of two (the sum of
+  // an f32[16M], Xeon); at AVX-512 four vectors each are one stream's own.
   constexpr std::int64_t registers = width * static_cast<std::int64_t>(sizeof(T)) == 64 ? 32 : 16;
   constexpr std::int64_t one_stream = std::clamp<std::int64_t>(64 / width, 4, 8);
   constexpr std::int64_t kVectors =
-      S == 1 ? one_stream : std::clamp<std::int64_t>(registers / 2 / S, 2, one_stream);
+      S == 1 ? one_stream : std::clamp<std::int64_t>(registers / S, 2, one_stream);
   constexpr std::int64_t block = kVectors * width;
   std::int64_t together = streams[0].rows;  // rows every stream has
   for (int s = 1; s < S; ++s) together = std::min(together, streams[s].rows);
