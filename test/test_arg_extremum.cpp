@@ -1,7 +1,7 @@
-// argmax and argmin over long rows (kernels/arg_extremum.cpp's two-pass kernel, from 32
-// elements a row) and down columns (its vector column loop), against the index the one-pass
-// loop picks. The reference loops over short
-// and strided lines are in test_reduce.cpp.
+// argmax and argmin over long rows (the row tables' two-pass kernel, from four vectors and 32
+// elements a row, at the instruction set KILN_SIMD picks: kernels/arg_extremum_rows_arch.hpp)
+// and down columns (kernels/arg_extremum.cpp's vector column loop), against the index the
+// one-pass loop picks. The reference loops over short and strided lines are in test_reduce.cpp.
 
 #include <catch2/catch.hpp>
 
@@ -26,10 +26,10 @@ Tensor make(const std::vector<double>& values, const kiln::Shape& shape, DType d
 
 }  // namespace
 
-TEST_CASE("argmax and argmin over long rows pick the one-pass loop's index", "[reduce]") {
-  // Rows of 32 or more take the two-pass kernel (the extremum in vector lanes, then a scan):
-  // its index must be the one-pass loop's in every case where the two could differ. Each case is
-  // one row, placed in a batch of rows so that the rows around it are different.
+TEST_CASE("argmax and argmin over long rows pick the one-pass loop's index", "[reduce][simd]") {
+  // Rows of four vectors and 32 elements or more take the two-pass kernel (the extremum in vector
+  // lanes, then a scan): its index must be the one-pass loop's in every case where the two could
+  // differ. Each case is one row, placed in a batch of rows so that the rows around it differ.
   struct Case {
     const char* what;
     std::vector<double> row;
@@ -68,11 +68,13 @@ TEST_CASE("argmax and argmin over long rows pick the one-pass loop's index", "[r
     r[17] = -1;
     cases.push_back({"tail", r, 332, 332, 17, 17});
   }
-  for (std::int64_t at = 16; at < 48; ++at) {
-    // A lone max and min in every lane of the vector steps (16 f32 or 8 f64 lanes a step).
-    std::vector<double> r(64);
+  for (std::int64_t at = 0; at < 200; at += 3) {
+    // A lone max and min in every lane of the vector steps (four vectors a step: 16 f32 lanes at
+    // SSE2, 32 at AVX2, 64 at AVX-512, half as many f64): the first step's, two more steps'
+    // (at AVX-512's f32) and the tail's, every third position for the max, and for the min.
+    std::vector<double> r(200);
     for (std::size_t i = 0; i < r.size(); ++i) r[i] = static_cast<double>((i * 7) % 5);
-    const std::int64_t min_at = at < 40 ? at + 8 : at - 8;
+    const std::int64_t min_at = (at + 1) % 200;
     r[static_cast<std::size_t>(at)] = 10;
     r[static_cast<std::size_t>(min_at)] = -10;
     cases.push_back({"a lone extremum in each lane", r, at, at, min_at, min_at});

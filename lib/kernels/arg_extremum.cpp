@@ -11,6 +11,8 @@
 
 #include "core/dtype_visit.hpp"
 #include "core/fail.hpp"
+#include "kernels/arg_extremum_order.hpp"
+#include "kernels/elementwise_table.hpp"
 #include "kernels/kernel.hpp"
 #include "kernels/parallel.hpp"
 
@@ -21,16 +23,6 @@ namespace {
 /// Below this many input elements the lines run on the calling thread (as reductions do).
 constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 18;
 
-/// True when v should replace best as the running arg-extremum: NaN wins and stays (the first
-/// NaN, or with kLast the last one); with kLast an equal value replaces it too.
-template <class T, bool kMax, bool kLast = false>
-bool replaces(T v, T best) {
-  if (is_nan_element(best)) return kLast && is_nan_element(v);
-  if (is_nan_element(v)) return true;
-  if constexpr (kLast) return kMax ? v >= best : v <= best;
-  return kMax ? v > best : v < best;
-}
-
 /// Elements of T in a 16-byte vector, for the vector loops (0: T is not 4 or 8 bytes,
 /// bool's storage, which takes the one-pass loop).
 template <class T>
@@ -38,95 +30,15 @@ constexpr std::int64_t lanes_of() {
   return sizeof(T) == 4 || sizeof(T) == 8 ? 16 / static_cast<std::int64_t>(sizeof(T)) : 0;
 }
 
-/// row_arg_extremum's two passes (below), for rows of 32 or more elements of 4 or 8 bytes.
+/// The row kernel of the row table for T (elements of 4 or 8 bytes: two passes in vectors of
+/// the instruction set's width, kernels/arg_extremum_rows_arch.hpp), or null for other element
+/// types, which take the one-pass loop.
 template <class T, bool kMax, bool kLast>
-std::int64_t two_pass_arg_extremum(const T* row, std::int64_t n) {
-  // Four 16-byte vectors of lanes (GCC's vector extension: baseline SSE2 code, no intrinsics),
-  // with NaN flags as wide as T.
-  constexpr std::int64_t width = lanes_of<T>(), kLanes = 4 * width;
-  using Flag = std::conditional_t<sizeof(T) == 8, std::int64_t, std::int32_t>;
-  typedef T V __attribute__((vector_size(16)));
-  typedef Flag F __attribute__((vector_size(16)));
-  const auto load = [&](std::int64_t at) {
-    V v;
-    std::memcpy(&v, row + at, sizeof(V));
-    return v;
-  };
-  V b[4];
-  F flag[4];
-  for (int k = 0; k < 4; ++k) {
-    b[k] = load(k * width);
-    flag[k] = b[k] != b[k];
-  }
-  std::int64_t i = kLanes;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int k = 0; k < 4; ++k) {
-      const V v = load(i + k * width);
-      if constexpr (kMax)
-        b[k] = v > b[k] ? v : b[k];
-      else
-        b[k] = v < b[k] ? v : b[k];
-      flag[k] |= v != v;
-    }
-  T best[kLanes];
-  Flag nan[kLanes];
-  std::memcpy(best, b, sizeof(b));
-  std::memcpy(nan, flag, sizeof(flag));
-  // The lanes, then the tail, into one extremum of the non-NaN elements (a lane is NaN only
-  // where its first element was, which its flag holds).
-  bool any_nan = false;
-  T extremum = best[0];
-  const auto take = [&](T v, bool flagged) {
-    any_nan = any_nan || flagged;
-    if (!is_nan_element(v) && (is_nan_element(extremum) || (kMax ? v > extremum : v < extremum)))
-      extremum = v;
-  };
-  for (std::int64_t j = 0; j < kLanes; ++j) take(best[j], nan[j] != 0);
-  for (; i < n; ++i) take(row[i], is_nan_element(row[i]));
-  // The scan, in blocks whose test is one loop of vector compares, then the element in the
-  // block that has it.
-  constexpr std::int64_t kBlock = 64;
-  const auto find = [&](auto wanted) -> std::int64_t {
-    const auto block_has = [&](std::int64_t at) {
-      Flag hit = 0;
-      for (std::int64_t j = 0; j < kBlock; ++j) hit |= wanted(row[at + j]) ? 1 : 0;
-      return hit != 0;
-    };
-    if constexpr (kLast) {
-      std::int64_t k = n;
-      while (k >= kBlock && !block_has(k - kBlock)) k -= kBlock;
-      while (k-- > 0)
-        if (wanted(row[k])) return k;
-    } else {
-      std::int64_t k = 0;
-      while (k + kBlock <= n && !block_has(k)) k += kBlock;
-      for (; k < n; ++k)
-        if (wanted(row[k])) return k;
-    }
-    return 0;  // not reached: the extremum (or a NaN) is an element of the row
-  };
-  if (any_nan) return find([](T v) { return is_nan_element(v); });
-  return find([&](T v) { return v == extremum; });
-}
-
-/// The index replaces<> picks in row[0, n): NaN wins (its first, or with kLast its last,
-/// occurrence), else the extremum's first (last) occurrence. Long rows take two passes that the
-/// compiler turns into vector code: the extremum of the non-NaN elements in kLanes lanes (x > m
-/// ? x : m is the max instruction, which skips a NaN x) beside a flag per lane for NaN, then a
-/// scan for the first (last) element equal to that extremum, or NaN. Equal is the same test the
-/// one-pass loop makes: -0 and +0 tie, and the first (last) of them wins either way.
-template <class T, bool kMax, bool kLast>
-std::int64_t row_arg_extremum(const T* row, std::int64_t n) {
-  const auto one_pass = [&] {
-    std::int64_t best_at = 0;
-    for (std::int64_t i = 1; i < n; ++i)
-      if (replaces<T, kMax, kLast>(row[i], row[best_at])) best_at = i;
-    return best_at;
-  };
+ArgExtremumRowFn arg_extremum_row_kernel() {
   if constexpr (lanes_of<T>() == 0) {
-    return one_pass();
+    return nullptr;
   } else {
-    return n < 32 ? one_pass() : two_pass_arg_extremum<T, kMax, kLast>(row, n);
+    return elementwise_rows().arg_extremum_row[dtype_index(dtype_of<T>())][kMax][kLast];
   }
 }
 
@@ -204,9 +116,11 @@ void arg_extremum_lines(const KernelCall& call) {
   auto* out = call.out.ptr<std::int64_t>();
   const std::int64_t grain = std::max<std::int64_t>(1, kParallelMinElements / n);
   if (inner == 1) {
+    const ArgExtremumRowFn row = arg_extremum_row_kernel<T, kMax, kLast>();
     parallel_for(outer, grain, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t o = begin; o < end; ++o)
-        out[o] = row_arg_extremum<T, kMax, kLast>(x + o * n, n);
+        out[o] = row != nullptr ? row(x + o * n, n)
+                                : one_pass_arg_extremum<T, kMax, kLast>(x + o * n, n);
     });
     return;
   }

@@ -38,6 +38,7 @@
 #define xsimd KILN_ISA_NAMESPACE(KILN_ELEMENTWISE_ISA)
 #include <xsimd/xsimd.hpp>
 
+#include "kernels/arg_extremum_rows_arch.hpp"
 #include "kernels/convert.hpp"
 #include "kernels/copy_rows_arch.hpp"
 #include "kernels/elementwise_ops_arch.hpp"
@@ -374,6 +375,11 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.rms_norm_row[dtype_index(DType::f64)] = &normalize_row<Arch, double, false>;
   t.sum_rows[dtype_index(DType::f32)] = &sum_rows<Arch, float>;
   t.sum_rows[dtype_index(DType::f64)] = &sum_rows<Arch, double>;
+  fill_arg_extremum_rows<Arch, float>(t.arg_extremum_row[dtype_index(DType::f32)]);
+  fill_arg_extremum_rows<Arch, double>(t.arg_extremum_row[dtype_index(DType::f64)]);
+  fill_arg_extremum_rows<Arch, std::int32_t>(t.arg_extremum_row[dtype_index(DType::i32)]);
+  fill_arg_extremum_rows<Arch, std::int64_t>(t.arg_extremum_row[dtype_index(DType::i64)]);
+  fill_arg_extremum_rows<Arch, std::uint64_t>(t.arg_extremum_row[dtype_index(DType::u64)]);
   t.gate_panel[dtype_index(DType::f32)] = &gate_panel<Arch, float>;
   t.gate_panel[dtype_index(DType::f64)] = &gate_panel<Arch, double>;
   t.gate_panel_width[dtype_index(DType::f32)] = 2 * xsimd::batch<float, Arch>::size;

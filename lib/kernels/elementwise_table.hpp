@@ -99,6 +99,9 @@ using NormalizeRowFn = void (*)(const void* in, const void* gamma, const void* b
 using SumRowsFn = void (*)(const void* const* x, const std::int64_t* rows, std::int64_t count,
                            std::int64_t cols, std::int64_t ld, void* const* acc);
 inline constexpr std::int64_t max_sum_streams = 4;
+/// The index of the extremum of row[0, n) (n >= 1) that argmax or argmin picks: NaN wins, and
+/// of equal elements the first (or the last), kernels/arg_extremum_rows_arch.hpp.
+using ArgExtremumRowFn = std::int64_t (*)(const void* row, std::int64_t n);
 /// What a panel product of a fused recurrent step reads (GatePanelArgs, LstmPanelArgs), in
 /// elements of the panel's dtype: for rows r < rows, the sums over q < k_in of in[r][q] b[q] and
 /// over p < k of a[r][p] b[k_in + p], in that order, where b is the panel [k_in + k][its width],
@@ -203,6 +206,9 @@ struct ElementwiseRowTable {
   NormalizeRowFn layer_norm_row[num_dtypes] = {};  // floating-point dtypes only
   NormalizeRowFn rms_norm_row[num_dtypes] = {};    // floating-point dtypes only
   SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only
+  /// [dtype][argmax: 1, argmin: 0][the last of equal ones: 1, the first: 0]; the dtypes of 4 and
+  /// 8 bytes ops compute in (f32, f64, i32, i64, u64) only.
+  ArgExtremumRowFn arg_extremum_row[num_dtypes][2][2] = {};
   GatePanelFn gate_panel[num_dtypes] = {};         // f32 and f64 only
   std::int64_t gate_panel_width[num_dtypes] = {};  // its columns: two vectors of the dtype
   LstmPanelFn lstm_panel[num_dtypes] = {};         // AVX-512's f32 and f64 only

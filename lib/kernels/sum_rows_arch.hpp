@@ -57,8 +57,9 @@ void sum_streams(const SumStream<T> (&streams)[S], std::int64_t cols, std::int64
   constexpr std::int64_t kVectors =
       S == 1 ? one_stream : std::clamp<std::int64_t>(registers / S, 2, one_stream);
   constexpr std::int64_t block = kVectors * width;
-  std::int64_t together = streams[0].rows;  // rows every stream has
-  for (int s = 1; s < S; ++s) together = std::min(together, streams[s].rows);
+  std::int64_t together = streams[0].rows;  // rows every stream has (no std::min: see
+  for (int s = 1; s < S; ++s)               // elementwise_arch.hpp on inline functions)
+    together = streams[s].rows < together ? streams[s].rows : together;
   const bool whole_rows = cols * static_cast<std::int64_t>(sizeof(T)) <= 4 * 64;
   std::int64_t k = 0;
   for (; k + block <= cols; k += block) {
@@ -80,8 +81,7 @@ void sum_streams(const SumStream<T> (&streams)[S], std::int64_t cols, std::int64
     for (std::int64_t r = 1; r < together; ++r)
       for (int s = 0; s < S; ++s) add_row(s, r);
     for (int s = 0; s < S; ++s) {
-      for (std::int64_t r = std::max<std::int64_t>(together, 1); r < streams[s].rows; ++r)
-        add_row(s, r);
+      for (std::int64_t r = together > 1 ? together : 1; r < streams[s].rows; ++r) add_row(s, r);
       for (std::int64_t v = 0; v < kVectors; ++v)
         a[s][v].store_unaligned(streams[s].acc + k + v * width);
     }
