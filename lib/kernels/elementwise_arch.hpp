@@ -367,8 +367,8 @@ constexpr ElementwiseRowTable make_row_table(const char* isa_name) {
   t.softmax_row[dtype_index(DType::f64)] = &softmax_row<Arch, double>;
   t.log_softmax_row[dtype_index(DType::f32)] = &log_softmax_row<Arch, float>;
   t.log_softmax_row[dtype_index(DType::f64)] = &log_softmax_row<Arch, double>;
-  t.logsumexp_row[dtype_index(DType::f32)] = &logsumexp_row<Arch, float>;
-  t.logsumexp_row[dtype_index(DType::f64)] = &logsumexp_row<Arch, double>;
+  t.logsumexp_rows[dtype_index(DType::f32)] = &logsumexp_rows<Arch, float>;
+  t.logsumexp_rows[dtype_index(DType::f64)] = &logsumexp_rows<Arch, double>;
   t.layer_norm_row[dtype_index(DType::f32)] = &normalize_row<Arch, float, true>;
   t.layer_norm_row[dtype_index(DType::f64)] = &normalize_row<Arch, double, true>;
   t.rms_norm_row[dtype_index(DType::f32)] = &normalize_row<Arch, float, false>;

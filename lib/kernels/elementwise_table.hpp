@@ -80,11 +80,15 @@ using CopyRowsFn = void (*)(const void* src, std::int64_t src_row_stride, void* 
 /// result is read by another thread.
 using StreamCopyFn = void (*)(void* dst, const void* src, std::int64_t bytes);
 /// out[0, n) = the softmax (or log_softmax) of the row in[0, n), n >= 1 (in may be out), asking
-/// for the n elements at next (the caller's next row, or null) on the way, and softmax for those
-/// at next_out too (the row the caller writes next, or null), for writing: the softmax,
-/// log_softmax and logsumexp primitives' rows, kernels/softmax_rows_arch.hpp.
+/// for the n elements at next (the caller's next row, or null) on the way, and for those at
+/// next_out too (the row the caller writes next, or null), for writing: the softmax and
+/// log_softmax primitives' rows, kernels/softmax_rows_arch.hpp.
 using SoftmaxRowFn = void (*)(const void* in, void* out, std::int64_t n, const void* next,
                               void* next_out);
+/// out[r] = the logsumexp of the row in[r * n, (r + 1) * n) for r < rows, rows >= 1 and n >= 1:
+/// the logsumexp primitive's rows, each row's range read while the row before adds its exps
+/// (kernels/softmax_rows_arch.hpp).
+using LogSumExpRowsFn = void (*)(const void* in, void* out, std::int64_t rows, std::int64_t n);
 /// out[0, n) = the row in[0, n) normalized, n >= 1 (in may be out): (x - mean) / sqrt(var +
 /// epsilon) for layer_norm, x / sqrt(mean(x^2) + epsilon) for rms_norm, then times gamma[0, n)
 /// and plus beta[0, n) where they are not null, asking for the n elements at next (the caller's
@@ -202,7 +206,7 @@ struct ElementwiseRowTable {
   StreamCopyFn stream_copy = nullptr;              // large outputs, non-temporal stores
   SoftmaxRowFn softmax_row[num_dtypes] = {};       // floating-point dtypes only
   SoftmaxRowFn log_softmax_row[num_dtypes] = {};   // floating-point dtypes only
-  SoftmaxRowFn logsumexp_row[num_dtypes] = {};     // floating-point dtypes only; one element out
+  LogSumExpRowsFn logsumexp_rows[num_dtypes] = {};  // floating-point dtypes only
   NormalizeRowFn layer_norm_row[num_dtypes] = {};  // floating-point dtypes only
   NormalizeRowFn rms_norm_row[num_dtypes] = {};    // floating-point dtypes only
   SumRowsFn sum_rows[num_dtypes] = {};             // f32 and f64 only

@@ -603,25 +603,33 @@ void reduce_typed(const KernelCall& call) {
   reduce_middle_axis<Stage<R, false, true>>(partial.data(), m.outer, m.rows, m.inner, out);
 }
 
+/// run(begin, end) over rows [0, rows) of n elements: split between the threads when the work is
+/// large enough, else on this one.
+template <class Run>
+void run_row_ranges(std::int64_t rows, std::int64_t n, Run&& run) {
+  if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
+    parallel_for_balanced(rows, 1, run);
+  else
+    run(0, rows);
+}
+
 /// Runs row(in_row, out_row, next_in_row, next_out_row) for each of `rows` contiguous rows of n
-/// elements of x, writing out_row elements per row to y (next_in_row: the next row this thread
-/// runs, or null; next_out_row: where it writes next, or null when that is this thread's scratch
-/// row, or there is no next row).
+/// elements of x, writing n elements per row to y (next_in_row: the next row this thread runs, or
+/// null; next_out_row: where it writes next, or null when that is this thread's scratch row, or
+/// there is no next row).
 /// Rows are split over the threads. A large output of whole rows is written with non-temporal
 /// stores: each row is computed in this thread's scratch (in L1) and then streamed out.
 template <class T, class Row>
-void for_each_row(const T* x, T* y, std::int64_t rows, std::int64_t n, std::int64_t out_row,
-                  const Row& row) {
+void for_each_row(const T* x, T* y, std::int64_t rows, std::int64_t n, const Row& row) {
   if (rows == 0) return;
   const StreamCopyFn stream_copy = elementwise_rows().stream_copy;
-  const bool stream =
-      out_row == n && rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
+  const bool stream = rows * n * static_cast<std::int64_t>(sizeof(T)) > stream_output_bytes();
   auto run_rows = [&](std::int64_t begin, std::int64_t end) {
     std::vector<T> row_out(stream ? static_cast<std::size_t>(n) : 0);
     for (std::int64_t r = begin; r < end; ++r) {
       const T* next = r + 1 < end ? x + (r + 1) * n : nullptr;
       if (!stream) {
-        row(x + r * n, y + r * out_row, next, r + 1 < end ? y + (r + 1) * out_row : nullptr);
+        row(x + r * n, y + r * n, next, r + 1 < end ? y + (r + 1) * n : nullptr);
         continue;
       }
       row(x + r * n, row_out.data(), next, nullptr);
@@ -631,17 +639,14 @@ void for_each_row(const T* x, T* y, std::int64_t rows, std::int64_t n, std::int6
     if (stream) _mm_sfence();  // this thread's streamed rows, before the result is published
 #endif
   };
-  if (rows * n >= kParallelMinElements && rows >= 2 && !inside_parallel_region)
-    parallel_for_balanced(rows, 1, run_rows);
-  else
-    run_rows(0, rows);
+  run_row_ranges(rows, n, run_rows);
 }
 
 /// Prim::softmax, Prim::log_softmax and Prim::logsumexp over contiguous rows of
 /// n = in.shape[axes[0]] elements (every later dim is 1): each row by the row table's
-/// softmax_row (max, exp and its sum, the product by the sum's reciprocal), log_softmax_row
-/// (max, the sum of the exps, x - max minus the sum's log) or logsumexp_row (one value per row:
-/// the max plus that log), asking for the next row as it goes.
+/// softmax_row (max, exp and its sum, the product by the sum's reciprocal) or log_softmax_row
+/// (max, the sum of the exps, x - max minus the sum's log), asking for the next row as it goes;
+/// each thread's rows by logsumexp_rows (one value per row: the max plus that log).
 template <class T>
 void softmax_typed(const KernelCall& call) {
   const ArrayRef& in = call.inputs[0];
@@ -649,12 +654,20 @@ void softmax_typed(const KernelCall& call) {
   const std::int64_t rows = n == 0 ? 0 : in.numel() / n;
   const ElementwiseRowTable& table = elementwise_rows();
   const std::size_t d = dtype_index(in.dtype);
-  const SoftmaxRowFn softmax_row = call.prim == Prim::log_softmax ? table.log_softmax_row[d]
-                                   : call.prim == Prim::logsumexp ? table.logsumexp_row[d]
-                                                                  : table.softmax_row[d];
-  const std::int64_t out_row = call.prim == Prim::logsumexp ? 1 : n;  // elements out per row
+  if (call.prim == Prim::logsumexp) {
+    if (rows == 0) return;
+    const LogSumExpRowsFn logsumexp_rows = table.logsumexp_rows[d];
+    const T* x = in.ptr<const T>();
+    T* y = call.out.ptr<T>();
+    run_row_ranges(rows, n, [&](std::int64_t begin, std::int64_t end) {
+      logsumexp_rows(x + begin * n, y + begin, end - begin, n);
+    });
+    return;
+  }
+  const SoftmaxRowFn softmax_row =
+      call.prim == Prim::log_softmax ? table.log_softmax_row[d] : table.softmax_row[d];
   for_each_row(
-      in.ptr<const T>(), call.out.ptr<T>(), rows, n, out_row,
+      in.ptr<const T>(), call.out.ptr<T>(), rows, n,
       [&](const T* x, T* y, const T* next, T* next_out) { softmax_row(x, y, n, next, next_out); });
 }
 
@@ -683,7 +696,7 @@ void normalize_typed(const KernelCall& call) {
   const T* gamma = row_of(at.gamma);
   const T* beta = row_of(at.beta);
   const double epsilon = call.attrs.value;
-  for_each_row(in.ptr<const T>(), call.out.ptr<T>(), rows, n, n,
+  for_each_row(in.ptr<const T>(), call.out.ptr<T>(), rows, n,
                [&](const T* x, T* y, const T* next, T*) {
                  normalize_row(x, gamma, beta, y, n, epsilon, next);
                });
