@@ -1,8 +1,8 @@
 #pragma once
 // The row kernels of the softmax, log_softmax and logsumexp primitives (lib/kernels/reduce.cpp)
-// for one xsimd architecture: SoftmaxRowFn and LogSumExpRowsFn. Included only by elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same
-// one-definition rules apply (everything here is in an anonymous namespace, scalar math through
-// __builtin_*).
+// for one xsimd architecture: SoftmaxRowFn and LogSumExpRowsFn. Included only by
+// elementwise_arch.hpp, after elementwise_ops_arch.hpp; the same one-definition rules apply
+// (everything here is in an anonymous namespace, scalar math through __builtin_*).
 
 #ifndef KILN_ELEMENTWISE_ISA
 #error "include kernels/elementwise_arch.hpp, not kernels/softmax_rows_arch.hpp"
