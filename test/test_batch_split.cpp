@@ -410,20 +410,29 @@ TEST_CASE("a helper that stalls inside its part: the caller waits for it", "[bat
   // The second part blocks until released, as a helper descheduled in mid-part would. Where it
   // runs (helper, or caller if the helper was late) varies; the call must return only after it
   // finished, either way. The first part is long, so the helper usually has the second and the
-  // caller goes through its wait (spin, then sleep).
+  // caller goes through its wait (spin, then sleep). The test thread and the stalled part wait
+  // by sleeping, so that the caller's own part has a core to itself: with all three threads
+  // busy on two cores, the caller's 1 ms part once stretched under ASan until its wait no
+  // longer looked long next to it.
+  using Clock = std::chrono::steady_clock;
   bool covered_helper = false;
   for (int attempt = 0; attempt < 20 && !covered_helper; ++attempt) {
     std::atomic<bool> started{false}, release{false}, finished{false}, on_helper{false};
     std::atomic<bool> finished_at_return{false}, returned{false};
+    std::atomic<Clock::rep> first_took{0};
     const std::thread::id test_thread = std::this_thread::get_id();
     std::thread caller([&] {
       const std::thread::id caller_id = std::this_thread::get_id();
-      auto first = [&](std::int64_t, std::int64_t) { spin_for(1000); };
+      auto first = [&](std::int64_t, std::int64_t) {
+        const auto t0 = Clock::now();
+        spin_for(1000);
+        first_took.store((Clock::now() - t0).count());
+      };
       auto second = [&](std::int64_t, std::int64_t) {
         on_helper.store(std::this_thread::get_id() != caller_id &&
                         std::this_thread::get_id() != test_thread);
         started.store(true);
-        while (!release.load()) std::this_thread::yield();
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
         finished.store(true);
       };
       kiln::detail::parallel_pair(first, second);
@@ -431,18 +440,18 @@ TEST_CASE("a helper that stalls inside its part: the caller waits for it", "[bat
       returned.store(true);
     });
     const auto before = kiln::detail::pair_counts();
-    while (!started.load()) std::this_thread::yield();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!started.load()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const bool returned_early = returned.load();
     release.store(true);
     caller.join();
     CHECK_FALSE(returned_early);
     CHECK(finished_at_return.load());
-    covered_helper = on_helper.load();
-    // The caller waited ~20 ms for a part as short as its own 1 ms: the helper counts as having
-    // lost its core (and split functions run whole for a while). The margin is wide, since the
-    // caller's own part stretches under a sanitizer or a loaded machine (a 5 ms wait once fell
-    // short of own time + 2 ms under TSan).
+    // The caller waited ~50 ms for a part as short as its own 1 ms: the helper counts as having
+    // lost its core (and split functions run whole for a while). Unless the caller's own part
+    // itself was stretched that long (it was descheduled), which this attempt then leaves out.
+    const bool own_part_short = Clock::duration(first_took.load()) < std::chrono::milliseconds(20);
+    covered_helper = on_helper.load() && own_part_short;
     if (covered_helper) CHECK(kiln::detail::pair_counts().lost_core > before.lost_core);
   }
   if (!covered_helper) WARN("the helper never took the stalled part: only the caller's path ran");
