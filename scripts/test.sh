@@ -57,14 +57,29 @@ run_suite() {
   fi
 }
 
+# Prints the tail of a failed build's log, and says so plainly when the disk was full.
+build_failed() {
+  tail -n 80 "$1"
+  grep -q 'No space left on device' "$1" &&
+    echo "the build ran out of disk space: $(df -Ph . | awk 'NR == 2 {print $4}') free now"
+}
+
 run_build() {
   local dir=$1
   shift
   if [ ! -f "$dir/build.ninja" ]; then
-    meson setup "$dir" "$@" >"$logdir/setup-$dir.log" 2>&1 || { cat "$logdir/setup-$dir.log"; return 1; }
+    meson setup "$dir" "$@" >"$logdir/setup-$dir.log" 2>&1 ||
+      { build_failed "$logdir/setup-$dir.log"; return 1; }
   fi
-  ninja -C "$dir" >"$logdir/build-$dir.log" 2>&1 || { tail -n 80 "$logdir/build-$dir.log"; return 1; }
+  ninja -C "$dir" >"$logdir/build-$dir.log" 2>&1 ||
+    { build_failed "$logdir/build-$dir.log"; return 1; }
 }
+
+# A fresh clone's four builds (release, ASan, TSan, fuzzers) take about 5 GiB of disk.
+free_kib=$(df -Pk . | awk 'NR == 2 {print $4}')
+if [[ $free_kib =~ ^[0-9]+$ ]] && [ "$free_kib" -lt $((6 * 1024 * 1024)) ]; then
+  echo "warning: $((free_kib / 1024)) MiB free on this disk; a fresh clone's builds take about 5 GiB"
+fi
 
 # NumPy and safetensors in a private environment, for the interop test (it skips, with a
 # warning, when they cannot be installed, e.g. offline).
